@@ -1,0 +1,46 @@
+# Two Primitives: `make lab` to learn, `make test` to check everything. Both build .venv once, from the pins in
+# pyproject.toml, and reuse it afterwards (the stamp below is only rewritten when pyproject.toml changes).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(CURDIR)/$(VENV)/bin
+STAMP  := $(VENV)/.installed
+# nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help lab test setup exercises bench-lessons
+
+help:
+	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
+	@echo "make test           set up .venv if needed and run the whole test suite"
+	@echo "make exercises      (instructors) regenerate exercises/ from solutions/ with nbgrader"
+	@echo "make bench-lessons  time every lesson notebook against the 60 s budget"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { \
+	  echo "error: $(PYTHON) was not found. Install Python 3.11 (python.org, 'brew install python@3.11'," \
+	       "'apt install python3.11-venv' or pyenv), or point to it: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
+	  echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), the course needs 3.11." \
+	       "Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
+	$(VENV)/bin/python -m twoprim.course install-config
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" lessons/00_start_here.ipynb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+exercises: $(STAMP)
+	$(BIN)/python -m twoprim.course generate
+
+bench-lessons: $(STAMP)
+	$(BIN)/python -m twoprim.course bench-lessons

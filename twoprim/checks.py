@@ -1,0 +1,370 @@
+"""Checks that teach.
+
+Every check runs a learner's function on named cases and compares it with an oracle (torch in float64). On the
+first failure it raises `CheckFailure` (an `AssertionError`, so nbgrader scores the cell 0) with a message that
+says what was tried, what was expected, what came back, the error against the stated tolerance, and one next
+step. On success it prints what was proved and how many hidden checks grading still runs.
+
+Rules an exercise states ("no `torch.dot`", "one matrix-vector product") are enforced by recording every torch
+function and every ATen op the learner's code runs (`record_calls`).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "Case", "CheckFailure", "Mismatch", "Rule", "CallLog", "record_calls", "run_check", "describe",
+    "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN",
+]
+
+
+class CheckFailure(AssertionError):
+    """A check failed; the message is written for the learner."""
+
+
+class Mismatch(Exception):
+    """Raised by a judge: the answer is wrong, `detail` says how (becomes the 'got'/'error' lines)."""
+
+    def __init__(self, detail: str, *, next_step: str | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.next_step = next_step
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function: a label a person can read, the arguments, and a seed-free payload."""
+
+    label: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Recording what ran
+# ----------------------------------------------------------------------------------------------------------------
+
+# torch-level functions that compute a dot product or a GEMM (short names, matched on the last dotted part).
+GEMM_FUNCTIONS = frozenset({
+    "dot", "vdot", "inner", "outer", "ger", "matmul", "mm", "mv", "bmm", "einsum", "tensordot", "linear",
+    "bilinear", "addmm", "addmv", "addbmm", "baddbmm", "addr", "chain_matmul", "multi_dot", "vecdot",
+    "__matmul__", "__rmatmul__",
+})
+# ATen ops that are a dot product or a GEMM, whatever Python spelling reached them.
+GEMM_ATEN = frozenset({
+    "dot", "vdot", "mv", "mm", "addmm", "addmv", "bmm", "baddbmm", "addbmm", "addr", "_mkl_linear",
+    "_addmm_activation", "linear", "matmul", "outer", "ger",
+})
+
+
+@dataclass
+class CallLog:
+    """What a block of code ran: torch functions by qualified name and ATen ops by packet name."""
+
+    functions: Counter = field(default_factory=Counter)
+    aten: Counter = field(default_factory=Counter)
+
+    def short_functions(self) -> Counter:
+        return Counter({name.rsplit(".", 1)[-1]: n for name, n in self.functions.items()})
+
+    def used(self, function_names: Iterable[str] = (), aten_names: Iterable[str] = ()) -> list[str]:
+        """The recorded calls whose names are in either set, as readable strings."""
+        fn_names, aten_set = set(function_names), set(aten_names)
+        hits = [name for name in self.functions if name.rsplit(".", 1)[-1] in fn_names]
+        hits += [f"aten.{name}" for name in self.aten if name in aten_set]
+        return hits
+
+    def count_aten(self, names: Iterable[str]) -> int:
+        names = set(names)
+        return sum(n for op, n in self.aten.items() if op in names)
+
+    @property
+    def total(self) -> int:
+        return sum(self.aten.values())
+
+
+class _FunctionRecorder(TorchFunctionMode):
+    def __init__(self, log: CallLog):
+        super().__init__()
+        self.log = log
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            name = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
+        except Exception:  # noqa: BLE001 - naming must never break the learner's code
+            name = repr(func)
+        self.log.functions[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _AtenRecorder(TorchDispatchMode):
+    def __init__(self, log: CallLog):
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.log.aten[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class record_calls:
+    """Context manager: `with record_calls() as log: ...` fills `log.functions` and `log.aten`."""
+
+    def __enter__(self) -> CallLog:
+        self.log = CallLog()
+        self._modes = [_FunctionRecorder(self.log), _AtenRecorder(self.log)]
+        for mode in self._modes:
+            mode.__enter__()
+        return self.log
+
+    def __exit__(self, *exc):
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
+        return False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule an exercise states, checked on the `CallLog` of every case.
+
+    `test(log, case)` returns None when the rule holds, or a sentence saying what the code did instead.
+    """
+
+    name: str
+    test: Callable[[CallLog, Case], str | None]
+    next_step: str
+
+
+def forbid(what: str, functions: Iterable[str] = (), aten: Iterable[str] = (), *, next_step: str) -> Rule:
+    """A rule that fails when any of the named torch functions or ATen ops ran."""
+    functions, aten = frozenset(functions), frozenset(aten)
+
+    def test(log: CallLog, case: Case) -> str | None:
+        hits = log.used(functions, aten)
+        if hits:
+            return f"it called {', '.join(sorted(hits))}, which this exercise rules out ({what})"
+        return None
+
+    return Rule(what, test, next_step)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Describing values
+# ----------------------------------------------------------------------------------------------------------------
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def describe(value: Any) -> str:
+    """A short description: dtype and shape for tensors (plus strides when not contiguous)."""
+    if isinstance(value, torch.Tensor):
+        text = f"{_dtype_name(value.dtype)} tensor of shape {tuple(value.shape)}"
+        if not value.is_contiguous():
+            text += f" (non-contiguous, strides {value.stride()})"
+        return text
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"{type(value).__name__} of length {len(value)}"
+    if isinstance(value, float):
+        return f"float {value:.6g}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _short_values(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().reshape(-1)
+        if flat.numel() == 0:
+            return "[]"
+        shown = ", ".join(f"{float(v):.6g}" if value.is_floating_point() else str(int(v)) for v in flat[:6])
+        return f"[{shown}{', ...' if flat.numel() > 6 else ''}]" if value.dim() else shown
+    return repr(value)
+
+
+def describe_call(fn_name: str, case: Case) -> str:
+    parts = [describe(a) for a in case.args] + [f"{k}={describe(v)}" for k, v in case.kwargs.items()]
+    return f"{fn_name}({', '.join(parts)})"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tolerances
+# ----------------------------------------------------------------------------------------------------------------
+
+def eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps
+
+
+def reduction_tolerance(dtype: torch.dtype, abs_sum: float, *, k: float = 4.0) -> float:
+    """Error bound for a sum of products: k·eps(dtype)·Σ|xᵢwᵢ| (plus a floor so exact zeros compare)."""
+    return k * eps(dtype) * abs_sum + torch.finfo(dtype).tiny
+
+
+def elementwise_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) for results that round a few times per element."""
+    return {torch.float64: (1e-10, 1e-9), torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
+            torch.bfloat16: (5e-2, 5e-2)}.get(dtype, (1e-5, 1e-5))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Judges: compare what came back with what was expected; raise Mismatch with a readable detail
+# ----------------------------------------------------------------------------------------------------------------
+
+def judge_tensor(got: Any, expected: torch.Tensor, *, atol: float, rtol: float, what: str = "the result") -> str:
+    """Type, shape, dtype, then values. Returns a summary of the error for the pass message."""
+    if not isinstance(got, torch.Tensor):
+        raise Mismatch(
+            f"{describe(got)}, but {what} should be a {_dtype_name(expected.dtype)} tensor of shape "
+            f"{tuple(expected.shape)}",
+            next_step="return a torch tensor (not a Python number, list or NumPy array)")
+    if got.shape != expected.shape:
+        raise Mismatch(
+            f"shape {tuple(got.shape)}, expected shape {tuple(expected.shape)}",
+            next_step="write the shape of every intermediate in a comment and check which step adds, drops or "
+                      "broadcasts a dimension")
+    if got.dtype != expected.dtype:
+        raise Mismatch(
+            f"dtype {_dtype_name(got.dtype)}, expected {_dtype_name(expected.dtype)} (the input's dtype)",
+            next_step="keep the computation in the input's dtype: avoid creating tensors with a fixed dtype, "
+                      "or build them with dtype=x.dtype")
+    return judge_values(got, expected, atol=atol, rtol=rtol)
+
+
+def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float) -> str:
+    g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
+    if g.numel() == 0:
+        return "empty result"
+    nan_mismatch = torch.isnan(g) != torch.isnan(e)
+    if nan_mismatch.any():
+        i = int(nan_mismatch.reshape(-1).nonzero()[0])
+        raise Mismatch(f"NaN where a number was expected (or the reverse) at flat index {i}: got "
+                       f"{float(g.reshape(-1)[i]):.6g}, expected {float(e.reshape(-1)[i]):.6g}",
+                       next_step="look for a division by zero or an overflow (exp of a large number)")
+    both = ~torch.isnan(e)
+    g, e = g[both], e[both]
+    inf_mismatch = torch.isinf(g) | torch.isinf(e)
+    if (inf_mismatch & (g != e)).any():
+        raise Mismatch("an infinity where the expected value is finite (or the reverse)",
+                       next_step="look for an overflow: in float16 anything above 65504 becomes inf")
+    diff = (g - e).abs()
+    diff[torch.isinf(e)] = 0.0
+    allowed = atol + rtol * e.abs()
+    max_abs = float(diff.max())
+    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    max_rel = float(rel.max())
+    summary = f"max abs error {max_abs:.2e}, max rel error {max_rel:.2e}; tolerance abs {atol:.1e} + rel {rtol:.1e}"
+    bad = diff > allowed
+    if bad.any():
+        i = int(bad.reshape(-1).nonzero()[0])
+        raise Mismatch(
+            f"{_short_values(got)}\n  first wrong element: flat index {i}, got {float(g.reshape(-1)[i]):.8g}, "
+            f"expected {float(e.reshape(-1)[i]):.8g}\n  error:    {summary}")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The runner
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class CheckResult:
+    task: str
+    cases: int
+    summary: str
+
+    def __repr__(self) -> str:  # shows nicely if a learner evaluates a check as the last line of a cell
+        return f"CheckResult({self.task!r}, passed {self.cases} cases)"
+
+
+def run_check(
+    task: str,
+    fn: Callable,
+    cases: Sequence[Case],
+    *,
+    expected: Callable[..., Any],
+    judge: Callable[[Any, Any, Case], str],
+    proves: str,
+    rules: Sequence[Rule] = (),
+    hidden: int = 0,
+    next_step: str = "",
+    quiet: bool = False,
+) -> CheckResult:
+    """Run `fn` on every case; compare with `expected(*args, **kwargs)` through `judge`; enforce `rules`.
+
+    `task` is the id used everywhere (nbgrader grade_id, heading, message). `hidden` is the number of hidden
+    checks grading adds for this function (0 inside the hidden checks themselves).
+    """
+    if not callable(fn):
+        raise CheckFailure(f"✘ {task}: expected a function, got {describe(fn)}. Pass the function itself, "
+                           f"without calling it: check(my_function), not check(my_function(...)).")
+    name = getattr(fn, "__name__", "your function")
+    summaries = []
+    for case in cases:
+        tried = describe_call(name, case)
+        with record_calls() as log:
+            try:
+                got = fn(*case.args, **case.kwargs)
+            except NotImplementedError:
+                raise CheckFailure(
+                    f"✘ {task}: `{name}` is not written yet (it raised NotImplementedError).\n"
+                    f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this "
+                    f"one again.") from None
+            except CheckFailure:
+                raise
+            except Exception as err:  # noqa: BLE001 - the learner's error is reported, with the case
+                raise CheckFailure(
+                    f"✘ {task}: `{name}` raised {type(err).__name__}: {err}\n"
+                    f"  case:     {case.label}\n  tried:    {tried}\n"
+                    f"  next:     run that call yourself in a new cell to see the full traceback; the shapes above "
+                    f"are the ones that broke it.") from err
+        for rule in rules:
+            broken = rule.test(log, case)
+            if broken:
+                raise CheckFailure(
+                    f"✘ {task}: the answer breaks a rule of this exercise: {rule.name}.\n"
+                    f"  case:     {case.label}\n  tried:    {tried}\n  found:    {broken}\n"
+                    f"  next:     {rule.next_step}")
+        want = expected(*case.args, **case.kwargs)
+        try:
+            summaries.append(judge(got, want, case))
+        except Mismatch as bad:
+            raise CheckFailure(
+                f"✘ {task}: wrong result.\n  case:     {case.label}\n  tried:    {tried}\n"
+                f"  expected: {_describe_expected(want)}\n  got:      {bad.detail}\n"
+                f"  next:     {bad.next_step or next_step}") from None
+    result = CheckResult(task, len(cases), _worst(summaries))
+    if not quiet:
+        message = f"✔ {task}: {proves} — passed {len(cases)} case{'s' if len(cases) != 1 else ''}"
+        if result.summary:
+            message += f" ({result.summary})"
+        message += "."
+        if hidden:
+            message += (f"\n  Grading runs {hidden} more hidden check{'s' if hidden != 1 else ''} on this function; "
+                        f"passing here does not guarantee those.")
+        print(message)
+    return result
+
+
+def _describe_expected(want: Any) -> str:
+    if isinstance(want, torch.Tensor):
+        return f"{describe(want)}: {_short_values(want)}"
+    return repr(want)
+
+
+def _worst(summaries: Sequence[str]) -> str:
+    """Keep the summary with the largest relative error (they all share one format)."""
+    best, worst_rel = "", -1.0
+    for s in summaries:
+        try:
+            rel = float(s.split("max rel error ")[1].split(";")[0])
+        except (IndexError, ValueError):
+            continue
+        if rel > worst_rel:
+            best, worst_rel = s, rel
+    return best.replace("max abs error", "worst: max abs error") if best else ""
+

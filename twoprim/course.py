@@ -1,0 +1,160 @@
+"""Course commands for authors and instructors; run as `./course COMMAND` from anywhere in the repository.
+
+    ./course generate [ASSIGNMENT ...]   regenerate exercises/ from solutions/ with nbgrader, then clean them
+    ./course clean [NOTEBOOK ...]        strip outputs and stray metadata from notebooks (all by default)
+    ./course bench-lessons               execute every lesson and report its time against the 60 s budget
+    ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from .notebooks import ROOT, assignments, clean, execute, lessons
+
+LESSON_BUDGET_S = 60.0
+
+
+class CourseError(SystemExit):
+    """A problem the user can fix; the message says how."""
+
+    def __init__(self, message: str):
+        super().__init__(f"error: {message}")
+
+
+def environment() -> dict[str, str]:
+    """os.environ with this interpreter's bin/ first on PATH (nbgrader shells out to `alembic`)."""
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def preflight(env: dict[str, str]) -> None:
+    """Fail early, with the command to run, when nbgrader or alembic is missing from the environment."""
+    bin_dir = Path(sys.executable).parent
+    for tool in ("nbgrader", "alembic"):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            raise CourseError(
+                f"`{tool}` is not installed in {bin_dir} (nbgrader needs it to create and migrate the gradebook). "
+                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
+
+
+def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives."""
+    grader = root / "grader"
+    if not (grader / "nbgrader_config.py").is_file():
+        raise CourseError(f"{grader / 'nbgrader_config.py'} is missing: this is not a Two Primitives checkout.")
+    env = environment()
+    preflight(env)
+    exe = shutil.which("nbgrader", path=env["PATH"])
+    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
+                          capture_output=capture)
+    if check and proc.returncode != 0:
+        detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
+        raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
+    return proc
+
+
+def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | None = None) -> list[Path]:
+    """Generate student versions of `ids` (default: all) from solutions/ into `into` (default: exercises/).
+
+    nbgrader writes them, then they are cleaned like every committed notebook. With `into`, the gradebook used
+    is a throw-away one, so checking for drift never touches the instructor's gradebook.
+    """
+    known = assignments(root)
+    ids = ids or known
+    unknown = sorted(set(ids) - set(known))
+    if unknown:
+        raise CourseError(f"no assignment {', '.join(unknown)} in {root / 'solutions'}; known: {', '.join(known)}.")
+    out_dir = into or root / "exercises"
+    written = []
+    with tempfile.TemporaryDirectory() as scratch:
+        extra = []
+        if into is not None:
+            extra = [f"--CourseDirectory.release_directory={out_dir}",
+                     f"--CourseDirectory.db_url=sqlite:///{Path(scratch) / 'gradebook.db'}"]
+        for aid in ids:
+            nbgrader(["generate_assignment", aid, "--force", "--log-level=WARN", *extra], root=root, capture=True)
+            for path in sorted((out_dir / aid).glob("*.ipynb")):
+                nb = nbformat.read(str(path), as_version=4)
+                nbformat.write(clean(nb), str(path))
+                written.append(path)
+    return written
+
+
+def clean_files(paths: list[Path]) -> list[Path]:
+    """Clean notebooks in place; returns those that changed."""
+    changed = []
+    for path in paths:
+        before = path.read_text()
+        nb = nbformat.read(str(path), as_version=4)
+        nbformat.write(clean(nb), str(path))
+        if path.read_text() != before:
+            changed.append(path)
+    return changed
+
+
+def bench_lessons() -> int:
+    """Execute each lesson in a fresh kernel; print its time against the budget; non-zero exit when one is over."""
+    over = 0
+    print(f"{'lesson':40s} {'seconds':>8s}  budget {LESSON_BUDGET_S:.0f} s")
+    for path in lessons():
+        _, secs = execute(path)
+        flag = "" if secs <= LESSON_BUDGET_S else "  OVER BUDGET"
+        over += bool(flag)
+        print(f"{path.name:40s} {secs:8.1f}{flag}", flush=True)
+    return 1 if over else 0
+
+
+def install_config() -> Path:
+    """Make every nbgrader run in this environment load the course configuration, whatever the folder."""
+    target = Path(sys.prefix) / "etc" / "jupyter" / "nbgrader_config.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    config = ROOT / "grader" / "nbgrader_config.py"
+    target.write_text("# Written by `make setup` (python -m twoprim.course install-config): nbgrader in this environment\n"
+                      "# uses the Two Primitives course configuration from any folder.\n"
+                      f"load_subconfig({str(config)!r})  # noqa: F821\n")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="regenerate exercises/ from solutions/")
+    g.add_argument("assignments", nargs="*")
+    c = sub.add_parser("clean", help="strip outputs and stray metadata from notebooks")
+    c.add_argument("notebooks", nargs="*", type=Path)
+    sub.add_parser("bench-lessons", help="time every lesson against the 60 s budget")
+    n = sub.add_parser("nbgrader", help="run nbgrader with the course configuration")
+    n.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("install-config", help="(make setup) point this environment's nbgrader at the course")
+    args = parser.parse_args(argv)
+
+    if args.command == "generate":
+        for path in generate(args.assignments):
+            print(f"generated {path.relative_to(ROOT)}")
+    elif args.command == "clean":
+        paths = args.notebooks or [Path(p) for p in subprocess.run(
+            ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
+        for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
+            print(f"cleaned {path}")
+    elif args.command == "bench-lessons":
+        return bench_lessons()
+    elif args.command == "nbgrader":
+        return nbgrader(args.args, check=False).returncode
+    elif args.command == "install-config":
+        print(f"wrote {install_config()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
