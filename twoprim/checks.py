@@ -261,9 +261,11 @@ def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol
     bad = diff > allowed
     if bad.any():
         i = int(bad.reshape(-1).nonzero()[0])
-        raise Mismatch(
-            f"{_short_values(got)}\n  first wrong element: flat index {i}, got {float(g.reshape(-1)[i]):.8g}, "
-            f"expected {float(e.reshape(-1)[i]):.8g}\n  error:    {summary}")
+        where = ""
+        if g.numel() > 1:
+            where = (f"\n  first wrong element: flat index {i}, got {float(g.reshape(-1)[i]):.8g}, "
+                     f"expected {float(e.reshape(-1)[i]):.8g}")
+        raise Mismatch(f"{describe(got)}: {_short_values(got)}{where}\n  error:    {summary}")
     return summary
 
 

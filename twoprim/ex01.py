@@ -107,6 +107,10 @@ def _dot64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.dot(x.double(), w.double())
 
 
+def _dot_expected(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return _dot64(x, w).to(x.dtype)
+
+
 def _abs_sum(x: torch.Tensor, w: torch.Tensor) -> float:
     return float((x.double() * w.double()).abs().sum())
 
@@ -176,7 +180,7 @@ _NO_BUILTIN_COSINE = forbid("no torch.nn.functional.cosine_similarity", {"cosine
 def _judge_dot(got, want, case: Case) -> str:
     x, w = case.args
     tol = reduction_tolerance(x.dtype, _abs_sum(x, w))
-    return judge_tensor(got, want.to(x.dtype), atol=tol, rtol=torch.finfo(x.dtype).eps)
+    return judge_tensor(got, want, atol=tol, rtol=torch.finfo(x.dtype).eps)
 
 
 def _judge_float(got, want, case: Case) -> str:
@@ -199,14 +203,14 @@ def _judge_float(got, want, case: Case) -> str:
 def _judge_neuron(got, want, case: Case) -> str:
     x, w, b = case.args
     tol = reduction_tolerance(x.dtype, _abs_sum(x, w) + abs(float(b)))
-    return judge_tensor(got, want.to(x.dtype), atol=tol, rtol=torch.finfo(x.dtype).eps)
+    return judge_tensor(got, want, atol=tol, rtol=torch.finfo(x.dtype).eps)
 
 
 def _judge_cosine(got, want, case: Case) -> str:
     query, keys = case.args[:2]
     eps = torch.finfo(query.dtype).eps
     atol = 8 * eps * max(math.sqrt(query.shape[0]), 4.0)
-    return judge_tensor(got, want.to(query.dtype), atol=atol, rtol=0.0, what="the N similarities")
+    return judge_tensor(got, want, atol=atol, rtol=0.0, what="the N similarities")
 
 
 def _expected_top_k(query, keys, k) -> torch.Tensor:
@@ -262,21 +266,21 @@ def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else vector_cases([3, 64, 1000], [torch.float32, torch.float64])
-    return run_check(f"{TASK}-dot", fn, cases, expected=_dot64, judge=_judge_dot, rules=[_NO_GEMM, _vectorised()],
+    return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot, rules=[_NO_GEMM, _vectorised()],
               proves="a vectorised x·w without built-in dot products, in the input's dtype", hidden=hidden,
               next_step="(x * w) is the element-wise product; its sum over all elements is the dot product")
 
 
 def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else neuron_cases([4, 100], [torch.float32, torch.float64])
-    return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: _dot64(x, w) + float(b), judge=_judge_neuron,
+    return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype), judge=_judge_neuron,
               proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor", hidden=hidden,
               next_step="reuse your dot(x, w) and add b")
 
 
 def check_cosine_similarity(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
-    return run_check(f"{TASK}-cosine_similarity", fn, cases, expected=_cosine64, judge=_judge_cosine,
+    return run_check(f"{TASK}-cosine_similarity", fn, cases, expected=lambda q, keys: _cosine64(q, keys).to(q.dtype), judge=_judge_cosine,
               rules=[_NO_BUILTIN_COSINE, _one_gemv()],
               proves="cosine similarity of one query against N keys, with one matrix-vector product", hidden=hidden,
               next_step="similarity = (keys @ query) / (‖keys‖ per row × ‖query‖)")

@@ -1,0 +1,45 @@
+"""Shared test fixtures: the repository root, solution code loaded as a namespace, lesson timings in the summary."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from twoprim.notebooks import ROOT, code_of
+
+BIN = Path(sys.executable).parent
+# Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.
+os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def solution_namespace(assignment: str) -> dict:
+    """Execute the non-test code cells of solutions/<assignment> (imports and solution functions)."""
+    ns: dict = {"__name__": f"solution_{assignment}"}
+    for source in code_of(ROOT / "solutions" / assignment / f"{assignment}.ipynb"):
+        exec(compile(source, f"<{assignment}>", "exec"), ns)  # noqa: S102 - our own committed notebook
+    return ns
+
+
+@pytest.fixture(scope="session")
+def sol01():
+    """The ex01_dot solution functions (dot_loop, dot, neuron, cosine_similarity, top_k)."""
+    return solution_namespace("ex01_dot")
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+def pytest_terminal_summary(terminalreporter):
+    rows = []
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for key, value in getattr(report, "user_properties", []):
+            if key == "lesson_seconds" and report.when == "call":
+                rows.append(value)
+    if rows:
+        terminalreporter.section("lesson run times (fresh kernel; budget 60 s each, checked by `make bench-lessons`)")
+        for name, secs in sorted(rows):
+            terminalreporter.write_line(f"{name:40s} {secs:6.1f} s")

@@ -1,0 +1,203 @@
+"""The checks a learner meets: each failure names the case, what was expected and got, and what to do next."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+import torch
+
+from twoprim import checks, ex01
+from twoprim.notebooks import ROOT
+
+
+def fails(check, fn) -> str:
+    with pytest.raises(checks.CheckFailure) as info:
+        check(fn)
+    return str(info.value)
+
+
+# ---- the solutions pass every visible and hidden check, and the visible checks announce the right count
+
+def _hidden_cells(assignment: str) -> dict[str, str]:
+    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and "BEGIN HIDDEN TESTS" in c.source}
+
+
+def _visible_cells(assignment: str) -> dict[str, str]:
+    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and "BEGIN HIDDEN TESTS" not in c.source}
+
+
+@pytest.mark.parametrize("grade_id", sorted(_hidden_cells("ex01_dot")))
+def test_solution_passes_hidden_checks_and_visible_check_counts_them(sol01, grade_id, capsys):
+    ns = dict(sol01)
+    exec(_visible_cells("ex01_dot")[grade_id.removesuffix("-hidden")], ns)  # noqa: S102
+    announced = int(re.search(r"Grading runs (\d+) more hidden", capsys.readouterr().out).group(1))
+    results = []
+    original = checks.run_check
+
+    def counting(*args, **kwargs):
+        result = original(*args, **kwargs)
+        results.append(result)
+        return result
+
+    ex01.run_check = counting
+    try:
+        exec(_hidden_cells("ex01_dot")[grade_id], ns)  # noqa: S102
+    finally:
+        ex01.run_check = original
+    assert [r.cases for r in results] == [announced], (
+        f"the visible check says {announced} hidden checks, the hidden cell ran {[r.cases for r in results]}")
+
+
+def test_every_graded_function_has_visible_and_hidden_checks():
+    visible, hidden = _visible_cells("ex01_dot"), _hidden_cells("ex01_dot")
+    assert set(visible) == {"ex01_dot-dot_loop", "ex01_dot-dot", "ex01_dot-neuron", "ex01_dot-cosine_similarity",
+                            "ex01_dot-top_k"}
+    assert {h.removesuffix("-hidden") for h in hidden} == set(visible)
+
+
+# ---- wrong answers
+
+def test_wrong_value_names_case_expected_got_error_and_next_step():
+    msg = fails(ex01.check_dot, lambda x, w: (x[:-1] * w[:-1]).sum())
+    assert "✘ ex01_dot-dot: wrong result" in msg
+    assert "case:     length 3, float32" in msg
+    assert "tried:    <lambda>(float32 tensor of shape (3,), float32 tensor of shape (3,))" in msg
+    assert "expected: float32 tensor of shape ()" in msg
+    assert "error:" in msg and "tolerance abs" in msg
+    assert "next:" in msg
+
+
+def test_wrong_shape_is_reported_with_both_shapes():
+    msg = fails(ex01.check_dot, lambda x, w: (x * w).sum(dim=0, keepdim=True))
+    assert "shape (1,), expected shape ()" in msg
+
+
+def test_wrong_dtype_is_reported():
+    msg = fails(ex01.check_dot, lambda x, w: (x.double() * w.double()).sum())
+    assert "dtype float64, expected float32 (the input's dtype)" in msg
+
+
+def test_python_number_instead_of_tensor_is_reported():
+    msg = fails(ex01.check_dot, lambda x, w: float((x * w).sum()))
+    assert "float" in msg and "should be a float32 tensor of shape ()" in msg
+
+
+def test_dot_loop_must_return_a_python_float():
+    msg = fails(ex01.check_dot_loop, lambda x, w: sum(a * b for a, b in zip(x, w)))
+    assert "but dot_loop returns a Python float" in msg
+
+
+def test_not_written_yet_says_so():
+    def dot(x, w):
+        raise NotImplementedError()
+    msg = fails(ex01.check_dot, dot)
+    assert "`dot` is not written yet" in msg and "raise NotImplementedError()" in msg
+
+
+def test_crash_reports_the_case_and_the_error():
+    msg = fails(ex01.check_dot, lambda x, w: x.view(2, -1).sum())
+    assert "raised RuntimeError" in msg and "case:" in msg and "tried:" in msg
+
+
+def test_passing_the_result_instead_of_the_function():
+    msg = fails(ex01.check_dot, torch.tensor(1.0))
+    assert "expected a function" in msg
+
+
+# ---- forbidden calls, caught whatever the spelling
+
+@pytest.mark.parametrize("spelling", [
+    lambda x, w: torch.dot(x, w),
+    lambda x, w: x @ w,
+    lambda x, w: torch.matmul(x, w),
+    lambda x, w: torch.einsum("i,i->", x, w),
+    lambda x, w: torch.inner(x, w),
+    lambda x, w: torch.nn.functional.linear(x[None], w[None])[0, 0],
+    lambda x, w: torch.ops.aten.dot(x, w),
+    lambda x, w: torch.tensor(x.numpy().dot(w.numpy())),
+], ids=["torch.dot", "@", "matmul", "einsum", "inner", "F.linear", "aten.dot", "numpy"])
+def test_forbidden_dot_is_detected(spelling):
+    msg = fails(ex01.check_dot, spelling)
+    assert "breaks a rule of this exercise: no torch.dot, @, matmul, einsum" in msg
+    assert "found:    it called" in msg
+
+
+def test_python_loop_in_vectorised_dot_is_detected():
+    def dot(x, w):
+        total = torch.zeros((), dtype=x.dtype)
+        for i in range(x.shape[0]):
+            total = total + x[i] * w[i]
+        return total
+    msg = fails(ex01.check_dot, dot)
+    assert "vectorised" in msg and "ATen ops for vectors of length 64" in msg
+
+
+def test_vectorised_sum_in_dot_loop_is_detected():
+    msg = fails(ex01.check_dot_loop, lambda x, w: float((x * w).sum()))
+    assert "a Python loop over the elements" in msg and "torch.Tensor.sum" in msg
+
+
+def test_cosine_with_a_loop_over_keys_is_detected():
+    def cosine_similarity(query, keys):
+        return torch.stack([torch.dot(k, query) / (k.norm() * query.norm()) for k in keys])
+    msg = fails(ex01.check_cosine_similarity, cosine_similarity)
+    assert "one matrix-vector product for all keys" in msg and "one per key for 5 keys, a Python loop" in msg
+
+
+def test_cosine_without_any_gemv_is_detected():
+    def cosine_similarity(query, keys):
+        return (keys * query).sum(1) / (keys.norm(dim=1) * query.norm())
+    msg = fails(ex01.check_cosine_similarity, cosine_similarity)
+    assert "it ran no matrix-vector product" in msg
+
+
+def test_builtin_cosine_is_forbidden():
+    msg = fails(ex01.check_cosine_similarity,
+                lambda q, keys: torch.nn.functional.cosine_similarity(q[None], keys, dim=-1))
+    assert "no torch.nn.functional.cosine_similarity" in msg
+
+
+def test_top_k_tie_order_is_checked(sol01):
+    cosine = sol01["cosine_similarity"]
+
+    def top_k(query, keys, k):  # ties to the HIGHER index: flip, stable sort, flip back
+        sims = cosine(query, keys).flip(0)
+        order = torch.sort(sims, descending=True, stable=True).indices
+        return (keys.shape[0] - 1 - order)[:k]
+    msg = fails(ex01.check_top_k, top_k)
+    assert "tie" in msg and "lower key index" in msg
+
+
+def test_top_k_wrong_order_is_reported_with_similarities(sol01):
+    cosine = sol01["cosine_similarity"]
+    msg = fails(ex01.check_top_k, lambda q, keys, k: torch.sort(cosine(q, keys), stable=True).indices[:k])
+    assert "at rank 0: key" in msg and "similarity" in msg
+
+
+def test_top_k_returning_values_is_reported(sol01):
+    cosine = sol01["cosine_similarity"]
+    msg = fails(ex01.check_top_k, lambda q, keys, k: torch.sort(cosine(q, keys), descending=True).values[:k])
+    assert "returns a 1-D integer tensor" in msg
+
+
+# ---- a passing check says what it proved and what remains
+
+def test_pass_message_says_what_was_proved_and_hidden_count(sol01, capsys):
+    ex01.check_dot(sol01["dot"], hidden=10)
+    out = capsys.readouterr().out
+    assert out.startswith("✔ ex01_dot-dot: a vectorised x·w")
+    assert "passed 6 cases" in out and "Grading runs 10 more hidden checks" in out
+
+
+def test_recorder_sees_functions_and_aten_ops():
+    x = torch.ones(4)
+    with checks.record_calls() as log:
+        (x * x).sum()
+        x @ x
+    assert log.aten["mul"] == 1 and log.aten["dot"] == 1
+    assert "torch.Tensor.matmul" in log.functions

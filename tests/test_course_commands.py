@@ -1,0 +1,86 @@
+"""Course commands work without activating anything, from any folder, and explain what to run when they cannot."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twoprim import course
+from twoprim.notebooks import ROOT
+
+BIN = Path(sys.executable).parent
+
+
+def _clean_env(**extra) -> dict[str, str]:
+    """The environment of a user who never activated .venv."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != BIN)
+    return {**os.environ, "PATH": path, **extra}
+
+
+def test_course_command_runs_from_another_folder_without_activation(tmp_path):
+    proc = subprocess.run([str(ROOT / "course"), "--help"], cwd=tmp_path, env=_clean_env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "generate" in proc.stdout and "bench-lessons" in proc.stdout
+
+
+def test_course_command_without_environment_says_to_run_make_setup(tmp_path):
+    shutil.copy(ROOT / "course", tmp_path / "course")  # a checkout whose .venv was never built
+    proc = subprocess.run([str(tmp_path / "course"), "generate"], cwd=tmp_path, env=_clean_env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert f"the course environment {tmp_path}/.venv does not exist yet. Run `make setup`" in proc.stderr
+
+
+def test_missing_alembic_is_named_with_the_fix(tmp_path):
+    fake = tmp_path / "nbgrader"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    with pytest.raises(SystemExit) as info:
+        course.preflight({"PATH": str(tmp_path)})
+    message = str(info.value.code)
+    assert "`alembic` is not installed" in message and "Run `make setup`" in message
+
+
+def test_unknown_assignment_lists_the_known_ones(tmp_path):
+    with pytest.raises(SystemExit) as info:
+        course.generate(["ex99_nope"], into=tmp_path)
+    assert "no assignment ex99_nope" in str(info.value.code) and "known: ex01_dot" in str(info.value.code)
+
+
+@pytest.mark.parametrize("where", ["outside the repository", "repository root"])
+def test_plain_nbgrader_from_any_folder_uses_the_course_config(tmp_path, where):
+    """nbgrader run by hand finds solutions/ and never creates a stray gradebook in the folder it was run from."""
+    cwd = tmp_path / "somewhere" if where == "outside the repository" else ROOT
+    cwd.mkdir(exist_ok=True)
+    before = set(cwd.iterdir())
+    release = tmp_path / "release"
+    proc = subprocess.run(
+        [str(BIN / "nbgrader"), "generate_assignment", "ex01_dot", "--force",
+         f"--CourseDirectory.release_directory={release}",
+         f"--CourseDirectory.db_url=sqlite:///{tmp_path / 'scratch.db'}"],
+        cwd=cwd, env=_clean_env(PATH=f"{BIN}{os.pathsep}{_clean_env()['PATH']}"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (release / "ex01_dot" / "ex01_dot.ipynb").is_file(), proc.stderr
+    assert set(cwd.iterdir()) == before, f"nbgrader left files in {cwd}: {set(cwd.iterdir()) - before}"
+
+
+def test_clean_strips_outputs_in_place(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    nb = new_notebook(cells=[new_code_cell("1 + 1", execution_count=3, outputs=[new_output("execute_result", {"text/plain": "2"}, execution_count=3)])],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                                "widgets": {"state": {}}, "toc": {}})
+    nb.cells[0].metadata["collapsed"] = True
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, str(path))
+    assert course.clean_files([path]) == [path]
+    cleaned = nbformat.read(str(path), as_version=4)
+    assert cleaned.cells[0].outputs == [] and cleaned.cells[0].execution_count is None
+    assert set(cleaned.metadata) == {"kernelspec"} and dict(cleaned.cells[0].metadata) == {}
+    assert course.clean_files([path]) == []
