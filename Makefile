@@ -7,6 +7,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(CURDIR)/$(VENV)/bin
 STAMP  := $(VENV)/.installed
+LAB_ARGS ?=
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
 
@@ -34,7 +35,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" lessons/00_start_here.ipynb
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ARGS) lessons/00_start_here.ipynb
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
