@@ -1,8 +1,11 @@
-"""nbgrader grades ex01_dot as an instructor would: solutions score full marks, the blank student version zero,
-and one wrong function loses exactly that function's points. Scores come from the gradebook, not from logs."""
+"""nbgrader grades every assignment as an instructor would: the solutions score full marks, the committed blank
+student version zero, and one wrong function loses exactly that function's points. Scores come from the
+gradebook, not from logs. Works for any assignment in solutions/ without per-assignment code."""
 from __future__ import annotations
 
+import ast
 import shutil
+from functools import cache
 from pathlib import Path
 
 import nbformat
@@ -10,27 +13,53 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim.course import nbgrader
-from twoprim.notebooks import ROOT
+from twoprim.notebooks import ROOT, assignments
 
-AID = "ex01_dot"
+ASSIGNMENTS = assignments()
 
 
-def _solution_code() -> dict[str, str]:
+def _source(aid: str) -> nbformat.NotebookNode:
+    return nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+
+
+@cache
+def solution_code(aid: str) -> dict[str, str]:
     """grade_id -> the solution cell's code without the nbgrader markers."""
-    nb = nbformat.read(str(ROOT / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     out = {}
-    for cell in nb.cells:
+    for cell in _source(aid).cells:
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
+        if meta.get("solution") and cell.cell_type == "code":
             lines = [l for l in cell.source.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
             out[meta["grade_id"]] = "\n".join(lines)
     return out
 
 
-def _submission(overrides: dict[str, str] | None = None, *, answered: bool = True) -> nbformat.NotebookNode:
-    """The committed student version, with every solution cell answered (then `overrides` applied)."""
-    nb = nbformat.read(str(ROOT / "exercises" / AID / f"{AID}.ipynb"), as_version=4)
-    answers = {**(_solution_code() if answered else {}), **(overrides or {})}
+@cache
+def points(aid: str) -> dict[str, float]:
+    """grade_id of every graded test cell -> its points, from the solution notebook's nbgrader metadata."""
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"]) for c in _source(aid).cells
+            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+
+
+def graded_functions(aid: str) -> list[str]:
+    """Functions with a visible check cell `<aid>-<function>`."""
+    return [gid.removeprefix(f"{aid}-") for gid in points(aid) if not gid.endswith("-hidden")]
+
+
+def leaf_functions(aid: str) -> list[str]:
+    """Graded functions no other solution cell calls: breaking one must cost exactly its own points."""
+    used = set()
+    for gid, code in solution_code(aid).items():
+        tree = ast.parse(code)
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        used |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - defined
+    return [fn for fn in graded_functions(aid) if fn not in used]
+
+
+def submission(aid: str, overrides: dict[str, str] | None = None, *, answered: bool = True) -> nbformat.NotebookNode:
+    """The committed student version with every solution cell answered, then `overrides` applied."""
+    nb = nbformat.read(str(ROOT / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
+    answers = {**(solution_code(aid) if answered else {}), **(overrides or {})}
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid in answers:
@@ -38,77 +67,107 @@ def _submission(overrides: dict[str, str] | None = None, *, answered: bool = Tru
     return nb
 
 
-def _replace(grade_id: str, old: str, new: str) -> dict[str, str]:
-    code = _solution_code()[grade_id]
-    assert old in code, f"{old!r} not in the solution of {grade_id}"
+def broken(aid: str, fn: str) -> dict[str, str]:
+    """The solution cell defining `fn`, with `fn` redefined at its end to return nothing."""
+    gid = next(g for g, code in solution_code(aid).items() if f"def {fn}(" in code)
+    return {gid: solution_code(aid)[gid] + f"\n\n\ndef {fn}(*args, **kwargs):\n    return None  # wrong on purpose\n"}
+
+
+def replaced(aid: str, grade_id: str, old: str, new: str) -> dict[str, str]:
+    code = solution_code(aid)[grade_id]
+    assert old in code, f"{old!r} is not in the solution of {grade_id}"
     return {grade_id: code.replace(old, new)}
 
 
-STUDENTS = {
-    "perfect": _submission(),
-    "blank": _submission(answered=False),
-    # top_k ranks worst-first: only top_k's 2 + 2 points are lost.
-    "wrong_top_k": _submission(_replace(f"{AID}-top_k-solution", "descending=True", "descending=False")),
-    # dot calls torch.dot, which the exercise forbids: dot's 1 + 2 points are lost, neuron (built on it) keeps its.
-    "forbidden_dot": _submission(_replace(f"{AID}-dot-solution", "(x * w).sum()", "torch.dot(x, w)")),
+# Submissions beyond the generic ones: (assignment, student) -> (overrides, the function whose points are lost).
+EXTRA = {
+    # dot calls torch.dot, which the exercise forbids: dot's points are lost; neuron, built on it, keeps its own.
+    ("ex01_dot", "forbidden_dot"): (lambda: replaced("ex01_dot", "ex01_dot-dot-solution", "(x * w).sum()",
+                                                     "torch.dot(x, w)"), "dot"),
 }
 
-POINTS = {"dot_loop": (1, 1), "dot": (1, 2), "neuron": (1, 1), "cosine_similarity": (2, 2), "top_k": (2, 2)}
-MAX_SCORE = sum(a + b for a, b in POINTS.values())
 
-
-def _scores_without(*functions: str) -> dict[str, float]:
-    scores = {}
-    for fn, (visible, hidden) in POINTS.items():
-        lost = fn in functions
-        scores[f"{AID}-{fn}"] = 0.0 if lost else float(visible)
-        scores[f"{AID}-{fn}-hidden"] = 0.0 if lost else float(hidden)
-    return scores
+def students(aid: str) -> dict[str, tuple[nbformat.NotebookNode, str | None]]:
+    """student id -> (their notebook, the one function whose points they lose; None: all or nothing)."""
+    out = {"perfect": (submission(aid), None), "blank": (submission(aid, answered=False), None)}
+    for fn in leaf_functions(aid):
+        out[f"broken_{fn}"] = (submission(aid, broken(aid, fn)), fn)
+    for (a, student), (make, fn) in EXTRA.items():
+        if a == aid:
+            out[student] = (submission(aid, make()), fn)
+    return out
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> Path:
-    course = tmp_path_factory.mktemp("course")
-    (course / "grader").mkdir()
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
-    shutil.copytree(ROOT / "solutions", course / "solutions")
-    nbgrader(["generate_assignment", AID, "--force"], root=course, capture=True)
-    for student, nb in STUDENTS.items():
-        target = course / "grader" / "submitted" / student / AID
-        target.mkdir(parents=True)
-        nbformat.write(nb, str(target / f"{AID}.ipynb"))
-    nbgrader(["autograde", AID, "--force"], root=course, capture=True)
-    return course
+def grade(tmp_path_factory):
+    """grade(aid) -> the temporary course in which `nbgrader autograde aid` graded every student of students()."""
+    done: dict[str, Path] = {}
+
+    def run(aid: str) -> Path:
+        if aid not in done:
+            course = tmp_path_factory.mktemp(aid)
+            (course / "grader").mkdir()
+            shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
+            shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
+            nbgrader(["generate_assignment", aid, "--force"], root=course, capture=True)
+            for student, (nb, _) in students(aid).items():
+                target = course / "grader" / "submitted" / student / aid
+                target.mkdir(parents=True)
+                nbformat.write(nb, str(target / f"{aid}.ipynb"))
+            nbgrader(["autograde", aid, "--force"], root=course, capture=True)
+            done[aid] = course
+        return done[aid]
+
+    return run
 
 
-def _grades(course: Path, student: str) -> tuple[float, float, dict[str, float]]:
+def gradebook_scores(course: Path, aid: str, student: str) -> tuple[float, float, dict[str, float]]:
     with Gradebook(f"sqlite:///{course / 'grader' / 'gradebook.db'}", "two-primitives") as gb:
-        sub = gb.find_submission(AID, student)
+        sub = gb.find_submission(aid, student)
         per_test = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
         return sub.score, sub.max_score, per_test
 
 
-def test_solution_scores_full_marks(graded):
-    score, max_score, per_test = _grades(graded, "perfect")
-    assert max_score == MAX_SCORE
-    assert per_test == _scores_without()
-    assert score == MAX_SCORE
+def expected_without(aid: str, fn: str | None) -> dict[str, float]:
+    lost = {f"{aid}-{fn}", f"{aid}-{fn}-hidden"} if fn else set()
+    return {gid: (0.0 if gid in lost else pts) for gid, pts in points(aid).items()}
 
 
-def test_blank_student_version_scores_zero(graded):
-    score, max_score, per_test = _grades(graded, "blank")
-    assert (score, max_score) == (0.0, MAX_SCORE)
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_every_graded_function_has_visible_and_hidden_points(aid):
+    fns = graded_functions(aid)
+    assert fns, f"{aid} has no graded check cells"
+    for fn in fns:
+        assert points(aid).get(f"{aid}-{fn}-hidden", 0) > 0, f"{aid}-{fn} has no hidden check cell with points"
+    assert leaf_functions(aid), f"{aid}: every function is used by another; no function can be broken alone"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_solution_scores_full_marks(grade, aid):
+    score, max_score, per_test = gradebook_scores(grade(aid), aid, "perfect")
+    assert per_test == expected_without(aid, None)
+    assert score == max_score == sum(points(aid).values())
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_blank_student_version_scores_zero(grade, aid):
+    score, max_score, per_test = gradebook_scores(grade(aid), aid, "blank")
+    assert (score, max_score) == (0.0, sum(points(aid).values()))
     assert set(per_test.values()) == {0.0}
 
 
-@pytest.mark.parametrize("student, lost", [("wrong_top_k", "top_k"), ("forbidden_dot", "dot")])
-def test_one_wrong_function_loses_exactly_its_points(graded, student, lost):
-    score, _, per_test = _grades(graded, student)
-    assert per_test == _scores_without(lost)
-    assert score == MAX_SCORE - sum(POINTS[lost])
+@pytest.mark.parametrize("aid, student", [(aid, s) for aid in ASSIGNMENTS for s in students(aid)
+                                          if s not in ("perfect", "blank")])
+def test_one_wrong_function_loses_exactly_its_points(grade, aid, student):
+    _, lost = students(aid)[student]
+    score, _, per_test = gradebook_scores(grade(aid), aid, student)
+    assert per_test == expected_without(aid, lost)
+    assert score == sum(points(aid).values()) - points(aid)[f"{aid}-{lost}"] - points(aid)[f"{aid}-{lost}-hidden"]
 
 
-def test_submitted_files_are_not_modified(graded):
-    for student, nb in STUDENTS.items():
-        on_disk = nbformat.read(str(graded / "grader" / "submitted" / student / AID / f"{AID}.ipynb"), as_version=4)
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_submitted_files_are_not_modified(grade, aid):
+    course = grade(aid)
+    for student, (nb, _) in students(aid).items():
+        on_disk = nbformat.read(str(course / "grader" / "submitted" / student / aid / f"{aid}.ipynb"), as_version=4)
         assert [c.source for c in on_disk.cells] == [c.source for c in nb.cells]

@@ -64,12 +64,40 @@ GEMM_ATEN = frozenset({
 })
 
 
+def _gemm_flops(op: str, shapes: tuple[tuple[int, ...], ...]) -> int:
+    """FLOPs (2 per multiply-add) of one dot/GEMV/GEMM ATen op, from its operands' shapes."""
+    if op in ("addmm", "addmv", "baddbmm", "addbmm", "addr", "_addmm_activation"):
+        shapes = shapes[1:]  # the first operand is the C that is added
+    if len(shapes) < 2:
+        return 0
+    a, b = shapes[0], shapes[1]
+    if op in ("dot", "vdot"):
+        return 2 * a[0]
+    if op in ("mv", "addmv"):
+        return 2 * a[0] * a[1]
+    if op in ("mm", "addmm", "_addmm_activation"):
+        return 2 * a[0] * a[1] * b[1]
+    if op in ("bmm", "baddbmm"):
+        return 2 * a[0] * a[1] * a[2] * b[2]
+    if op == "addbmm":
+        return 2 * a[0] * a[1] * a[2] * b[2]
+    if op in ("outer", "ger", "addr"):
+        return a[0] * b[0]
+    return 0
+
+
 @dataclass
 class CallLog:
-    """What a block of code ran: torch functions by qualified name and ATen ops by packet name."""
+    """What a block of code ran: torch functions by qualified name, ATen ops by packet name, and for every
+    dot/GEMV/GEMM ATen op its operands' shapes (`gemms`, in call order)."""
 
     functions: Counter = field(default_factory=Counter)
     aten: Counter = field(default_factory=Counter)
+    gemms: list = field(default_factory=list)  # [(op, ((shape of operand 0), (shape of operand 1), ...)), ...]
+
+    def gemm_flops(self) -> int:
+        """FLOPs run inside dot/GEMV/GEMM ops (2 per multiply-add), from the recorded operand shapes."""
+        return sum(_gemm_flops(op, shapes) for op, shapes in self.gemms)
 
     def short_functions(self) -> Counter:
         return Counter({name.rsplit(".", 1)[-1]: n for name, n in self.functions.items()})
@@ -110,7 +138,10 @@ class _AtenRecorder(TorchDispatchMode):
         self.log = log
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.log.aten[func.overloadpacket.__name__] += 1
+        name = func.overloadpacket.__name__
+        self.log.aten[name] += 1
+        if name in GEMM_ATEN:
+            self.log.gemms.append((name, tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))))
         return func(*args, **(kwargs or {}))
 
 
