@@ -84,18 +84,30 @@ EXTRA = {
     # dot calls torch.dot, which the exercise forbids: dot's points are lost; neuron, built on it, keeps its own.
     ("ex01_dot", "forbidden_dot"): (lambda: replaced("ex01_dot", "ex01_dot-dot-solution", "(x * w).sum()",
                                                      "torch.dot(x, w)"), "dot"),
+    # conv2d_gemm calls F.conv2d, a convolution op the exercise forbids: only conv2d_gemm's points are lost.
+    ("ex04_conv", "forbidden_conv"): (lambda: replaced("ex04_conv", "ex04_conv-conv2d_gemm-solution",
+                                                       "out = w @ cols ", "out = F.conv2d(x, weight, None, stride, "
+                                                       "padding, dilation, groups).permute(1, 0, 2, 3).reshape(groups, "
+                                                       "M, N * L)  # "), "conv2d_gemm"),
 }
 
 
-def students(aid: str) -> dict[str, tuple[nbformat.NotebookNode, str | None]]:
-    """student id -> (their notebook, the one function whose points they lose; None: all or nothing)."""
-    out = {"perfect": (submission(aid), None), "blank": (submission(aid, answered=False), None)}
+def plan(aid: str) -> dict[str, tuple]:
+    """student id -> (how to build their notebook, the one function whose points they lose; None: all or nothing).
+    Built from solutions/ only, so collecting the tests never needs exercises/."""
+    out = {"perfect": (lambda: submission(aid), None), "blank": (lambda: submission(aid, answered=False), None)}
     for fn in leaf_functions(aid):
-        out[f"broken_{fn}"] = (submission(aid, broken(aid, fn)), fn)
+        out[f"broken_{fn}"] = (lambda fn=fn: submission(aid, broken(aid, fn)), fn)
     for (a, student), (make, fn) in EXTRA.items():
         if a == aid:
-            out[student] = (submission(aid, make()), fn)
+            out[student] = (lambda make=make: submission(aid, make()), fn)
     return out
+
+
+@cache
+def students(aid: str) -> dict[str, tuple[nbformat.NotebookNode, str | None]]:
+    """student id -> (their notebook, the one function whose points they lose)."""
+    return {student: (make(), lost) for student, (make, lost) in plan(aid).items()}
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +168,10 @@ def test_blank_student_version_scores_zero(grade, aid):
     assert set(per_test.values()) == {0.0}
 
 
-@pytest.mark.parametrize("aid, student", [(aid, s) for aid in ASSIGNMENTS for s in students(aid)
+@pytest.mark.parametrize("aid, student", [(aid, s) for aid in ASSIGNMENTS for s in plan(aid)
                                           if s not in ("perfect", "blank")])
 def test_one_wrong_function_loses_exactly_its_points(grade, aid, student):
-    _, lost = students(aid)[student]
+    _, lost = plan(aid)[student]
     score, _, per_test = gradebook_scores(grade(aid), aid, student)
     assert per_test == expected_without(aid, lost)
     assert score == sum(points(aid).values()) - points(aid)[f"{aid}-{lost}"] - points(aid)[f"{aid}-{lost}-hidden"]

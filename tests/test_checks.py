@@ -73,7 +73,8 @@ def test_passing_the_result_instead_of_the_function():
     lambda x, w: torch.nn.functional.linear(x[None], w[None])[0, 0],
     lambda x, w: torch.ops.aten.dot(x, w),
     lambda x, w: torch.tensor(x.numpy().dot(w.numpy())),
-], ids=["torch.dot", "@", "matmul", "einsum", "inner", "F.linear", "aten.dot", "numpy"])
+    lambda x, w: torch.zeros(1, 1, dtype=x.dtype).addmm_(x[None], w[:, None])[0, 0],
+], ids=["torch.dot", "@", "matmul", "einsum", "inner", "F.linear", "aten.dot", "numpy", "in-place addmm_"])
 def test_forbidden_dot_is_detected(spelling):
     msg = fails(ex01.check_dot, spelling)
     assert "breaks a rule of this exercise: no torch.dot, @, matmul, einsum" in msg

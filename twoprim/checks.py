@@ -55,17 +55,18 @@ class Case:
 GEMM_FUNCTIONS = frozenset({
     "dot", "vdot", "inner", "outer", "ger", "matmul", "mm", "mv", "bmm", "einsum", "tensordot", "linear",
     "bilinear", "addmm", "addmv", "addbmm", "baddbmm", "addr", "chain_matmul", "multi_dot", "vecdot",
-    "__matmul__", "__rmatmul__",
+    "__matmul__", "__rmatmul__", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_",
 })
 # ATen ops that are a dot product or a GEMM, whatever Python spelling reached them.
 GEMM_ATEN = frozenset({
     "dot", "vdot", "mv", "mm", "addmm", "addmv", "bmm", "baddbmm", "addbmm", "addr", "_mkl_linear",
-    "_addmm_activation", "linear", "matmul", "outer", "ger",
+    "_addmm_activation", "linear", "matmul", "outer", "ger", "addmm_", "addmv_", "addr_", "baddbmm_", "addbmm_",
 })
 
 
 def _gemm_flops(op: str, shapes: tuple[tuple[int, ...], ...]) -> int:
     """FLOPs (2 per multiply-add) of one dot/GEMV/GEMM ATen op, from its operands' shapes."""
+    op = op.rstrip("_")  # in-place variants (addmm_) count like their out-of-place op
     if op in ("addmm", "addmv", "baddbmm", "addbmm", "addr", "_addmm_activation"):
         shapes = shapes[1:]  # the first operand is the C that is added
     if len(shapes) < 2:
