@@ -89,6 +89,14 @@ EXTRA = {
                                                        "out = w @ cols ", "out = F.conv2d(x, weight, None, stride, "
                                                        "padding, dilation, groups).permute(1, 0, 2, 3).reshape(groups, "
                                                        "M, N * L)  # "), "conv2d_gemm"),
+    # qkv_projection runs three GEMMs, which its rule forbids: only qkv_projection's points are lost.
+    ("ex03_layers", "three_gemm_qkv"): (lambda: replaced(
+        "ex03_layers", "ex03_layers-qkv_projection-solution", "fused = x.reshape(-1, x.shape[-1]) @ W.T",
+        "fused = torch.cat([x.reshape(-1, x.shape[-1]) @ w.T for w in (Wq, Wk, Wv)], dim=1)"), "qkv_projection"),
+    # gnn_layer multiplies in the costlier order: right values, but only gnn_layer's points are lost.
+    ("ex03_layers", "costly_gnn"): (lambda: replaced(
+        "ex03_layers", "ex03_layers-gnn_layer-solution", "if W.shape[1] < W.shape[0]:", "if W.shape[1] > W.shape[0]:"),
+        "gnn_layer"),
 }
 
 
