@@ -202,6 +202,8 @@ def describe(value: Any) -> str:
         if not value.is_contiguous():
             text += f" (non-contiguous, strides {value.stride()})"
         return text
+    if type(value).__module__.startswith("mlx") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"MLX {str(value.dtype).replace('mlx.core.', '')} array of shape {tuple(value.shape)}"
     if isinstance(value, (list, tuple)) and len(value) > 6:
         return f"{type(value).__name__} of length {len(value)}"
     if isinstance(value, float):
@@ -387,18 +389,20 @@ def run_check(
 def _describe_expected(want: Any) -> str:
     if isinstance(want, torch.Tensor):
         return f"{describe(want)}: {_short_values(want)}"
+    if isinstance(want, (tuple, list)) and want and all(isinstance(w, torch.Tensor) for w in want):
+        return f"{type(want).__name__} of {len(want)}: " + "; ".join(_describe_expected(w) for w in want)
     return repr(want)
 
 
 def _worst(summaries: Sequence[str]) -> str:
-    """Keep the summary with the largest relative error (they all share one format)."""
-    best, worst_rel = "", -1.0
+    """The summary closest to failing: the largest absolute error as a fraction of its tolerance."""
+    best, worst = "", -1.0
     for s in summaries:
         try:
-            rel = float(s.split("max rel error ")[1].split(";")[0])
+            err = float(s.split("max abs error ")[1].split(",")[0])
+            tol = float(s.split("tolerance abs ")[1].split(" ")[0])
         except (IndexError, ValueError):
             continue
-        if rel > worst_rel:
-            best, worst_rel = s, rel
-    return best.replace("max abs error", "worst: max abs error") if best else ""
-
+        if err / max(tol, 1e-300) > worst:
+            best, worst = s, err / max(tol, 1e-300)
+    return best.replace("max abs error", "worst case: max abs error") if best else ""
