@@ -342,6 +342,7 @@ def run_check(
     summaries = []
     for case in cases:
         tried = describe_call(name, case)
+        want = expected(*case.args, **case.kwargs)  # before the learner's call, which may change its inputs in place
         with record_calls() as log:
             try:
                 got = fn(*case.args, **case.kwargs)
@@ -365,7 +366,6 @@ def run_check(
                     f"✘ {task}: the answer breaks a rule of this exercise: {rule.name}.\n"
                     f"  case:     {case.label}\n  tried:    {tried}\n  found:    {broken}\n"
                     f"  next:     {rule.next_step}")
-        want = expected(*case.args, **case.kwargs)
         try:
             summaries.append(judge(got, want, case))
         except Mismatch as bad:
