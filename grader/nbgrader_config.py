@@ -29,5 +29,34 @@ c.CourseDirectory.assignment_id = ""
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# A cold kernel imports torch (~2 s); the slowest legitimate test cell of any assignment stays well under this.
-c.Execute.timeout = 120
+# Grading (see twoprim/grading.py): per-cell time limits keyed on the test's grade_id, not on tags a student can
+# edit; a warning printed while a correct answer is checked keeps its points (nbgrader alone scores any stderr 0);
+# no single output is kept beyond 20,000 characters.
+from twoprim import grading  # noqa: E402
+
+c.Execute.timeout = grading.DEFAULT_CELL_TIMEOUT
+c.Execute.timeout_func = grading.cell_timeout
+c.Execute.on_cell_start = grading.record_cell_start
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "twoprim.grading.TruncateOutputs",
+    "twoprim.grading.StderrIsNotFailure",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Feedback shows each test's output but never the source of the hidden checks.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "twoprim.grading.HideHiddenTestSource",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+
+# The exchange that release/fetch/submit/collect and feedback go through (nbgrader's default unless the
+# environment names another, e.g. a folder every student account can write to).
+c.Exchange.root = os.environ.get("TWOPRIM_EXCHANGE", "/srv/nbgrader/exchange")

@@ -84,3 +84,10 @@ def test_clean_strips_outputs_in_place(tmp_path):
     assert cleaned.cells[0].outputs == [] and cleaned.cells[0].execution_count is None
     assert set(cleaned.metadata) == {"kernelspec"} and dict(cleaned.cells[0].metadata) == {}
     assert course.clean_files([path]) == []
+
+
+@pytest.mark.parametrize("command", ["release", "collect", "autograde", "feedback", "report", "selfgrade"])
+def test_class_commands_name_the_known_assignments(command):
+    proc = subprocess.run([str(ROOT / "course"), command, "ex99_nope"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "no assignment 'ex99_nope'; known: ex01_dot" in proc.stderr

@@ -1,8 +1,20 @@
 """Course commands for authors and instructors; run as `./course COMMAND` from anywhere in the repository.
 
+Authors:
     ./course generate [ASSIGNMENT ...]   regenerate exercises/ from solutions/ with nbgrader, then clean them
     ./course clean [NOTEBOOK ...]        strip outputs and stray metadata from notebooks (all by default)
     ./course bench-lessons               execute every lesson and report its time against the 60 s budget
+
+A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader's /srv/nbgrader/exchange):
+    ./course release ASSIGNMENT          copy the student version to the exchange for students to fetch
+    ./course collect ASSIGNMENT          copy submissions from the exchange into grader/submitted/
+    ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
+    ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
+    ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
+
+Learners on their own:
+    ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
+
     ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
 """
 from __future__ import annotations
@@ -90,6 +102,22 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
     return written
 
 
+def release(aid: str, *, root: Path = ROOT) -> None:
+    """Copy the student version of `aid` to the exchange, for students to fetch."""
+    nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
+
+
+def collect(aid: str, *, root: Path = ROOT) -> None:
+    """Copy every student's latest submission of `aid` from the exchange into grader/submitted/."""
+    nbgrader(["collect", aid, "--update"], root=root, capture=True)
+
+
+def feedback(aid: str, *, root: Path = ROOT) -> None:
+    """Generate the feedback HTML of every graded submission of `aid` and release it to the exchange."""
+    nbgrader(["generate_feedback", aid, "--force"], root=root, capture=True)
+    nbgrader(["release_feedback", aid], root=root, capture=True)
+
+
 def clean_files(paths: list[Path]) -> list[Path]:
     """Clean notebooks in place; returns those that changed."""
     changed = []
@@ -137,7 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     n = sub.add_parser("nbgrader", help="run nbgrader with the course configuration")
     n.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("install-config", help="(make setup) point this environment's nbgrader at the course")
+    for name, text in (("release", "release the student version to the exchange"),
+                       ("collect", "collect submissions from the exchange into grader/submitted/"),
+                       ("feedback", "generate feedback HTML and release it to the exchange"),
+                       ("report", "rewrite grader/reports/ from the gradebook and print the summary")):
+        sub.add_parser(name, help=text).add_argument("assignment")
+    a = sub.add_parser("autograde", help="grade every submission of an assignment in parallel")
+    a.add_argument("assignment")
+    a.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
+    a.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
+    a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default %(default)s: 60)")
+    sg = sub.add_parser("selfgrade", help="grade your own exercises/ASSIGNMENT notebook, hidden checks included")
+    sg.add_argument("assignment")
+    sg.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
     args = parser.parse_args(argv)
+
+    if getattr(args, "assignment", None) and args.assignment not in assignments():
+        raise CourseError(f"no assignment {args.assignment!r}; known: {', '.join(assignments())}.")
 
     if args.command == "generate":
         for path in generate(args.assignments):
@@ -153,6 +197,31 @@ def main(argv: list[str] | None = None) -> int:
         return nbgrader(args.args, check=False).returncode
     elif args.command == "install-config":
         print(f"wrote {install_config()}")
+    elif args.command == "release":
+        release(args.assignment)
+        print(f"released {args.assignment} to the exchange")
+    elif args.command == "collect":
+        collect(args.assignment)
+        print(f"collected {args.assignment} into grader/submitted/")
+    elif args.command == "autograde":
+        from . import grading
+
+        if args.cell_timeout:
+            os.environ["TWOPRIM_CELL_TIMEOUT"] = str(args.cell_timeout)
+        grading.autograde(args.assignment, workers=args.workers, students=args.student)
+        print(grading.format_summary(grading.write_reports(args.assignment)))
+    elif args.command == "feedback":
+        feedback(args.assignment)
+        print(f"feedback for {args.assignment} generated in grader/feedback/ and released to the exchange")
+    elif args.command == "report":
+        from . import grading
+
+        print(grading.format_summary(grading.write_reports(args.assignment)))
+    elif args.command == "selfgrade":
+        from . import grading
+
+        result = grading.selfgrade(args.assignment, notebook=args.notebook)
+        print(result.describe())
     return 0
 
 

@@ -1,0 +1,162 @@
+"""Classroom autograde: a synthetic class of correct, blank, wrong and every kind of bad submission is graded in
+parallel; every submission ends graded or failed with a reason; reports are exact; grading is idempotent and never
+touches the submitted files. Also the self-grading command a learner runs on their own notebook."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from twoprim import grading
+from twoprim.notebooks import ROOT
+
+from .classroom import answered, bad_ex01_class, student_version
+
+AID = "ex01_dot"
+FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
+                        for h in ("", "-hidden"))
+
+# The outcome of every submission of bad_ex01_class, as an instructor reads it in grader/reports/ex01_dot.csv.
+EXPECTED = {
+    "bad_timestamp": (15, "graded", "timestamp.txt is unreadable ('the day before the deadline, honest'); graded "
+                                    "without a submission time"),
+    "blank": (0, "graded", f"failing checks: {FAILING_ALL}"),
+    "deleted_test_cell": (15, "graded", "restored the deleted cell ex01_dot-dot"),
+    "duplicated_test_cell": (15, "graded", "removed a duplicated copy of ex01_dot-dot"),
+    "edited_test_cell": (15, "graded", "all cells ran"),
+    "extra_files": (15, "graded", "ignored extra files: notes.txt, scratch.ipynb"),
+    "many_lines": (15, "graded", "all cells ran"),
+    "one_huge_line": (15, "graded", "all cells ran"),
+    "infinite_loop": (13, "graded", "ex01_dot-dot_loop-solution ran past the time limit and was interrupted; "
+                                    "failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
+    "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
+    "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
+    "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
+                                      "(found: timestamp.txt); ask the student to submit ex01_dot.ipynb"),
+    "no_timestamp": (15, "graded", "no timestamp.txt; graded without a submission time"),
+    "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
+                              "truncated or was not saved from Jupyter; ask the student to resubmit"),
+    "numpy_py": (15, "graded", "ignored extra files: numpy.py"),
+    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 20) (a crash, os._exit() "
+                             "or running out of memory); the cells after it could not run"),
+    "perfect": (15, "graded", "all cells ran"),
+    "renamed_grade_id": (15, "graded", "a cell with the unknown grade id 'my_renamed_cell' was graded as the "
+                                       "student's own code; ex01_dot-top_k had lost its nbgrader metadata; "
+                                       "recognised it"),
+    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 20) (a crash, os._exit() "
+                              "or running out of memory); the cells after it could not run"),
+    "stripped_metadata": (15, "graded", "18 cells had lost their nbgrader metadata; recognised them by their source "
+                                        "and the functions they define"),
+    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit and "
+                                        "ignored the interrupt (a loop that catches KeyboardInterrupt?); the notebook "
+                                        "could not finish"),
+    "torch_py": (15, "graded", "ignored extra files: torch.py"),
+    "truncated": (0, "failed", None),  # the JSON error's position depends on the notebook's length
+    "warning_in_test": (15, "graded", "all cells ran"),
+    "wrong_top_k": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
+}
+
+
+def _course(tmp: Path) -> Path:
+    (tmp / "grader").mkdir(parents=True)
+    shutil.copy(ROOT / "grader" / "nbgrader_config.py", tmp / "grader")
+    shutil.copytree(ROOT / "solutions" / AID, tmp / "solutions" / AID)
+    shutil.copytree(ROOT / "exercises" / AID, tmp / "exercises" / AID)
+    return tmp
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _rows(course: Path) -> dict[str, dict]:
+    with open(course / "grader" / "reports" / f"{AID}.csv") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def bad_class(tmp_path_factory):
+    course = _course(tmp_path_factory.mktemp("class"))
+    bad_ex01_class(course / "grader" / "submitted")
+    before = _digest(course / "grader" / "submitted")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TWOPRIM_CELL_TIMEOUT", "10")          # read by the config in each grading process
+    mp.setattr(grading, "SUBMISSION_WALL_SECONDS", 60)
+    outcomes = grading.autograde(AID, root=course, workers=2, progress=False)
+    yield course, outcomes, before
+    mp.undo()
+
+
+def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
+    course, outcomes, _ = bad_class
+    rows = _rows(course)
+    assert list(rows) == sorted(EXPECTED), "one CSV row per student, sorted"
+    for student, (score, status, reason) in EXPECTED.items():
+        row = rows[student]
+        assert (float(row["score"]), float(row["max_score"]), row["status"]) == (score, 15.0, status), student
+        if reason is None:
+            assert row["reason"].startswith("ex01_dot.ipynb is not valid JSON (line "), row["reason"]
+            assert row["reason"].endswith("the file is truncated or was not saved from Jupyter; ask the student to "
+                                          "resubmit")
+        else:
+            assert row["reason"] == reason, student
+    assert len(outcomes) == len(EXPECTED)
+
+
+@pytest.mark.parametrize("student, kept, cut", [
+    ("many_lines", "\n100\n", "\n99999\n"),       # nbgrader's LimitOutput keeps the beginning
+    ("one_huge_line", "more characters cut by the grader", "x" * 30_000),  # ours cuts one long line
+])
+def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept, cut):
+    course, _, _ = bad_class
+    path = course / "grader" / "autograded" / student / AID / f"{AID}.ipynb"
+    assert path.stat().st_size < 200_000
+    nb = nbformat.read(str(path), as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert kept in printed and cut not in printed
+
+
+def test_reports_histogram_and_summary(bad_class):
+    course, _, _ = bad_class
+    png = course / "grader" / "reports" / f"{AID}_tests.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = grading.write_reports(AID, root=course)
+    graded = [s for s, (_, status, _) in EXPECTED.items() if status == "graded"]
+    assert summary["graded"] == len(graded) and summary["failed"] == len(EXPECTED) - len(graded)
+    assert summary["median"] == 15.0
+    text = grading.format_summary(summary, root=course)
+    assert f"{len(EXPECTED)} submissions, {len(graded)} graded" in text
+
+
+def test_grading_again_gives_the_same_reports_and_never_touches_submissions(bad_class):
+    course, _, before = bad_class
+    first = (course / "grader" / "reports" / f"{AID}.csv").read_text()
+    again = ["perfect", "wrong_top_k", "stripped_metadata", "not_json"]
+    grading.autograde(AID, root=course, workers=2, students=again, progress=False)
+    assert (course / "grader" / "reports" / f"{AID}.csv").read_text() == first
+    assert _digest(course / "grader" / "submitted") == before
+
+
+def test_unknown_student_is_refused(bad_class):
+    course, _, _ = bad_class
+    with pytest.raises(SystemExit, match="no submission of ex01_dot for nobody"):
+        grading.autograde(AID, root=course, students=["nobody"], progress=False)
+
+
+@pytest.mark.parametrize("which, score", [("solutions", 15.0), ("blank", 0.0)])
+def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_source(tmp_path, which, score):
+    course = _course(tmp_path / "course")
+    notebook = tmp_path / "mine.ipynb"
+    nbformat.write(answered(AID) if which == "solutions" else student_version(AID), str(notebook))
+    result = grading.selfgrade(AID, notebook=notebook, root=course)
+    assert (result.outcome.status, result.outcome.score, result.outcome.max_score) == ("graded", score, 15.0)
+    html = result.feedback.read_text()
+    assert result.feedback == course / "grader" / "selfgrade" / f"{AID}.html"
+    assert f"Score: {score} / 15.0" in html
+    assert "BEGIN HIDDEN TESTS" not in html and "seed=201" not in html
+    assert f"{AID}: {int(score)} / 15 points, hidden checks included" in result.describe()
