@@ -85,6 +85,8 @@ def bad_ex01_class(submitted: Path) -> None:
     w("memory_bomb", prepend(aid, sol("top_k"), "hog = bytearray(64 * 2**30)"))
     w("many_lines", prepend(aid, sol("neuron"), "for i in range(100_000):\n    print(i)"))
     w("one_huge_line", prepend(aid, sol("neuron"), "print('x' * 20_000_000)"))
+    w("limits_probe", prepend(aid, sol("dot_loop"), "import resource\nprint('address space limit', "
+                                                    "resource.getrlimit(resource.RLIMIT_AS)[0])"))
     w("warning_in_test", answered(aid, {sol("dot"): solution_code(aid)[sol("dot")].replace(
         "    return (x * w).sum()",
         "    import warnings\n    warnings.warn('a learner warning')\n    return (x * w).sum()")}))

@@ -33,6 +33,7 @@ EXPECTED = {
     "one_huge_line": (15, "graded", "all cells ran"),
     "infinite_loop": (13, "graded", "ex01_dot-dot_loop-solution ran past the time limit and was interrupted; "
                                     "failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
+    "limits_probe": (15, "graded", "all cells ran"),
     "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
     "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
     "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
@@ -119,6 +120,14 @@ def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept,
     nb = nbformat.read(str(path), as_version=4)
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert kept in printed and cut not in printed
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="no util-linux prlimit: kernels run without limits")
+def test_each_kernel_runs_under_the_memory_limit(bad_class):
+    course, _, _ = bad_class
+    nb = nbformat.read(str(course / "grader" / "autograded" / "limits_probe" / AID / f"{AID}.ipynb"), as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert f"address space limit {grading.MEMORY_LIMIT_BYTES}" in printed
 
 
 def test_reports_histogram_and_summary(bad_class):

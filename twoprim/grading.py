@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,17 +233,6 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _limits():
-    """preexec_fn of each submission's grading process: its own process group and resource limits."""
-    os.setsid()
-    for limit, value in ((resource.RLIMIT_AS, MEMORY_LIMIT_BYTES), (resource.RLIMIT_CPU, CPU_LIMIT_SECONDS),
-                         (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES)):
-        try:
-            resource.setrlimit(limit, (value, value))
-        except (ValueError, OSError):  # a platform that lacks the limit (macOS ignores RLIMIT_AS)
-            pass
-
-
 def _parse_timestamp(text: str):
     from nbgrader.utils import parse_utc
 
@@ -328,38 +317,20 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
     else:
         notes.append("no timestamp.txt; graded without a submission time")
 
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("JPY_PARENT_PID", None)
     cell_log = scratch / f"{student}.cell"
-    env["TWOPRIM_CELL_LOG"] = str(cell_log)
-    cmd = [str(Path(sys.executable).parent / "nbgrader"), "autograde", aid, "--student", student, "--force",
-           "--log-level=INFO"]
-    log_path = scratch / f"{student}.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=grader, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                preexec_fn=_limits)
-        try:
-            proc.wait(timeout=SUBMISSION_WALL_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            out.reason = (f"grading took longer than {SUBMISSION_WALL_SECONDS} s and was stopped; look for an "
-                          f"infinite loop in the notebook")
-            out.seconds = time.monotonic() - start
-            return out
-    # The kernel runs in the same process group: make sure nothing of this submission survives.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    log_text = log_path.read_text(errors="replace")
+    status, log_text = _run_nbgrader(grader, aid, student, cell_log)
+    if status == "timeout":
+        out.reason = (f"grading took longer than {SUBMISSION_WALL_SECONDS} s and was stopped; look for an "
+                      f"infinite loop in the notebook")
+        out.seconds = time.monotonic() - start
+        return out
+    returncode = 0 if status == "ok" else 1
 
     autograded = grader / "autograded" / student / aid
     db = grader / "gradebook.db"
     last_cell = cell_log.read_text() if cell_log.exists() else None
-    if proc.returncode != 0 or not autograded.is_dir():
-        out.reason = _nbgrader_failure(log_text, proc.returncode, last_cell)
+    if returncode != 0 or not autograded.is_dir():
+        out.reason = _nbgrader_failure(log_text, returncode, last_cell)
         out.seconds = time.monotonic() - start
         return out
 
@@ -369,7 +340,7 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
         try:
             sub = gb.find_submission(aid, student)
         except MissingEntry:
-            out.reason = _nbgrader_failure(log_text, proc.returncode, last_cell)
+            out.reason = _nbgrader_failure(log_text, returncode, last_cell)
             return out
         for nb in sub.notebooks:
             for grade in nb.grades:
@@ -383,6 +354,136 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
     out.autograded_dir = autograded
     out.seconds = time.monotonic() - start
     return out
+
+
+def _grading_kernel(scratch: Path) -> str | None:
+    """A kernelspec that starts the kernel under `prlimit` (address space, CPU seconds, file size): each
+    submission's kernel is limited, not the grader. None where util-linux's prlimit is missing (e.g. macOS)."""
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        return None
+    spec = scratch / "kernels" / "twoprim-grading"
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [prlimit, f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}", f"--fsize={FILE_SIZE_LIMIT_BYTES}",
+            "--", sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)",
+                                                  "language": "python"}))
+    return "twoprim-grading"
+
+
+def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path) -> tuple[str, str]:
+    """Autograde one student in the course folder above `grader`, in this process (a grading worker: nbgrader is
+    imported once per worker, not once per student). Returns ("ok" | "error", the log)."""
+    from nbgrader.apps.api import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
+    kernel = os.environ.get("TWOPRIM_GRADING_KERNEL")
+    if kernel:
+        config.Execute.kernel_name = kernel
+    os.environ["TWOPRIM_CELL_LOG"] = str(cell_log)
+    cwd = os.getcwd()
+    os.chdir(grader)
+    try:
+        result = NbGraderAPI(config=config).autograde(aid, student, force=True, create=True)
+    finally:
+        os.chdir(cwd)
+        os.environ.pop("TWOPRIM_CELL_LOG", None)
+    log = result.get("log", "") + "\n" + result.get("error", "")
+    return ("ok" if result.get("success") else "error"), log
+
+
+def _worker_main() -> None:
+    """`python -m twoprim.grading --worker`: grade the tasks read from stdin, one JSON line each, and answer each
+    with one JSON line on stdout. Started by `autograde`, one per worker."""
+    import io
+
+    real_stdout = sys.stdout
+    sys.stdout = io.StringIO()  # nothing but answers may reach the parent (nbgrader logs to stderr: a file)
+    for line in sys.stdin:
+        task = json.loads(line)
+        try:
+            released = {n: nbformat.reads(t, as_version=4) for n, t in task["released"].items()}
+            out = grade_submission(task["aid"], task["student"], root=Path(task["root"]),
+                                   gradebook=Path(task["gradebook"]), released=released,
+                                   scratch=Path(task["scratch"]))
+        except Exception as err:  # noqa: BLE001 - reported for this student; the worker carries on
+            out = Outcome(task["student"], reason=f"the grader itself failed: {type(err).__name__}: {err}")
+        sys.stdout = io.StringIO()
+        real_stdout.write(json.dumps(_encode(out)) + "\n")
+        real_stdout.flush()
+
+
+def _encode(out: Outcome) -> dict:
+    d = {k: getattr(out, k) for k in ("student", "status", "reason", "score", "max_score", "timestamp", "seconds")}
+    d["grades"] = [[nb, gid, v] for (nb, gid), v in out.grades.items()]
+    d["comments"] = [[nb, gid, v] for (nb, gid), v in out.comments.items()]
+    d["autograded_dir"] = str(out.autograded_dir) if out.autograded_dir else None
+    return d
+
+
+def _decode(d: dict) -> Outcome:
+    out = Outcome(d["student"], d["status"], d["reason"], d["score"], d["max_score"], timestamp=d["timestamp"],
+                  seconds=d["seconds"])
+    out.grades = {(nb, gid): v for nb, gid, v in d["grades"]}
+    out.comments = {(nb, gid): v for nb, gid, v in d["comments"]}
+    out.autograded_dir = Path(d["autograded_dir"]) if d["autograded_dir"] else None
+    return out
+
+
+class _Worker:
+    """One grading worker process; `grade(task)` sends a task and waits for its answer, at most `timeout` s
+    (past that the worker is killed and replaced, and that student fails)."""
+
+    def __init__(self, env: dict, log: Path):
+        self.env = env
+        self.log = log
+        self.proc = None
+
+    def _start(self):
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "twoprim.grading", "--worker"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, env=self.env, text=True,
+                                         start_new_session=True, preexec_fn=_worker_limits)
+
+    def grade(self, task: dict, timeout: float) -> Outcome:
+        import selectors
+
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        self.proc.stdin.write(json.dumps(task) + "\n")
+        self.proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close(kill=True)
+            reason = (f"grading took longer than {timeout:.0f} s and was stopped; look for an infinite loop in the "
+                      f"notebook") if not ready else "the grading worker crashed while grading it"
+            return Outcome(task["student"], reason=reason, seconds=timeout if not ready else 0.0)
+        return _decode(json.loads(line))
+
+    def close(self, kill: bool = False):
+        if self.proc is None:
+            return
+        if kill:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            self.proc.stdin.close()
+        self.proc.wait()
+        self.proc = None
+
+
+def _worker_limits():
+    """A worker only moves files and talks to kernels; cap what it may write (its kernels get their own limits)."""
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES))
+    except (ValueError, OSError):
+        pass
 
 
 def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
@@ -535,21 +636,45 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         shutil.copy(_gradebook(root), snapshot)
         bar = tqdm(total=len(todo), unit="student", disable=not progress, dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("JPY_PARENT_PID", None)
+        kernel = _grading_kernel(scratch)
+        if kernel:
+            env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("JUPYTER_PATH")]))
+            env["TWOPRIM_GRADING_KERNEL"] = kernel
+        texts = {n: nbformat.writes(nb) for n, nb in released.items()}
+        tasks = [{"aid": aid, "student": s, "root": str(root), "gradebook": str(snapshot), "released": texts,
+                  "scratch": str(scratch)} for s in todo]
+        pending = list(reversed(tasks))
+        lock = __import__("threading").Lock()
         failed = 0
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(grade_submission, aid, s, root=root, gradebook=snapshot, released=released,
-                                   scratch=scratch): s for s in todo}
-            for future in as_completed(futures):
-                try:
-                    outcome = future.result()
-                except Exception as err:  # noqa: BLE001 - one submission never stops the batch
-                    outcome = Outcome(futures[future], reason=f"the grader itself failed: {type(err).__name__}: {err}")
+
+        def run_worker(n: int):
+            worker = _Worker(env, scratch / f"worker-{n}.log")
+            try:
+                while True:
+                    with lock:
+                        if not pending:
+                            return
+                        task = pending.pop()
+                    record(worker.grade(task, SUBMISSION_WALL_SECONDS))
+            finally:
+                worker.close()
+
+        def record(outcome: Outcome):
+            nonlocal failed
+            with lock:
                 merge(aid, outcome, root)
                 record_status(aid, outcome, root)
                 outcomes.append(outcome)
                 failed += outcome.status == "failed"
                 bar.set_postfix_str(f"graded {len(outcomes) - failed}, failed {failed}")
                 bar.update(1)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(run_worker, n) for n in range(min(workers, len(tasks)))]:
+                future.result()
         bar.close()
     outcomes.sort(key=lambda o: o.student)
     write_reports(aid, root=root)
@@ -697,3 +822,7 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
                 shutil.copy(html, feedback)
         outcome.autograded_dir = None
         return SelfGrade(aid, outcome, feedback)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    _worker_main()
