@@ -1,6 +1,6 @@
-"""nbgrader grades every assignment as an instructor would: the solutions score full marks, the committed blank
-student version zero, and one wrong function loses exactly that function's points. Scores come from the
-gradebook, not from logs. Works for any assignment in solutions/ without per-assignment code."""
+"""The course's autograde (nbgrader underneath) grades every assignment as an instructor would: the solutions
+score full marks, the committed blank student version zero, and one wrong function loses exactly that function's
+points. Scores come from the gradebook, not from logs. Works for any assignment without per-assignment code."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +12,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
+from twoprim import grading
 from twoprim.course import nbgrader
 from twoprim.notebooks import ROOT, assignments
 
@@ -134,7 +135,7 @@ def grade(tmp_path_factory):
                 target = course / "grader" / "submitted" / student / aid
                 target.mkdir(parents=True)
                 nbformat.write(nb, str(target / f"{aid}.ipynb"))
-            nbgrader(["autograde", aid, "--force"], root=course, capture=True)
+            grading.autograde(aid, root=course, workers=2, progress=False)  # what `./course autograde` runs
             done[aid] = course
         return done[aid]
 

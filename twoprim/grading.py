@@ -639,6 +639,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         env = dict(os.environ)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.pop("JPY_PARENT_PID", None)
+        if workers > 1:  # the parallelism is across submissions: one thread per kernel, no spinning thread pools
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         kernel = _grading_kernel(scratch)
         if kernel:
             env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("JUPYTER_PATH")]))
