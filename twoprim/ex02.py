@@ -48,8 +48,7 @@ def guard_matmul(fn: str, A, B) -> None:
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
                          f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]}).")
-    if A.dtype != B.dtype:
-        raise TypeError(f"{fn}: A is {A.dtype} but B is {B.dtype}; convert one so both match.")
+    guards.same_dtype(fn, A=A, B=B)
 
 
 def guard_gemm(fn: str, alpha, A, B, beta, C) -> None:

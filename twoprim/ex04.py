@@ -119,15 +119,13 @@ def conv_args(fn: str, x: Any, weight: Any, bias: Any, stride: Any, padding: Any
     """x (N, C, H, W), weight (O, C/groups, kh, kw), bias None or (O,), one dtype; returns the three pairs."""
     guards.tensor(fn, "x", x, ndim=4)
     guards.tensor(fn, "weight", weight, ndim=4)
-    if weight.dtype != x.dtype:
-        raise TypeError(f"{fn}: x is {x.dtype} but weight is {weight.dtype}; convert one so both match.")
+    guards.same_dtype(fn, x=x, weight=weight)
     if bias is not None:
         guards.tensor(fn, "bias", bias, ndim=1)
         if bias.shape[0] != weight.shape[0]:
             raise ValueError(f"{fn}: bias has shape {tuple(bias.shape)} but weight has shape {tuple(weight.shape)}; "
                              f"bias must be ({weight.shape[0]},): one number per output channel.")
-        if bias.dtype != x.dtype:
-            raise TypeError(f"{fn}: x is {x.dtype} but bias is {bias.dtype}; convert one so both match.")
+        guards.same_dtype(fn, x=x, bias=bias)
     return _conv_shapes(fn, tuple(x.shape), tuple(weight.shape), stride, padding, dilation, groups)
 
 

@@ -94,8 +94,7 @@ def guard_layer_norm(fn: str, x: Any, weight: Any, bias: Any, eps: Any) -> None:
         if _shape(value) != (E,):
             raise ValueError(f"{fn}: x has shape {_shape(x)} and {name} has shape {_shape(value)}; {name} must be "
                              f"({E},): one number per feature of the last dimension.")
-        if value.dtype != x.dtype:
-            raise TypeError(f"{fn}: x is {x.dtype} but {name} is {value.dtype}; convert one so both match.")
+        guards.same_dtype(fn, x=x, **{name: value})
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise ValueError(f"{fn}: eps must be a positive number, got {eps!r}.")
 
@@ -160,8 +159,7 @@ def guard_multi_head_attention(fn: str, x: Any, W_qkv: Any, W_o: Any, n_heads: A
         if _shape(value) != want:
             raise ValueError(f"{fn}: x has shape {_shape(x)} (E = {E}) and {name} has shape {_shape(value)}; {name} "
                              f"must be {want}, in nn.Linear's (out, in) layout.")
-        if value.dtype != x.dtype:
-            raise TypeError(f"{fn}: x is {x.dtype} but {name} is {value.dtype}; convert one so both match.")
+        guards.same_dtype(fn, x=x, **{name: value})
     _int(fn, "n_heads", n_heads)
     if E % n_heads:
         raise ValueError(f"{fn}: n_heads={n_heads} does not divide E={E}; each head gets E / n_heads features, so "

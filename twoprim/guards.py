@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensor", "vector", "same_length", "query_keys", "top_k_count", "scalar"]
+__all__ = ["tensor", "vector", "same_length", "same_dtype", "query_keys", "top_k_count", "scalar"]
 
 
 def _shape(t: torch.Tensor) -> tuple:
@@ -31,6 +31,14 @@ def tensor(fn: str, name: str, value: Any, *, ndim: int | None = None, floating:
     return value
 
 
+def same_dtype(fn: str, **tensors: torch.Tensor) -> None:
+    """Every named tensor has the dtype of the first one (no silent type promotion)."""
+    (n0, t0), *rest = tensors.items()
+    for name, t in rest:
+        if t.dtype != t0.dtype:
+            raise TypeError(f"{fn}: {n0} is {t0.dtype} but {name} is {t.dtype}; convert one so both match.")
+
+
 def vector(fn: str, name: str, value: Any) -> torch.Tensor:
     return tensor(fn, name, value, ndim=1)
 
@@ -45,8 +53,7 @@ def same_length(fn: str, **vectors: Any) -> None:
         if v.shape != v0.shape:
             shapes = ", ".join(f"{k} has shape {_shape(t)}" for k, t in items)
             raise ValueError(f"{fn}: {shapes}; a dot product needs vectors of the same length (no broadcasting).")
-        if v.dtype != v0.dtype:
-            raise TypeError(f"{fn}: {n0} is {v0.dtype} but {name} is {v.dtype}; convert one so both match.")
+    same_dtype(fn, **vectors)
 
 
 def scalar(fn: str, name: str, value: Any) -> None:
@@ -66,8 +73,7 @@ def query_keys(fn: str, query: Any, keys: Any) -> None:
     if keys.shape[1] != query.shape[0]:
         raise ValueError(f"{fn}: query has shape {_shape(query)} and keys has shape {_shape(keys)}; keys must be "
                          f"(N, {query.shape[0]}): one row per key, as long as the query.")
-    if keys.dtype != query.dtype:
-        raise TypeError(f"{fn}: query is {query.dtype} but keys is {keys.dtype}; convert one so both match.")
+    same_dtype(fn, query=query, keys=keys)
 
 
 def top_k_count(fn: str, k: Any, n_keys: int) -> None:
