@@ -389,7 +389,7 @@ def run_check(
 def _describe_expected(want: Any) -> str:
     if isinstance(want, torch.Tensor):
         return f"{describe(want)}: {_short_values(want)}"
-    if isinstance(want, (tuple, list)) and want and all(isinstance(w, torch.Tensor) for w in want):
+    if type(want) in (tuple, list) and want and all(isinstance(w, torch.Tensor) for w in want):
         return f"{type(want).__name__} of {len(want)}: " + "; ".join(_describe_expected(w) for w in want)
     return repr(want)
 
