@@ -14,6 +14,15 @@ BIN = Path(sys.executable).parent
 os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+def fails(check, *args, **kwargs) -> str:
+    """The message of the CheckFailure that `check(*args, **kwargs)` must raise."""
+    from twoprim.checks import CheckFailure
+
+    with pytest.raises(CheckFailure) as info:
+        check(*args, **kwargs)
+    return str(info.value)
+
+
 def solution_namespace(assignment: str) -> dict:
     """Execute the non-test code cells of solutions/<assignment> (imports and solution functions)."""
     ns: dict = {"__name__": f"solution_{assignment}"}

@@ -6,11 +6,9 @@ import torch
 
 from twoprim import checks, ex01
 
+from .conftest import fails
 
-def fails(check, fn) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn)
-    return str(info.value)
+
 
 
 # ---- wrong answers

@@ -8,7 +8,7 @@ import torch
 
 from twoprim import checks, ex02, gemm
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 
 @pytest.fixture(scope="module")
@@ -17,10 +17,6 @@ def sol02():
     return solution_namespace("ex02_gemm")
 
 
-def fails(check, fn, cases=None) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn) if cases is None else check(fn, cases)
-    return str(info.value)
 
 
 CHECKS = {"matmul_loops": ex02.check_matmul_loops, "matmul_dots": ex02.check_matmul_dots,

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim import checks, ex03, layers
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 matplotlib.use("Agg")
 
@@ -28,10 +28,6 @@ CHECKS = {"linear": ex03.check_linear, "qkv_projection": ex03.check_qkv_projecti
           "gnn_layer": ex03.check_gnn_layer}
 
 
-def fails(check, fn) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn)
-    return str(info.value)
 
 
 # ---- the solutions pass, and say what they proved

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim import checks, conv, ex04
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 matplotlib.use("Agg")
 
@@ -22,10 +22,6 @@ def sol04():
     return solution_namespace("ex04_conv")
 
 
-def fails(check, fn) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn)
-    return str(info.value)
 
 
 CHECKS = {"im2col": ex04.check_im2col, "conv_gemm_shape": ex04.check_conv_gemm_shape,

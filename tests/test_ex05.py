@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from twoprim import attention, checks, ex05
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 matplotlib.use("Agg")
 
@@ -22,10 +22,6 @@ def sol05():
     return solution_namespace("ex05_attention")
 
 
-def fails(check, fn, cases=None) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn) if cases is None else check(fn, cases)
-    return str(info.value)
 
 
 CHECKS = {"softmax": ex05.check_softmax, "layer_norm": ex05.check_layer_norm, "attention": ex05.check_attention,

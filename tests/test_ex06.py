@@ -15,7 +15,7 @@ import torch.nn as nn
 from twoprim import checks, compiler, ex06
 from twoprim.notebooks import ROOT
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 S = ex06.Spec
 
@@ -31,10 +31,6 @@ def mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
-def fails(check, *args, **kwargs) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(*args, **kwargs)
-    return str(info.value)
 
 
 # ---- the facts lesson 06 and the issue state, measured by the grader's own capture (torch 2.13)

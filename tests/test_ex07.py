@@ -14,7 +14,7 @@ import torch
 from twoprim import checks, ex07, mlx_tools
 from twoprim.notebooks import ROOT
 
-from .conftest import solution_namespace
+from .conftest import fails, solution_namespace
 
 matplotlib.use("Agg")
 mx = pytest.importorskip("mlx.core", reason="ex07_mlx needs MLX (mlx[cpu] on Linux is in the course environment)")
@@ -27,10 +27,6 @@ def sol07():
     return solution_namespace("ex07_mlx")
 
 
-def fails(check, fn, cases=None) -> str:
-    with pytest.raises(checks.CheckFailure) as info:
-        check(fn, cases)
-    return str(info.value)
 
 
 CHECKS = {"mlx_dot": ex07.check_mlx_dot, "mlx_gemm": ex07.check_mlx_gemm, "mlx_attention": ex07.check_mlx_attention}
