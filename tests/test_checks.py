@@ -9,8 +9,6 @@ from twoprim import checks, ex01
 from .conftest import fails
 
 
-
-
 # ---- wrong answers
 
 def test_wrong_value_names_case_expected_got_error_and_next_step():

@@ -17,8 +17,6 @@ def sol02():
     return solution_namespace("ex02_gemm")
 
 
-
-
 CHECKS = {"matmul_loops": ex02.check_matmul_loops, "matmul_dots": ex02.check_matmul_dots,
           "matmul_outer": ex02.check_matmul_outer, "gemm": ex02.check_gemm,
           "matmul_tiled": ex02.check_matmul_tiled, "gemm_flops": ex02.check_gemm_flops}

@@ -28,8 +28,6 @@ CHECKS = {"linear": ex03.check_linear, "qkv_projection": ex03.check_qkv_projecti
           "gnn_layer": ex03.check_gnn_layer}
 
 
-
-
 # ---- the solutions pass, and say what they proved
 
 @pytest.mark.parametrize("name", list(CHECKS))

@@ -22,8 +22,6 @@ def sol04():
     return solution_namespace("ex04_conv")
 
 
-
-
 CHECKS = {"im2col": ex04.check_im2col, "conv_gemm_shape": ex04.check_conv_gemm_shape,
           "conv2d_gemm": ex04.check_conv2d_gemm}
 

@@ -22,8 +22,6 @@ def sol05():
     return solution_namespace("ex05_attention")
 
 
-
-
 CHECKS = {"softmax": ex05.check_softmax, "layer_norm": ex05.check_layer_norm, "attention": ex05.check_attention,
           "multi_head_attention": ex05.check_multi_head_attention, "tiled_attention": ex05.check_tiled_attention,
           "attention_flops": ex05.check_attention_flops}

@@ -31,8 +31,6 @@ def mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
-
-
 # ---- the facts lesson 06 and the issue state, measured by the grader's own capture (torch 2.13)
 
 def test_dynamo_graph_of_the_mlp_is_linear_relu_linear():

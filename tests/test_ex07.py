@@ -27,8 +27,6 @@ def sol07():
     return solution_namespace("ex07_mlx")
 
 
-
-
 CHECKS = {"mlx_dot": ex07.check_mlx_dot, "mlx_gemm": ex07.check_mlx_gemm, "mlx_attention": ex07.check_mlx_attention}
 
 
