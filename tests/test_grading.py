@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -169,3 +170,7 @@ def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_sourc
     assert f"Score: {score} / 15.0" in html
     assert "BEGIN HIDDEN TESTS" not in html and "seed=201" not in html
     assert f"{AID}: {int(score)} / 15 points, hidden checks included" in result.describe()
+    saved = json.loads((course / "grader" / "selfgrade" / f"{AID}.json").read_text())
+    assert (saved["status"], saved["score"], saved["max_score"], saved["notebook"]) == ("graded", score, 15.0,
+                                                                                       str(notebook))
+    assert sum(saved["tests"].values()) == score and len(saved["tests"]) == 10

@@ -792,6 +792,17 @@ class SelfGrade:
             lines.append(f"feedback: {self.feedback}")
         return "\n".join(lines)
 
+    def save(self, path: Path, notebook: Path) -> None:
+        """grader/selfgrade/<aid>.json: the last self-grade of `notebook` (read by `./course progress`)."""
+        o = self.outcome
+        record = {"assignment": self.assignment, "notebook": str(notebook), "status": o.status, "reason": o.reason,
+                  "score": o.score, "max_score": o.max_score,
+                  "graded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "tests": {gid: score for (_, gid), score in sorted(o.grades.items())
+                            if not gid.endswith("-solution")}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+
 
 def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> SelfGrade:
     """Grade a learner's own notebook of `aid` exactly as autograde grades a submission, hidden checks included,
@@ -823,7 +834,9 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
                 feedback.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(html, feedback)
         outcome.autograded_dir = None
-        return SelfGrade(aid, outcome, feedback)
+        result = SelfGrade(aid, outcome, feedback)
+        result.save(root / "grader" / "selfgrade" / f"{aid}.json", notebook)
+        return result
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
