@@ -149,6 +149,14 @@ def gradebook_scores(course: Path, aid: str, student: str) -> tuple[float, float
         return sub.score, sub.max_score, per_test
 
 
+def reason(course: Path, aid: str, student: str) -> str:
+    """What the grader's status file says about this student (shown when a score assertion fails)."""
+    import json
+
+    status = json.loads((course / "grader" / "reports" / f"{aid}.status.json").read_text()).get(student, {})
+    return f"{student}: {status.get('status')}: {status.get('reason')}"
+
+
 def expected_without(aid: str, fn: str | None) -> dict[str, float]:
     lost = {f"{aid}-{fn}", f"{aid}-{fn}-hidden"} if fn else set()
     return {gid: (0.0 if gid in lost else pts) for gid, pts in points(aid).items()}
@@ -166,14 +174,14 @@ def test_every_graded_function_has_visible_and_hidden_points(aid):
 @pytest.mark.parametrize("aid", ASSIGNMENTS)
 def test_solution_scores_full_marks(grade, aid):
     score, max_score, per_test = gradebook_scores(grade(aid), aid, "perfect")
-    assert per_test == expected_without(aid, None)
+    assert per_test == expected_without(aid, None), reason(grade(aid), aid, "perfect")
     assert score == max_score == sum(points(aid).values())
 
 
 @pytest.mark.parametrize("aid", ASSIGNMENTS)
 def test_blank_student_version_scores_zero(grade, aid):
     score, max_score, per_test = gradebook_scores(grade(aid), aid, "blank")
-    assert (score, max_score) == (0.0, sum(points(aid).values()))
+    assert (score, max_score) == (0.0, sum(points(aid).values())), reason(grade(aid), aid, "blank")
     assert set(per_test.values()) == {0.0}
 
 
@@ -182,7 +190,7 @@ def test_blank_student_version_scores_zero(grade, aid):
 def test_one_wrong_function_loses_exactly_its_points(grade, aid, student):
     _, lost = plan(aid)[student]
     score, _, per_test = gradebook_scores(grade(aid), aid, student)
-    assert per_test == expected_without(aid, lost)
+    assert per_test == expected_without(aid, lost), reason(grade(aid), aid, student)
     assert score == sum(points(aid).values()) - points(aid)[f"{aid}-{lost}"] - points(aid)[f"{aid}-{lost}-hidden"]
 
 

@@ -36,22 +36,24 @@ EXPECTED = {
                                     "failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
     "limits_probe": (15, "graded", "all cells ran"),
     "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
-    "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
+    "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
+                                  "despite: ex01_dot-top_k-solution line 1: 64 * 2 ** 30 (a size of a billion or more: "
+                                  "a memory or time bomb)"),
     "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
                                       "(found: timestamp.txt); ask the student to submit ex01_dot.ipynb"),
     "no_timestamp": (15, "graded", "no timestamp.txt; graded without a submission time"),
     "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
                               "truncated or was not saved from Jupyter; ask the student to resubmit"),
     "numpy_py": (15, "graded", "ignored extra files: numpy.py"),
-    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 20) (a crash, os._exit() "
+    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24) (a crash, os._exit() "
                              "or running out of memory); the cells after it could not run"),
     "perfect": (15, "graded", "all cells ran"),
     "renamed_grade_id": (15, "graded", "a cell with the unknown grade id 'my_renamed_cell' was graded as the "
                                        "student's own code; ex01_dot-top_k had lost its nbgrader metadata; "
                                        "recognised it"),
-    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 20) (a crash, os._exit() "
+    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24) (a crash, os._exit() "
                               "or running out of memory); the cells after it could not run"),
-    "stripped_metadata": (15, "graded", "18 cells had lost their nbgrader metadata; recognised them by their source "
+    "stripped_metadata": (15, "graded", "23 cells had lost their nbgrader metadata; recognised them by their source "
                                         "and the functions they define"),
     "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit and "
                                         "ignored the interrupt (a loop that catches KeyboardInterrupt?); the notebook "
@@ -89,7 +91,9 @@ def bad_class(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("TWOPRIM_CELL_TIMEOUT", "10")          # read by the config in each grading process
     mp.setattr(grading, "SUBMISSION_WALL_SECONDS", 60)
-    outcomes = grading.autograde(AID, root=course, workers=2, progress=False)
+    # os_exit, segfault and memory_bomb reach for os._exit, ctypes and 64 GiB, which the audit holds for review (tests/test_sandbox.py);
+    # trusted here, they show how a kernel that dies is reported
+    outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=["os_exit", "segfault", "memory_bomb"])
     yield course, outcomes, before
     mp.undo()
 
@@ -123,7 +127,6 @@ def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept,
     assert kept in printed and cut not in printed
 
 
-@pytest.mark.skipif(shutil.which("prlimit") is None, reason="no util-linux prlimit: kernels run without limits")
 def test_each_kernel_runs_under_the_memory_limit(bad_class):
     course, _, _ = bad_class
     nb = nbformat.read(str(course / "grader" / "autograded" / "limits_probe" / AID / f"{AID}.ipynb"), as_version=4)

@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
+
+from . import verdicts
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = [
@@ -339,40 +341,12 @@ def run_check(
         raise CheckFailure(f"✘ {task}: expected a function, got {describe(fn)}. Pass the function itself, "
                            f"without calling it: check(my_function), not check(my_function(...)).")
     name = getattr(fn, "__name__", "your function")
-    summaries = []
-    for case in cases:
-        tried = describe_call(name, case)
-        want = expected(*case.args, **case.kwargs)  # before the learner's call, which may change its inputs in place
-        with record_calls() as log:
-            try:
-                got = fn(*case.args, **case.kwargs)
-            except NotImplementedError:
-                raise CheckFailure(
-                    f"✘ {task}: `{name}` is not written yet (it raised NotImplementedError).\n"
-                    f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this "
-                    f"one again.") from None
-            except CheckFailure:
-                raise
-            except Exception as err:  # noqa: BLE001 - the learner's error is reported, with the case
-                raise CheckFailure(
-                    f"✘ {task}: `{name}` raised {type(err).__name__}: {err}\n"
-                    f"  case:     {case.label}\n  tried:    {tried}\n"
-                    f"  next:     run that call yourself in a new cell to see the full traceback; the shapes above "
-                    f"are the ones that broke it.") from err
-        for rule in rules:
-            broken = rule.test(log, case)
-            if broken:
-                raise CheckFailure(
-                    f"✘ {task}: the answer breaks a rule of this exercise: {rule.name}.\n"
-                    f"  case:     {case.label}\n  tried:    {tried}\n  found:    {broken}\n"
-                    f"  next:     {rule.next_step}")
-        try:
-            summaries.append(judge(got, want, case))
-        except Mismatch as bad:
-            raise CheckFailure(
-                f"✘ {task}: wrong result.\n  case:     {case.label}\n  tried:    {tried}\n"
-                f"  expected: {_describe_expected(want)}\n  got:      {bad.detail}\n"
-                f"  next:     {bad.next_step or next_step}") from None
+    replay = verdicts.current_replay()
+    if replay is not None:  # in the grader: judge what the submission's kernel recorded, never run its code
+        summaries = _judge_recorded(task, fn, cases, replay, expected=expected, judge=judge, next_step=next_step)
+    else:
+        summaries = _run_cases(task, fn, name, cases, expected=expected, judge=judge, rules=rules,
+                               next_step=next_step)
     result = CheckResult(task, len(cases), _worst(summaries))
     if not quiet:
         message = f"✔ {task}: {proves} — passed {len(cases)} case{'s' if len(cases) != 1 else ''}"
@@ -384,6 +358,104 @@ def run_check(
                         f"passing here does not guarantee those.")
         print(message)
     return result
+
+
+def _not_written(task: str, name: str) -> CheckFailure:
+    return CheckFailure(
+        f"✘ {task}: `{name}` is not written yet (it raised NotImplementedError).\n"
+        f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this one again.")
+
+
+def _raised(task: str, name: str, case: Case, tried: str, error: str) -> CheckFailure:
+    return CheckFailure(
+        f"✘ {task}: `{name}` raised {error}\n  case:     {case.label}\n  tried:    {tried}\n"
+        f"  next:     run that call yourself in a new cell to see the full traceback; the shapes above are the ones "
+        f"that broke it.")
+
+
+def _broke(task: str, rule: str, case: Case, tried: str, found: str, next_step: str) -> CheckFailure:
+    return CheckFailure(
+        f"✘ {task}: the answer breaks a rule of this exercise: {rule}.\n  case:     {case.label}\n"
+        f"  tried:    {tried}\n  found:    {found}\n  next:     {next_step}")
+
+
+def _wrong(task: str, case: Case, tried: str, want: Any, bad: Mismatch, next_step: str) -> CheckFailure:
+    return CheckFailure(
+        f"✘ {task}: wrong result.\n  case:     {case.label}\n  tried:    {tried}\n"
+        f"  expected: {_describe_expected(want)}\n  got:      {bad.detail}\n  next:     {bad.next_step or next_step}")
+
+
+def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step) -> list[str]:
+    """Call `fn` on every case (recording what ran), enforce the rules, judge; when the kernel is being graded,
+    also record each case's outcome for the grader (`verdicts.start_capture`)."""
+    capture = verdicts.start_capture(task, name, [c.label for c in cases])
+    summaries = []
+    for case in cases:
+        tried = describe_call(name, case)
+        # Expected values come before the learner's call, which may change its inputs in place; except while the
+        # kernel is graded: then they must not exist until the call has returned and its result is recorded (a
+        # function that searches the caller's frames finds nothing), and the grader judges on its own copy.
+        want = expected(*case.args, **case.kwargs) if capture is None else None
+        with record_calls() as log:
+            try:
+                got = fn(*case.args, **case.kwargs)
+            except NotImplementedError:
+                if capture:
+                    capture.add("not_written")
+                raise _not_written(task, name) from None
+            except CheckFailure:
+                raise
+            except Exception as err:  # noqa: BLE001 - the learner's error is reported, with the case
+                if capture:
+                    capture.add("raised", error=f"{type(err).__name__}: {err}")
+                raise _raised(task, name, case, tried, f"{type(err).__name__}: {err}") from err
+        for rule in rules:
+            broken = rule.test(log, case)
+            if broken:
+                if capture:
+                    capture.add("broken", rule=rule.name, found=broken, next_step=rule.next_step)
+                raise _broke(task, rule.name, case, tried, broken, rule.next_step)
+        if capture:
+            capture.add("ok", got)
+            want = expected(*case.args, **case.kwargs)
+        try:
+            summaries.append(judge(got, want, case))
+        except Mismatch as bad:
+            raise _wrong(task, case, tried, want, bad, next_step) from None
+    return summaries
+
+
+def _judge_recorded(task, fn, cases, replay, *, expected, judge, next_step) -> list[str]:
+    """The grader's side of a check: expected values computed here, compared with the values the kernel recorded
+    for the same cases; the kernel's own verdict is never read."""
+    capture = replay.find(task, [c.label for c in cases])
+    if capture is None:
+        raise CheckFailure(
+            f"✘ {task}: no result of this check came back from the notebook's kernel: the check did not run there "
+            f"(a cell before it stopped the notebook, or the notebook replaced the check).\n"
+            f"  next:     restart the kernel and run every cell from the top; the check must run as given.")
+    name = str(capture.get("fn") or getattr(fn, "__name__", "your function"))
+    summaries = []
+    for i, case in enumerate(cases):
+        tried = describe_call(name, case)
+        want = expected(*case.args, **case.kwargs)
+        entry = capture["cases"][i] if i < len(capture["cases"]) else None
+        if not isinstance(entry, dict) or entry.get("status") not in ("ok", "raised", "not_written", "broken"):
+            raise CheckFailure(f"✘ {task}: the kernel recorded no result for this case.\n  case:     {case.label}\n"
+                               f"  tried:    {tried}\n  next:     restart the kernel and run every cell from the top.")
+        if entry["status"] == "not_written":
+            raise _not_written(task, name)
+        if entry["status"] == "raised":
+            raise _raised(task, name, case, tried, str(entry.get("error", "an error")))
+        if entry["status"] == "broken":
+            raise _broke(task, str(entry.get("rule", "")), case, tried, str(entry.get("found", "")),
+                         str(entry.get("next_step", "")))
+        got = verdicts.decode(entry.get("value"))
+        try:
+            summaries.append(judge(got, want, case))
+        except Mismatch as bad:
+            raise _wrong(task, case, tried, want, bad, next_step) from None
+    return summaries
 
 
 def _describe_expected(want: Any) -> str:

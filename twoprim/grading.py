@@ -37,6 +37,7 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
+from . import sandbox, verdicts
 from .notebooks import ROOT
 
 COURSE_ID = "two-primitives"
@@ -44,10 +45,10 @@ COURSE_ID = "two-primitives"
 # first Dynamo trace are the slowest legitimate cells (a few seconds on 2 cores); the default leaves ample room.
 DEFAULT_CELL_TIMEOUT = int(os.environ.get("TWOPRIM_CELL_TIMEOUT", "60"))
 CELL_TIMEOUTS: dict[str, int] = {}
-# Limits on each submission's processes (the kernel inherits them).
-MEMORY_LIMIT_BYTES = 8 * 2**30      # address space: torch's import alone reserves ~1 GiB
-CPU_LIMIT_SECONDS = 600
-FILE_SIZE_LIMIT_BYTES = 256 * 2**20
+# Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
+MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
+CPU_LIMIT_SECONDS = sandbox.CPU_LIMIT_SECONDS
+FILE_SIZE_LIMIT_BYTES = sandbox.FILE_SIZE_LIMIT_BYTES
 SUBMISSION_WALL_SECONDS = int(os.environ.get("TWOPRIM_SUBMISSION_TIMEOUT", "900"))
 MAX_OUTPUT_CHARS = 20_000           # per output in the autograded notebook and the feedback
 
@@ -204,8 +205,10 @@ def realign(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> t
     for gid in missing:                                                       # put the rest back where they were
         before = [i for i, c in enumerate(cells) if _gid(c) in order and order[_gid(c)] < order[gid]]
         cells.insert(before[-1] + 1 if before else 0, copy.deepcopy(by_id[gid]))
-        notes.append(f"restored the deleted cell {gid}" if not is_answer[gid]
-                     else f"answer cell {gid} was missing; graded as unanswered")
+        if is_answer[gid]:
+            notes.append(f"answer cell {gid} was missing; graded as unanswered")
+        elif by_id[gid].metadata.get("nbgrader", {}).get("grade"):  # given text, setup and hint cells: silently
+            notes.append(f"restored the deleted cell {gid}")
     ids = set()
     for cell in cells:
         if "id" in cell and cell["id"] in ids:
@@ -317,8 +320,26 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
     else:
         notes.append("no timestamp.txt; graded without a submission time")
 
+    findings = _audit(target, notebooks, released)
+    if findings and student not in _trusted():
+        out.status = "flagged"
+        out.reason = (f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
+                      f"Read the code; if it is honest, grade it with --trust {student}")
+        out.seconds = time.monotonic() - start
+        return out
+    if findings:
+        notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
+
+    box = scratch / "boxes" / student
+    paths = sandbox.prepare_box(box, int(os.environ.get(sandbox.ENV_UID, sandbox.BASE_UID)))
     cell_log = scratch / f"{student}.cell"
-    status, log_text = _run_nbgrader(grader, aid, student, cell_log)
+    box_env = {sandbox.ENV_BOX: str(box), verdicts.CAPTURE_ENV: str(paths["capture"])}
+    os.environ.update(box_env)
+    try:
+        status, log_text = _run_nbgrader(grader, aid, student, cell_log)
+    finally:
+        for name in box_env:
+            os.environ.pop(name, None)
     if status == "timeout":
         out.reason = (f"grading took longer than {SUBMISSION_WALL_SECONDS} s and was stopped; look for an "
                       f"infinite loop in the notebook")
@@ -342,18 +363,72 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
         except MissingEntry:
             out.reason = _nbgrader_failure(log_text, returncode, last_cell)
             return out
+        max_points = {}
         for nb in sub.notebooks:
             for grade in nb.grades:
                 out.grades[(nb.name, grade.name)] = grade.auto_score
+                max_points[(nb.name, grade.name)] = float(grade.max_score)
             for comment in nb.comments:
                 out.comments[(nb.name, comment.name)] = comment.auto_comment
-        out.score, out.max_score = float(sub.score), float(sub.max_score)
+        out.max_score = float(sub.max_score)
+    notes[:0] = _judge_in_grader(aid, root, autograded, notebooks, paths["capture"], out, max_points)
+    out.score = float(sum(v for v in out.grades.values() if v is not None))
     notes[:0] = _execution_notes(autograded, notebooks)
     out.status = "graded"
     out.reason = "; ".join(notes) or "all cells ran"
     out.autograded_dir = autograded
     out.seconds = time.monotonic() - start
     return out
+
+
+def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.NotebookNode]) -> list[str]:
+    """`verdicts.audit` of every cell the student wrote: answer cells and cells they added."""
+    findings = []
+    for name in notebooks:
+        given = {c.metadata.get("nbgrader", {}).get("grade_id") for c in released[name].cells
+                 if not c.metadata.get("nbgrader", {}).get("solution")} - {None}
+        nb = nbformat.read(str(target / f"{name}.ipynb"), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade_id") in given:
+                continue
+            where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i + 1}"
+            findings += [f"{where} {line}" for line in verdicts.audit(cell.source)]
+    return findings
+
+
+def _trusted() -> set[str]:
+    return set(filter(None, os.environ.get("TWOPRIM_TRUSTED", "").split(",")))
+
+
+def _judge_in_grader(aid: str, root: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
+                     max_points: dict) -> list[str]:
+    """Score every graded test cell by running its trusted source here, in the grader, on what the kernel
+    recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs."""
+    replay = verdicts.Replay(capture)
+    for name in notebooks:
+        source = nbformat.read(str(root / "solutions" / aid / f"{name}.ipynb"), as_version=4)
+        learner: set[str] = set()
+        for cell in source.cells:
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                learner |= verdicts.defined_names(cell.source)
+        path = autograded / f"{name}.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        shown = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
+        for cell in source.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            gid = meta["grade_id"]
+            verdict = verdicts.judge_cell(gid, cell.source, replay, learner)
+            out.grades[(name, gid)] = max_points.get((name, gid), float(meta.get("points", 0))) if verdict.passed \
+                else 0.0
+            if gid in shown:
+                shown[gid].outputs = [nbformat.v4.new_output("stream", name="stdout", text=verdict.text)
+                                      if verdict.passed else
+                                      nbformat.v4.new_output("error", ename="CheckFailure", evalue=verdict.text,
+                                                             traceback=verdict.text.splitlines())]
+        nbformat.write(nb, str(path))
+    return replay.problems[:3]
 
 
 def _grading_kernel(scratch: Path) -> str | None:
@@ -381,6 +456,10 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path) -> tuple
     kernel = os.environ.get("TWOPRIM_GRADING_KERNEL")
     if kernel:
         config.Execute.kernel_name = kernel
+    box = os.environ.get(sandbox.ENV_BOX)
+    if box:  # Unix sockets in the box: they reach into the sandbox, and no TCP ports are raced for between workers
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(box) / "run" / "kernel")
     os.environ["TWOPRIM_CELL_LOG"] = str(cell_log)
     cwd = os.getcwd()
     os.chdir(grader)
@@ -398,8 +477,11 @@ def _worker_main() -> None:
     with one JSON line on stdout. Started by `autograde`, one per worker."""
     import io
 
-    real_stdout = sys.stdout
-    sys.stdout = io.StringIO()  # nothing but answers may reach the parent (nbgrader logs to stderr: a file)
+    # nothing but answers may reach the parent: they go out on a private copy of stdout, and fd 1 itself becomes
+    # stderr (a log file), so kernels and other children that inherit it cannot write into the answers
+    real_stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = io.StringIO()
     for line in sys.stdin:
         task = json.loads(line)
         try:
@@ -618,9 +700,18 @@ def merge(aid: str, outcome: Outcome, root: Path) -> None:
 
 
 def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, students: list[str] | None = None,
-              progress: bool = True) -> list[Outcome]:
-    """Grade every submission of `aid` (or `students`), `workers` at a time; write the reports; return outcomes."""
+              progress: bool = True, unisolated: bool = False, trust: list[str] | None = None) -> list[Outcome]:
+    """Grade every submission of `aid` (or `students`), `workers` at a time; write the reports; return outcomes.
+
+    Each kernel runs in the `sandbox`; where isolation is impossible this refuses, unless `unisolated` (the
+    instructor accepts running students' code as themselves). `trust` lists students whose code the audit held
+    and the instructor has read."""
     from tqdm import tqdm
+
+    if not unisolated:
+        why = sandbox.missing()
+        if why:
+            raise SystemExit(f"error: cannot isolate students' code: {why}")
 
     released = released_notebooks(aid, root)
     everyone = submitted_students(aid, root)
@@ -641,7 +732,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         env.pop("JPY_PARENT_PID", None)
         if workers > 1:  # the parallelism is across submissions: one thread per kernel, no spinning thread pools
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        kernel = _grading_kernel(scratch)
+        kernel = _grading_kernel(scratch) if unisolated else sandbox.kernelspec(scratch)
+        env["TWOPRIM_TRUSTED"] = ",".join(trust or [])
         if kernel:
             env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("JUPYTER_PATH")]))
             env["TWOPRIM_GRADING_KERNEL"] = kernel
@@ -653,7 +745,7 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         failed = 0
 
         def run_worker(n: int):
-            worker = _Worker(env, scratch / f"worker-{n}.log")
+            worker = _Worker({**env, sandbox.ENV_UID: str(sandbox.BASE_UID + n)}, scratch / f"worker-{n}.log")
             try:
                 while True:
                     with lock:
@@ -824,7 +916,9 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
         shutil.copy(notebook, target / f"{aid}.ipynb")
 
         (target / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()))
-        [outcome] = autograde(aid, root=course, workers=1, progress=False)
+        # the learner's own code: isolated where possible, never held by the audit
+        [outcome] = autograde(aid, root=course, workers=1, progress=False, unisolated=sandbox.missing() is not None,
+                              trust=["learner"])
         feedback = None
         if outcome.status == "graded":
             nbgrader(["generate_feedback", aid, "--student", "learner", "--force"], root=course, capture=True)
