@@ -14,6 +14,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
 
 Learners on their own:
     ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
+    ./course progress                    lessons run, visible checks passing, self-grades, hints used, what next
 
     ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
 """
@@ -175,9 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
     a.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
     a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default %(default)s: 60)")
+    a.add_argument("--unisolated", action="store_true",
+                   help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)")
+    a.add_argument("--trust", action="append", default=None, metavar="STUDENT",
+                   help="grade this student's code although the audit held it (after reading it; repeatable)")
     sg = sub.add_parser("selfgrade", help="grade your own exercises/ASSIGNMENT notebook, hidden checks included")
     sg.add_argument("assignment")
     sg.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
+    pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
+    pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
     args = parser.parse_args(argv)
 
     if getattr(args, "assignment", None) and args.assignment not in assignments():
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.cell_timeout:
             os.environ["TWOPRIM_CELL_TIMEOUT"] = str(args.cell_timeout)
-        grading.autograde(args.assignment, workers=args.workers, students=args.student)
+        grading.autograde(args.assignment, workers=args.workers, students=args.student,
+                          unisolated=args.unisolated, trust=args.trust)
         print(grading.format_summary(grading.write_reports(args.assignment)))
     elif args.command == "feedback":
         feedback(args.assignment)
@@ -222,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
 
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())
+    elif args.command == "progress":
+        from . import progress
+
+        return progress.main(ROOT, timeout=args.cell_timeout or progress.CELL_TIMEOUT)
     return 0
 
 

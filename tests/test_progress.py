@@ -1,0 +1,215 @@
+"""The progress view (`./course progress`, `progress.show()` in lesson 00) on copies of the course in a temporary
+folder, never on the repository: a fresh checkout (nothing done, nothing executed), the solutions in the learner's
+place (every visible check passes; with full self-grades the next step is "done"), and learner notebooks that crash
+halfway, loop forever or do not parse (reported with their cell, the rest of the report still there). Results are
+cached by content hash; the learner's notebooks are never modified; a corrupt state file is set aside, not lost."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from twoprim import course, grading, progress
+from twoprim.hints import hint
+from twoprim.notebooks import ROOT, assignments, lessons
+
+from .classroom import answered, cell_index, prepend
+
+GRADED = {aid: {c.metadata["nbgrader"]["grade_id"].removeprefix(f"{aid}-")
+                for c in nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"]["grade_id"].endswith(
+                    "-hidden")}
+          for aid in assignments()}
+
+
+@pytest.fixture
+def learner(tmp_path: Path) -> Path:
+    """A learner's copy of the course: the committed exercises/ and lessons/, nothing done yet."""
+    for folder in ("exercises", "lessons"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def put(root: Path, aid: str, nb: nbformat.NotebookNode) -> Path:
+    path = root / "exercises" / aid / f"{aid}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+def mark_run(root: Path, upto: str = "99") -> None:
+    """Save lessons numbered up to `upto` as a learner who ran every cell would (execution counts set)."""
+    for path in lessons(root):
+        if path.name[:2] <= upto:
+            nb = nbformat.read(str(path), as_version=4)
+            for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+                cell.execution_count = n + 1
+            nbformat.write(nb, str(path))
+
+
+def selfgraded(root: Path, aid: str, failing: tuple[str, ...] = ()) -> None:
+    """Write grader/selfgrade/<aid>.json with the writer `./course selfgrade` uses."""
+    nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    points = {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"]) for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+    outcome = grading.Outcome("learner", status="graded", max_score=sum(points.values()))
+    outcome.grades = {(aid, gid): 0.0 if gid.removeprefix(f"{aid}-") in failing else p for gid, p in points.items()}
+    outcome.score = sum(outcome.grades.values())
+    notebook = root / "exercises" / aid / f"{aid}.ipynb"
+    grading.SelfGrade(aid, outcome, None).save(root / "grader" / "selfgrade" / f"{aid}.json", notebook)
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in ("exercises", "lessons") for p in sorted((root / d).rglob("*")) if p.is_file()}
+
+
+def by_aid(report: progress.Report) -> dict[str, progress.AssignmentStatus]:
+    return {a.aid: a for a in report.assignments}
+
+
+def test_fresh_checkout_nothing_done_nothing_run(learner):
+    r = progress.report(learner)
+    assert [l.name for l in r.lessons] == [p.stem for p in lessons(ROOT)]
+    assert all(not l.done and l.detail == "not run yet" for l in r.lessons)
+    assert sorted(by_aid(r)) == assignments()
+    for aid, a in by_aid(r).items():
+        assert a.status == "not started" and a.problem is None, aid
+        assert set(a.checks) == GRADED[aid] and set(a.checks.values()) == {progress.TODO}
+        assert a.selfgrade is None and a.hints_used == 0 and a.hints_total >= 2 * len(GRADED[aid])
+    assert r.next_step.startswith("run lessons/00_start_here.ipynb to the end")
+    assert not (learner / progress.STATE_FILE).exists(), "nothing was executed, so nothing needed caching"
+    text = r.text()
+    assert all(aid in text for aid in assignments()) and "next: run lessons/00_start_here.ipynb" in text
+
+    hint("dot", root=learner)
+    hint("dot", root=learner)
+    assert by_aid(progress.report(learner))["ex01_dot"].hints_used == 2
+
+
+def test_solutions_in_the_learners_place_pass_every_visible_check(learner):
+    for aid in assignments():
+        put(learner, aid, answered(aid))
+    mark_run(learner)
+    before = digest(learner)
+
+    r = progress.report(learner)
+    for aid, a in by_aid(r).items():
+        assert (a.status, a.problem, a.cached) == ("ran", None, False), (aid, a.problem)
+        assert a.checks == {fn: progress.PASS for fn in GRADED[aid]}, aid
+    assert all(l.done for l in r.lessons)
+    assert r.next_step.startswith("run `./course selfgrade ex01_dot`"), r.next_step
+    assert digest(learner) == before, "the learner's notebooks must never be modified"
+
+    for aid in assignments():
+        selfgraded(learner, aid)
+    again = progress.report(learner)
+    assert all(a.cached for a in again.assignments), "unchanged notebooks must come from the cache"
+    assert again.next_step.startswith("done: every lesson is run to the end"), again.next_step
+    assert "✘" not in again.text() and again.text().count("✔") == len(r.lessons) + len(assignments())
+
+    selfgraded(learner, "ex03_layers", failing=("linear-hidden",))
+    assert progress.report(learner).next_step.startswith("hidden checks of ex03_layers fail (linear-hidden)")
+    later = os.stat(learner / "grader" / "selfgrade" / "ex03_layers.json").st_mtime + 10
+    os.utime(learner / "exercises" / "ex03_layers" / "ex03_layers.ipynb", (later, later))
+    assert "ex03_layers` again" in progress.report(learner).next_step
+
+
+BROKEN = {  # assignment -> (the answer cell that breaks, the code put at its top)
+    "ex01_dot": ("ex01_dot-neuron-solution", "import os\nos._exit(3)"),                 # crashes halfway
+    "ex02_gemm": ("ex02_gemm-matmul_outer-solution", "def oops(:\n    pass"),           # does not parse
+    "ex03_layers": ("ex03_layers-mlp-solution", "while True:\n    pass"),               # never ends
+}
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """One progress report over a learner's copy with the three BROKEN notebooks (two at a time, 10 s per cell):
+    the course folder, the notebooks, and the report."""
+    root = tmp_path_factory.mktemp("learner")
+    for folder in ("exercises", "lessons"):
+        shutil.copytree(ROOT / folder, root / folder)
+    mark_run(root, upto="01")
+    notebooks = {aid: prepend(aid, gid, code) for aid, (gid, code) in BROKEN.items()}
+    for aid, nb in notebooks.items():
+        put(root, aid, nb)
+    return root, notebooks, progress.report(root, timeout=10)
+
+
+def test_a_notebook_that_crashes_halfway_is_reported_with_its_cell(broken):
+    _, notebooks, r = broken
+    a = by_aid(r)["ex01_dot"]
+    cell = cell_index(notebooks["ex01_dot"], "ex01_dot-neuron-solution") + 1
+    assert a.status == "crashed"
+    assert f"the kernel died in cell {cell} (ex01_dot-neuron-solution)" in a.problem
+    assert a.checks == {"dot_loop": "pass", "dot": "pass", "neuron": "not run", "cosine_similarity": "not run",
+                        "top_k": "not run"}
+    assert r.next_step == f"fix exercises/ex01_dot/ex01_dot.ipynb: {a.problem}; then run `./course progress` again."
+    rest = [b for b in r.assignments if b.aid not in BROKEN]
+    assert rest and all(b.status == "not started" for b in rest), "the rest of the report must still appear"
+    assert a.problem in r.text() and "ex07_mlx" in r.text() and len(r.lessons) == len(lessons(ROOT))
+
+
+def test_a_syntax_error_is_reported_with_its_cell_and_later_checks_still_run(broken):
+    _, notebooks, r = broken
+    a = by_aid(r)["ex02_gemm"]
+    cell = cell_index(notebooks["ex02_gemm"], "ex02_gemm-matmul_outer-solution") + 1
+    assert a.status == "error"
+    assert a.problem.startswith(f"SyntaxError in cell {cell} (ex02_gemm-matmul_outer-solution): invalid syntax "
+                                f"(line 1 of the cell)"), a.problem
+    assert a.checks == {"matmul_loops": "pass", "matmul_dots": "pass", "matmul_outer": "fail", "gemm": "pass",
+                        "matmul_tiled": "pass", "gemm_flops": "pass"}
+
+
+def test_an_infinite_loop_is_stopped_and_reported_with_its_cell(broken):
+    _, notebooks, r = broken
+    a = by_aid(r)["ex03_layers"]
+    cell = cell_index(notebooks["ex03_layers"], "ex03_layers-mlp-solution") + 1
+    assert a.status == "timed out"
+    assert a.problem.startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the 10 s limit")
+    assert a.checks == {"linear": "pass", "qkv_projection": "pass", "mlp": "not run", "embedding_as_gemm": "not run",
+                        "rnn_cell": "not run", "gnn_layer": "not run"}
+
+
+def test_a_changed_notebook_runs_again_and_the_originals_are_untouched(broken):
+    root, notebooks, _ = broken
+    for aid, nb in notebooks.items():
+        on_disk = nbformat.read(str(root / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
+        assert [c.source for c in on_disk.cells] == [c.source for c in nb.cells], aid
+        assert not any(c.get("outputs") for c in on_disk.cells), f"{aid}: the learner's notebook was modified"
+    put(root, "ex01_dot", answered("ex01_dot"))  # fixed: new content, so it runs instead of coming from the cache
+    r = by_aid(progress.report(root, timeout=10))
+    assert (r["ex01_dot"].status, r["ex01_dot"].cached, set(r["ex01_dot"].checks.values())) == ("ran", False, {"pass"})
+    assert r["ex02_gemm"].cached and r["ex02_gemm"].status == "error"
+
+
+def test_a_corrupt_state_file_is_set_aside_not_lost(learner):
+    state = learner / progress.STATE_FILE
+    state.write_text('{"version": 1, "runs": {')
+    r = progress.report(learner)
+    [aside] = learner.glob(f"{progress.STATE_FILE}.bad-*")
+    assert aside.read_text() == '{"version": 1, "runs": {'
+    assert len(r.notes) == 1 and "could not be read" in r.notes[0] and aside.name in r.notes[0]
+    assert f"note: {r.notes[0]}" in r.text() and len(r.assignments) == len(assignments())
+    hint("top_k", root=learner)
+    assert json.loads(state.read_text())["hints"] == {"ex01_dot-top_k": 1}
+
+
+def test_course_progress_command_prints_the_report_and_writes_the_chart(learner, monkeypatch, capsys):
+    monkeypatch.setattr(course, "ROOT", learner)
+    assert course.main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert "ex01_dot" in out and "next: run lessons/00_start_here.ipynb" in out
+    assert "chart: grader/selfgrade/progress.png" in out
+    assert (learner / progress.CHART).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_state_file_is_untracked():
+    for name in (progress.STATE_FILE, f"{progress.STATE_FILE}.bad-20261130-090000"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT, capture_output=True)
+        assert ignored.returncode == 0, f"{name} must be ignored by git (.gitignore)"

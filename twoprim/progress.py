@@ -1,0 +1,576 @@
+"""Where a learner stands: lessons run to the end, visible checks passing, self-graded scores, hints, what next.
+
+`./course progress` in a terminal, `progress.show()` in a notebook. Lessons are judged from their saved outputs (never
+executed here). Each assignment's notebook in exercises/ is executed as a copy, in a fresh kernel, in a temporary
+folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the repository
+root, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks, so
+an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import calendar
+import hashlib
+import html
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from .notebooks import ROOT, assignments, lessons
+
+__all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
+
+STATE_FILE = ".twoprim-progress.json"
+STATE_VERSION = 1
+CELL_TIMEOUT = 60     # seconds per cell of a learner's notebook; an infinite loop ends there
+WORKERS = 2           # notebooks executed at once (each kernel then runs one thread)
+CHART = Path("grader") / "selfgrade" / "progress.png"
+
+PASS, FAIL, TODO, NOT_RUN = "pass", "fail", "todo", "not run"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The state file: cached results and hint counts
+# ----------------------------------------------------------------------------------------------------------------
+
+def _fresh_state() -> dict:
+    return {"version": STATE_VERSION, "runs": {}, "hints": {}}
+
+
+def _state_problem(data) -> str | None:
+    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        return f"it is not a version-{STATE_VERSION} progress file"
+    if not isinstance(data.get("runs"), dict) or not isinstance(data.get("hints"), dict):
+        return "its 'runs' or 'hints' entry is missing or not a mapping"
+    if not all(isinstance(n, int) and n >= 0 for n in data["hints"].values()):
+        return "a hint count is not a whole number"
+    return None
+
+
+def load_state(root: Path = ROOT) -> tuple[dict, str | None]:
+    """The state in `root`/.twoprim-progress.json and a note for the learner when it had to be set aside.
+
+    A file that cannot be read is renamed to `.twoprim-progress.json.bad-<time>` (kept, never deleted) and a fresh
+    state is returned with a note that says so.
+    """
+    path = Path(root) / STATE_FILE
+    if not path.exists():
+        return _fresh_state(), None
+    try:
+        data = json.loads(path.read_text())
+        problem = _state_problem(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    if problem is None:
+        return data, None
+    aside = path.with_name(f"{STATE_FILE}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        path.rename(aside)
+        where = f"it was moved to {aside.name}"
+    except OSError as err:
+        where = f"it could not be moved aside ({err}); move or delete it by hand"
+    return _fresh_state(), (f"{path} could not be read ({problem}); {where} and progress starts afresh. Only "
+                            f"history is lost: cached check results and hint counts.")
+
+
+def _save_state(root: Path, data: dict) -> None:
+    """Write the state atomically (a temporary file renamed over the old one)."""
+    path = Path(root) / STATE_FILE
+    tmp = path.with_name(f"{STATE_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def update_state(root: Path, change: Callable[[dict], None]) -> str | None:
+    """Read the state, apply `change` to it, write it back; returns load_state's note (None when all was well)."""
+    data, note = load_state(root)
+    change(data)
+    _save_state(root, data)
+    return note
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Lessons: judged from the saved notebook
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class LessonStatus:
+    name: str          # "01_dot_product"
+    path: Path
+    done: bool
+    detail: str        # "run to the end", "not run yet", ...
+
+
+def _first_line(source: str) -> str:
+    line = next((l.strip() for l in source.splitlines() if l.strip()), "")
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def _cell_label(cell, index: int) -> str:
+    """'cell 5 (ex01_dot-dot-solution)' or 'cell 5 (`x = 1`)': 1-based, with its grade id or first line."""
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return f"cell {index + 1} ({gid or '`' + _first_line(cell.source) + '`'})"
+
+
+def _errors(cell) -> list[dict]:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def lesson_status(path: Path) -> LessonStatus:
+    """Whether the saved lesson was run to the end: every code cell executed, none with an error output."""
+    name = path.stem
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is reported, the report goes on
+        return LessonStatus(name, path, False, f"unreadable ({type(err).__name__}); restore it from the course")
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+    for i, cell in code:
+        if _errors(cell):
+            err = _errors(cell)[0]
+            return LessonStatus(name, path, False, f"stopped with {err.get('ename', 'an error')} in "
+                                                   f"{_cell_label(cell, i)}")
+    not_run = [(i, c) for i, c in code if c.execution_count is None]
+    if not not_run:
+        return LessonStatus(name, path, True, "run to the end")
+    if len(not_run) == len(code):
+        return LessonStatus(name, path, False, "not run yet")
+    i, cell = not_run[0]
+    return LessonStatus(name, path, False, f"{len(code) - len(not_run)} of {len(code)} code cells run; "
+                                           f"{_cell_label(cell, i)} has not")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Assignments: a copy of the learner's notebook, executed
+# ----------------------------------------------------------------------------------------------------------------
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def visible_checks(nb: nbformat.NotebookNode, aid: str) -> dict[str, int]:
+    """function name -> index of its visible check cell (grade id `<aid>-<fn>`, graded, not hidden)."""
+    out = {}
+    for i, cell in enumerate(nb.cells):
+        m, gid = _meta(cell), _meta(cell).get("grade_id", "")
+        if m.get("grade") and not m.get("solution") and gid.startswith(f"{aid}-") and not gid.endswith("-hidden"):
+            out[gid.removeprefix(f"{aid}-")] = i
+    return out
+
+
+def cache_key(nb: nbformat.NotebookNode, aid: str) -> str:
+    """sha256 of the notebook's code cells and of the course's check module for `aid` (twoprim/exNN.py)."""
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            h.update(json.dumps([_meta(cell).get("grade_id"), cell.source]).encode())
+    checks = Path(__file__).with_name(f"{aid[:4]}.py")
+    if checks.is_file():
+        h.update(checks.read_bytes())
+    return h.hexdigest()
+
+
+def untouched(nb: nbformat.NotebookNode) -> bool:
+    """True when every answer cell is exactly as released (nbgrader's checksum matches): nothing to run yet."""
+    from nbgrader.utils import compute_checksum
+
+    answers = [c for c in nb.cells if _meta(c).get("solution")]
+    return bool(answers) and all(_meta(c).get("checksum") == compute_checksum(c) for c in answers)
+
+
+def analyse(nb: nbformat.NotebookNode, aid: str, stopped: tuple[str, int] | None = None,
+            timeout: int = CELL_TIMEOUT) -> dict:
+    """The result of an executed notebook: each visible check passed, failed, still a stub or did not run, and
+    what stopped the notebook (`stopped` = (kind, cell index) for a kernel that died or a cell that timed out)."""
+    checks, where = {}, visible_checks(nb, aid)
+    for fn, i in where.items():
+        cell = nb.cells[i]
+        errors = _errors(cell)
+        if stopped and i >= stopped[1]:
+            checks[fn] = NOT_RUN
+        elif cell.get("execution_count") is None:
+            checks[fn] = NOT_RUN
+        elif not errors:
+            checks[fn] = PASS
+        else:
+            checks[fn] = TODO if errors[0].get("ename") == "NotImplementedError" else FAIL
+    status, problem = "ran", None
+    if not where:
+        status, problem = "error", ("it has no check cells with nbgrader metadata (were they stripped?); paste your "
+                                    "answers into a fresh copy of the assignment")
+    elif stopped:
+        kind, index = stopped
+        label = _cell_label(nb.cells[index], index)
+        if kind == "crashed":
+            status, problem = kind, (f"the kernel died in {label} (a crash, os._exit() or running out of memory); "
+                                     f"the cells after it did not run")
+        else:
+            status, problem = kind, (f"{label} ran past the {timeout} s limit (an infinite loop?) and was stopped; "
+                                     f"the cells after it did not run")
+    else:
+        for i, cell in enumerate(nb.cells):
+            if i in where.values() or cell.cell_type != "code":
+                continue
+            errors = _errors(cell)
+            if errors and not (_meta(cell).get("solution") and errors[0].get("ename") == "NotImplementedError"):
+                err = errors[0]
+                where = re.sub(r"\(\d+\.py, line (\d+)\)", r"(line \1 of the cell)", err.get("evalue", ""))
+                status = "error"
+                problem = f"{err.get('ename', 'an error')} in {_cell_label(cell, i)}: {where}"[:300]
+                break
+    return {"status": status, "checks": checks, "problem": problem}
+
+
+def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_thread: bool = False) -> dict:
+    """Run a copy of `path` top to bottom in a fresh kernel inside a temporary folder; analyse() its outputs.
+
+    Errors do not stop the run (every check gets its chance, as in grading); a kernel that dies or a cell that runs
+    past `timeout` seconds ends it, and the result names that cell.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"twoprim-progress-{aid}-") as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copyfile(path, copy)
+        nb = nbformat.read(str(copy), as_version=4)
+        current = {"index": 0}
+
+        def on_cell_start(cell, cell_index, **_):
+            current["index"] = cell_index
+
+        env = dict(os.environ)
+        if one_thread:  # two kernels on two cores: one thread each, no spinning thread pools
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                interrupt_on_timeout=False, on_cell_start=on_cell_start,
+                                resources={"metadata": {"path": tmp}})
+        stopped = None
+        try:
+            # asyncio.run, not client.execute(): it cancels the output pollers a timeout leaves pending
+            asyncio.run(client.async_execute(env=env, stderr=subprocess.DEVNULL))  # the kernel's log is noise here
+        except CellTimeoutError:
+            stopped = ("timed out", current["index"])
+        except DeadKernelError:
+            stopped = ("crashed", current["index"])
+        result = analyse(nb, aid, stopped, timeout)
+    result["seconds"] = round(time.monotonic() - start, 1)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class AssignmentStatus:
+    aid: str
+    path: Path
+    status: str                     # not started | ran | error | crashed | timed out | missing | unreadable
+    checks: dict = field(default_factory=dict)     # function -> pass | fail | todo | not run
+    problem: str | None = None
+    selfgrade: dict | None = None   # {"score", "max_score", "stale": why it is out of date or "", "failing"}
+    hints_used: int = 0
+    hints_total: int = 0
+    cached: bool = False
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> int:
+        return sum(v == PASS for v in self.checks.values())
+
+    @property
+    def runs(self) -> bool:
+        return self.status in ("not started", "ran")
+
+
+@dataclass
+class Report:
+    root: Path
+    lessons: list[LessonStatus]
+    assignments: list[AssignmentStatus]
+    next_step: str
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The report as plain text for a terminal."""
+        out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + ["", "lesson" + " " * 22 + "status"]
+        for l in self.lessons:
+            out.append(f"  {'✔' if l.done else '·'} {l.name:24s} {l.detail}")
+        out += ["", f"{'assignment':20s}{'visible checks':16s}{'self-graded':16s}{'hints':8s}notebook"]
+        for a in self.assignments:
+            out.append(f"  {'✔' if _complete(a) else '·'} {a.aid:16s}{_checks_cell(a):16s}{_selfgrade_cell(a):16s}"
+                       f"{a.hints_used:>2d} of {a.hints_total:<3d}{_notebook_cell(a)}")
+        out += ["", f"next: {self.next_step}"]
+        return "\n".join(out)
+
+    def _repr_html_(self) -> str:
+        """The report as HTML tables and the chart, for a notebook (no pandas needed)."""
+        e = html.escape
+        style = "text-align:left;padding:2px 10px;vertical-align:top"
+        nowrap = style + ";white-space:nowrap"
+        rows = "".join(f"<tr><td style='{style}'>{'✔' if l.done else '·'}</td><td style='{style}'><code>{e(l.name)}"
+                       f"</code></td><td style='{style}'>{e(l.detail)}</td></tr>" for l in self.lessons)
+        lessons_html = (f"<table><tr><th></th><th style='{style}'>lesson</th><th style='{style}'>status</th></tr>"
+                        f"{rows}</table>")
+        rows = "".join(
+            f"<tr><td style='{style}'>{'✔' if _complete(a) else '·'}</td><td style='{style}'><code>{e(a.aid)}</code>"
+            f"</td><td style='{nowrap}'>{e(_checks_cell(a))}</td><td style='{nowrap}'>{e(_selfgrade_cell(a))}</td>"
+            f"<td style='{nowrap}'>{a.hints_used} of {a.hints_total}</td><td style='{style}'>{e(_notebook_cell(a))}"
+            f"</td></tr>" for a in self.assignments)
+        heads = "".join(f"<th style='{style}'>{h}</th>" for h in
+                        ("", "assignment", "visible checks", "self-graded", "hints", "notebook"))
+        assignments_html = f"<table><tr>{heads}</tr>{rows}</table>"
+        notes = "".join(f"<p><b>note:</b> {e(n)}</p>" for n in self.notes)
+        png = base64.b64encode(chart_png(self)).decode()
+        return (f"{notes}{lessons_html}{assignments_html}<p><b>Next:</b> {e(self.next_step)}</p>"
+                f"<img alt='progress chart' src='data:image/png;base64,{png}'/>")
+
+
+def _complete(a: AssignmentStatus) -> bool:
+    sg = a.selfgrade
+    return (a.runs and bool(a.checks) and a.passed == len(a.checks) and sg is not None and not sg["stale"]
+            and sg["score"] == sg["max_score"])
+
+
+def _checks_cell(a: AssignmentStatus) -> str:
+    return f"{a.passed} of {len(a.checks)} pass" if a.checks else "-"
+
+
+def _selfgrade_cell(a: AssignmentStatus) -> str:
+    sg = a.selfgrade
+    if sg is None:
+        return "-"
+    if "unreadable" in sg:
+        return "unreadable"
+    score = f"{_num(sg['score'])} of {_num(sg['max_score'])}"
+    return score + (" (old)" if sg["stale"] else "")
+
+
+def _notebook_cell(a: AssignmentStatus) -> str:
+    if a.problem:
+        return f"{a.status}: {a.problem}"
+    todo = [fn for fn, v in a.checks.items() if v != PASS]
+    if a.status == "ran" and todo:
+        return f"ran; to do: {', '.join(todo)}"
+    return a.status
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
+    """The last `./course selfgrade` of `aid` (grader/selfgrade/<aid>.json), marked stale when the notebook it graded
+    was saved again afterwards."""
+    path = root / "grader" / "selfgrade" / f"{aid}.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+        graded = calendar.timegm(time.strptime(rec["graded_at"], "%Y-%m-%dT%H:%M:%SZ"))
+        score, max_score = float(rec["score"]), float(rec["max_score"])
+        tests = dict(rec.get("tests", {}))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return {"unreadable": f"{path.name}: {type(err).__name__}", "stale": f"{path.name} is unreadable",
+                "score": 0, "max_score": 0, "failing": []}
+    graded_path = Path(rec.get("notebook") or "?")
+    if graded_path.resolve() != notebook.resolve():
+        stale = f"the last one graded {graded_path}"
+    elif notebook.stat().st_mtime > graded + 1:  # graded_at is rounded down to the second
+        stale = "you saved the notebook after the last one"
+    else:
+        stale = ""
+    failing = sorted(gid.removeprefix(f"{aid}-") for gid, s in tests.items() if not s)
+    return {"score": score, "max_score": max_score, "stale": stale, "failing": failing}
+
+
+def _assignment_ids(root: Path) -> list[str]:
+    """Assignments from solutions/ (twoprim.notebooks.assignments) and, for a learner's copy without solutions/,
+    from exercises/."""
+    found = {p.parent.name for p in (root / "exercises").glob("*/*.ipynb") if p.stem == p.parent.name}
+    return sorted(set(assignments(root)) | found)
+
+
+def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus]) -> str:
+    """One concrete thing to do, in course order (lesson NN, then assignment exNN)."""
+    by_number = {a.aid[2:4]: a for a in work}
+    steps: list[LessonStatus | AssignmentStatus] = []
+    for lesson in lesson_list:
+        steps.append(lesson)
+        if lesson.name[:2] in by_number:
+            steps.append(by_number.pop(lesson.name[:2]))
+    steps += list(by_number.values())
+    for step in steps:
+        if isinstance(step, LessonStatus):
+            if not step.done:
+                where = step.path.relative_to(root)
+                return (f"run {where} to the end (Kernel → Restart Kernel and Run All Cells) and save it; "
+                        f"now: {step.detail}.")
+            continue
+        a, where = step, step.path.relative_to(root)
+        if a.status == "missing":
+            return f"{where} is missing: restore it from the course (`git restore {where}`)."
+        if not a.runs:
+            return f"fix {where}: {a.problem}; then run `./course progress` again."
+        todo = [fn for fn, v in a.checks.items() if v != PASS]
+        if todo:
+            return (f"make `{todo[0]}` pass its check in {where} (stuck? the hint cell under it reveals hints "
+                    f"one at a time).")
+        sg = a.selfgrade
+        if sg is None or sg["stale"]:
+            again = "" if sg is None else f" again ({sg['stale']})"
+            return f"run `./course selfgrade {a.aid}`{again}: it adds the hidden checks grading runs."
+        if sg["score"] < sg["max_score"]:
+            names = ", ".join(sg["failing"]) or "some checks"
+            return (f"hidden checks of {a.aid} fail ({names}): read grader/selfgrade/{a.aid}.html for what they "
+                    f"tried, fix, then run `./course selfgrade {a.aid}` again.")
+    return ("done: every lesson is run to the end and every assignment passes all its checks, hidden ones included. "
+            "The further reading at the end of each lesson goes deeper.")
+
+
+def report(root: Path = ROOT, *, timeout: int = CELL_TIMEOUT, workers: int = WORKERS,
+           log: Callable[[str], None] | None = None) -> Report:
+    """Build the progress report of the course checkout at `root` (executes changed assignment notebooks)."""
+    from .hints import HINTS
+
+    root = Path(root)
+    log = log or (lambda message: None)
+    state, note = load_state(root)
+    notes = [note] if note else []
+    lesson_list = [lesson_status(p) for p in lessons(root)]
+    work: list[AssignmentStatus] = []
+    todo: list[tuple[AssignmentStatus, str]] = []
+    for aid in _assignment_ids(root):
+        path = root / "exercises" / aid / f"{aid}.ipynb"
+        a = AssignmentStatus(aid, path, "missing")
+        a.hints_total = sum(len(v) for gid, v in HINTS.items() if gid.startswith(f"{aid}-"))
+        a.hints_used = sum(n for gid, n in state["hints"].items() if gid.startswith(f"{aid}-"))
+        work.append(a)
+        if not path.is_file():
+            a.problem = f"{path.relative_to(root)} does not exist"
+            continue
+        a.selfgrade = _read_selfgrade(root, aid, path)
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+        except Exception as err:  # noqa: BLE001 - a broken file is reported, the report goes on
+            a.status, a.problem = "unreadable", (f"{type(err).__name__}: {str(err)[:200]}; the file is not a "
+                                                 f"notebook Jupyter saved")
+            continue
+        if untouched(nb):
+            a.status, a.checks = "not started", {fn: TODO for fn in visible_checks(nb, aid)}
+            continue
+        key = cache_key(nb, aid)
+        cached = state["runs"].get(aid, {})
+        looped_longer = cached.get("result", {}).get("status") == "timed out" and cached.get("timeout", 0) < timeout
+        if cached.get("key") == key and not looped_longer:
+            _fill(a, cached["result"], cached=True)
+        else:
+            todo.append((a, key))
+
+    results: dict[str, tuple[str, dict]] = {}
+    if todo:
+        def run(item):
+            a, key = item
+            log(f"running a copy of {a.path.relative_to(root)} in a fresh kernel ...")
+            try:
+                result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1)
+            except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
+                result = {"status": "error", "checks": {}, "problem": f"could not run it: {type(err).__name__}: "
+                                                                     f"{str(err)[:200]}", "seconds": 0.0}
+                key = None  # a kernel that would not start says nothing about the notebook: not cached
+            log(f"{a.aid}: {result['status']} in {result.get('seconds', 0):.1f} s")
+            return a, key, result
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for a, key, result in pool.map(run, todo):
+                _fill(a, result, cached=False)
+                if key:
+                    results[a.aid] = (key, result)
+
+    def remember(data: dict) -> None:
+        for aid, (key, result) in results.items():
+            data["runs"][aid] = {"key": key, "result": result, "timeout": timeout,
+                                 "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+    if results:
+        try:
+            later = update_state(root, remember)
+            notes += [later] if later else []
+        except OSError as err:
+            notes.append(f"could not save {STATE_FILE} ({err}); results are not cached")
+    return Report(root, lesson_list, work, _next_step(root, lesson_list, work), notes)
+
+
+def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
+    a.status, a.checks, a.problem = result["status"], dict(result["checks"]), result.get("problem")
+    a.seconds, a.cached = result.get("seconds", 0.0), cached
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chart and entry points
+# ----------------------------------------------------------------------------------------------------------------
+
+def chart(r: Report):
+    """Per assignment: the fraction of visible checks that pass and the self-graded fraction; returns the figure."""
+    from matplotlib.figure import Figure
+
+    names = [a.aid for a in r.assignments]
+    visible = [a.passed / len(a.checks) if a.checks else 0.0 for a in r.assignments]
+    graded = [a.selfgrade["score"] / a.selfgrade["max_score"] if a.selfgrade and a.selfgrade["max_score"] else 0.0
+              for a in r.assignments]
+    fig = Figure(figsize=(6.0, 0.35 * len(names) + 1.8))
+    ax = fig.subplots()
+    ys = range(len(names))
+    ax.barh([y - 0.2 for y in ys], visible, height=0.4, label="visible checks passing", color="#4c72b0")
+    ax.barh([y + 0.2 for y in ys], graded, height=0.4, label="self-graded (hidden included)", color="#55a868")
+    ax.set_yticks(list(ys), names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("fraction")
+    done = sum(l.done for l in r.lessons)
+    ax.set_title(f"lessons run to the end: {done} of {len(r.lessons)}", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def chart_png(r: Report) -> bytes:
+    buffer = io.BytesIO()
+    chart(r).savefig(buffer, format="png", dpi=80)
+    return buffer.getvalue()
+
+
+def show(root: Path = ROOT, **kwargs) -> None:
+    """Display the progress report (tables, next step, chart) in a notebook."""
+    from IPython.display import HTML, display
+
+    display(HTML(report(root, log=print, **kwargs)._repr_html_()))
+
+
+def main(root: Path = ROOT, *, timeout: int = CELL_TIMEOUT) -> int:
+    """`./course progress`: print the report and write the chart to grader/selfgrade/progress.png."""
+    import sys
+
+    r = report(root, timeout=timeout, log=lambda message: print(message, file=sys.stderr, flush=True))
+    print(r.text())
+    png = Path(root) / CHART
+    try:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.write_bytes(chart_png(r))
+        print(f"chart: {png.relative_to(root)}")
+    except OSError as err:
+        print(f"chart not written ({err})")
+    return 0
