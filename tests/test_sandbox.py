@@ -20,10 +20,10 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import grading, sandbox, verdicts
-from twoprim.notebooks import ROOT
+from twoprim.notebooks import ROOT, assignments
 
 from .classroom import answered, student_version, write
-from .test_autograde import broken, expected_without, points
+from .test_autograde import broken, expected_without, points, solution_code
 
 AID = "ex01_dot"
 MARKER = "twoprim-attack-7f3a"
@@ -292,3 +292,21 @@ def test_replayed_results_are_read_without_running_code(tmp_path):
     replay = verdicts.Replay(tmp_path)
     assert replay.captures == [] and not marker.exists()
     assert replay.problems == ["000001-evil.pt could not be read safely (UnpicklingError)"]
+
+
+@pytest.mark.parametrize("aid", assignments())
+def test_the_audit_never_holds_the_solutions(aid):
+    assert {gid: verdicts.audit(code) for gid, code in solution_code(aid).items() if verdicts.audit(code)} == {}
+
+
+@pytest.mark.parametrize("code, why", [
+    ("c = ex01.checks\nc.record_calls = None", "reaches the course's checks"),
+    ("m = torch.nn.Linear(2, 2)\nm.forward = print", "rewrites an attribute of an object it did not create"),
+    ("f = getattr(torch, 'ma' + 'tmul')", "reads an attribute by computed name"),
+    ("torch._C._set_grad_enabled(False)", "reaches torch's C internals"),
+    ("x = 10**40**10", "a size of a billion or more"),
+    ("print('✔ ex01_dot-dot: passed')", "imitates a check's verdict"),
+])
+def test_the_audit_names_what_the_code_reached_for(code, why):
+    found = verdicts.audit(code)
+    assert any(why in line for line in found), found

@@ -416,7 +416,10 @@ _ATTRIBUTES = {
     "_exit": "ends the kernel", "_pop_torch_dispatch_stack": "switches off torch's dispatch modes",
     "_disable_torch_function": "switches off torch's function modes", "__torch_dispatch__": "intercepts torch ops",
     "__torch_function__": "intercepts torch functions", "register_magic_function": "adds notebook magics",
-    "events": "hooks the notebook's events", "__subclasses__": "walks the class hierarchy", "__dict__":
+    "events": "hooks the notebook's events", "_C": "reaches torch's C internals", "__getattribute__":
+    "reads attributes around the normal lookup", "checks": "reaches the course's checks", "verdicts":
+    "reaches the grader's capture", "record_calls": "reaches the checks' recorder", "run_check":
+    "reaches the course's checks", "start_capture": "reaches the grader's capture", "__subclasses__": "walks the class hierarchy", "__dict__":
     "reads or rewrites namespaces", "system": "runs shell commands", "popen": "runs shell commands", "fork":
     "starts processes", "kill": "sends signals",
 }
@@ -478,15 +481,22 @@ def audit(code: str) -> list[str]:
             note(node, f"{node.func.id}(...)", _CALLS[node.func.id])
         elif isinstance(node, ast.Attribute) and node.attr in _ATTRIBUTES:
             note(node, f".{node.attr}", _ATTRIBUTES[node.attr])
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant):
+            note(node, "getattr(..., <computed name>)", "reads an attribute by computed name")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:
                 root = target
                 while isinstance(root, (ast.Attribute, ast.Subscript)):
                     root = root.value
-                if isinstance(target, (ast.Attribute, ast.Subscript)) and isinstance(root, ast.Name) \
-                        and root.id in _LIBRARY_ROOTS:
-                    note(node, f"assigns to {ast.unparse(target)[:80]}", "rewrites a library or the course's checks")
+                if not isinstance(root, ast.Name) or root.id == "self":
+                    continue
+                if isinstance(target, ast.Attribute) or (isinstance(target, ast.Subscript)
+                                                         and root.id in _LIBRARY_ROOTS):
+                    note(node, f"assigns to {ast.unparse(target)[:80]}",
+                         "rewrites a library or the course's checks" if root.id in _LIBRARY_ROOTS
+                         else "rewrites an attribute of an object it did not create")
     seen, unique = set(), []
     for line in found:
         if line not in seen:
