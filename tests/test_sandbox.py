@@ -288,7 +288,7 @@ def test_replayed_results_are_read_without_running_code(tmp_path):
 
     import pickle
 
-    (tmp_path / "000001-evil.pt").write_bytes(pickle.dumps(Payload()))
+    (tmp_path / "000001-evil.pt").write_bytes(pickle.dumps(Payload(), protocol=2))
     replay = verdicts.Replay(tmp_path)
     assert replay.captures == [] and not marker.exists()
     assert replay.problems == ["000001-evil.pt could not be read safely (UnpicklingError)"]
@@ -310,3 +310,13 @@ def test_the_audit_never_holds_the_solutions(aid):
 def test_the_audit_names_what_the_code_reached_for(code, why):
     found = verdicts.audit(code)
     assert any(why in line for line in found), found
+
+
+def test_recorded_values_never_name_code_for_the_grader_to_call_or_import():
+    assert isinstance(verdicts.decode({"t": "dtype", "v": "load"}), verdicts.Opaque)
+    assert verdicts.decode({"t": "tuple", "cls": "torch.return_types.pytree", "items": [1]}) == (1,)
+    assert verdicts._resolve("os.system") is None and verdicts._resolve("antigravity.geohash") is None
+    graph = verdicts.decode({"t": "fx", "nodes": [["placeholder", "x", "x"], ["call_function", "f", "os.system"],
+                                                  ["call_function", "g", "torch.ops.aten.mm.default"],
+                                                  ["output", "output", "output"]]})
+    assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == ["system", "mm.default"]
