@@ -24,6 +24,7 @@ from twoprim.notebooks import ROOT, assignments
 
 from .classroom import answered, student_version, write
 from .test_autograde import broken, expected_without, points, solution_code
+from .test_grading import _course
 
 AID = "ex01_dot"
 MARKER = "twoprim-attack-7f3a"
@@ -125,11 +126,7 @@ def _digest(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def attacked_class(tmp_path_factory):
-    course = tmp_path_factory.mktemp("attacked")
-    (course / "grader").mkdir()
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
-    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
-    shutil.copytree(ROOT / "exercises" / AID, course / "exercises" / AID)
+    course = _course(tmp_path_factory.mktemp("attacked"))
     grader_marker = tmp_path_factory.mktemp("grader") / "unpickled-by-the-grader"
     home_secret = Path.home() / f".twoprim-test-secret-{os.getpid()}"
     home_secret.write_text("the grader's credentials")
@@ -256,10 +253,7 @@ def test_the_sandbox_hides_the_course_and_blocks_writes_network_processes_and_bo
 
 
 def test_autograde_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
-    course = tmp_path
-    (course / "grader").mkdir()
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
-    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
+    course = _course(tmp_path)
     write(course / "grader" / "submitted", "perfect", AID, answered(AID))
     sandbox.missing.cache_clear()
     monkeypatch.setattr(sys, "platform", "darwin")
