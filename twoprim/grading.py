@@ -432,15 +432,13 @@ def _judge_in_grader(aid: str, root: Path, autograded: Path, notebooks: list[str
 
 
 def _grading_kernel(scratch: Path) -> str | None:
-    """A kernelspec that starts the kernel under `prlimit` (address space, CPU seconds, file size): each
-    submission's kernel is limited, not the grader. None where util-linux's prlimit is missing (e.g. macOS)."""
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
+    """For `--unisolated` grading: a kernelspec that starts the kernel under the sandbox's `prlimit` limits only.
+    None where util-linux's prlimit is missing (e.g. macOS)."""
+    if shutil.which("prlimit") is None:
         return None
     spec = scratch / "kernels" / "twoprim-grading"
     spec.mkdir(parents=True, exist_ok=True)
-    argv = [prlimit, f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}", f"--fsize={FILE_SIZE_LIMIT_BYTES}",
-            "--", sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    argv = sandbox.limits() + [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)",
                                                   "language": "python"}))
     return "twoprim-grading"

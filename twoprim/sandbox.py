@@ -154,6 +154,12 @@ def _process_limit() -> int:
     return mine + PROCESS_LIMIT
 
 
+def limits() -> list[str]:
+    """`prlimit` with the limits of a submission's processes, as an argv prefix (also for unisolated grading)."""
+    return ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}", f"--fsize={FILE_SIZE_LIMIT_BYTES}",
+            f"--nproc={_process_limit()}", "--core=0", "--"]
+
+
 def command(connection_file: Path, box: Path, uid: int) -> list[str]:
     """The argv that starts ipykernel on `connection_file` inside the sandbox."""
     env = {
@@ -166,9 +172,7 @@ def command(connection_file: Path, box: Path, uid: int) -> list[str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TWOPRIM_CELL_TIMEOUT"):
         if name in os.environ:
             env[name] = os.environ[name]
-    argv = ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}",
-            f"--fsize={FILE_SIZE_LIMIT_BYTES}", f"--nproc={_process_limit()}", "--core=0", "--"]
-    argv += _bwrap_args(_readable_binds(), box) + ["--chdir", str(box / "home"), "--clearenv"]
+    argv = limits() + _bwrap_args(_readable_binds(), box) + ["--chdir", str(box / "home"), "--clearenv"]
     for name, value in env.items():
         argv += ["--setenv", name, str(value)]
     argv.append("--")
