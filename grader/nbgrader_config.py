@@ -29,21 +29,20 @@ c.CourseDirectory.assignment_id = ""
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Grading (see twoprim/grading.py): per-cell time limits keyed on the test's grade_id, not on tags a student can
-# edit; a warning printed while a correct answer is checked keeps its points (nbgrader alone scores any stderr 0);
-# no single output is kept beyond 20,000 characters.
-from twoprim import grading  # noqa: E402
+# Grading (see twoprim/grading/preprocessors.py): one time limit per cell (the grader passes --cell-timeout's value
+# in its place); a warning printed while a correct answer is checked keeps its points (nbgrader alone scores any
+# stderr 0); no single output is kept beyond 20,000 characters.
+from twoprim.grading import preprocessors  # noqa: E402
 
-c.Execute.timeout = grading.DEFAULT_CELL_TIMEOUT
-c.Execute.timeout_func = grading.cell_timeout
-c.Execute.on_cell_start = grading.record_cell_start
+c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
+c.Execute.on_cell_start = preprocessors.record_cell_start
 c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.Execute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "twoprim.grading.TruncateOutputs",
-    "twoprim.grading.StderrIsNotFailure",
+    "twoprim.grading.preprocessors.TruncateOutputs",
+    "twoprim.grading.preprocessors.StderrIsNotFailure",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
@@ -52,7 +51,7 @@ c.Autograde.autograde_preprocessors = [
 # Feedback shows each test's output but never the source of the hidden checks.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "twoprim.grading.HideHiddenTestSource",
+    "twoprim.grading.preprocessors.HideHiddenTestSource",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

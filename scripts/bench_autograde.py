@@ -55,7 +55,7 @@ def make_course(base: Path, aid: str, n: int) -> Path:
 def scores(course: Path, aid: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{grading._gradebook(course)}", grading.COURSE_ID) as gb:
+    with Gradebook(f"sqlite:///{grading.gradebook_path(course)}", grading.COURSE_ID) as gb:
         return {s.student.id: s.score for s in gb.assignment_submissions(aid)}
 
 

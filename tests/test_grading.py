@@ -88,14 +88,11 @@ def bad_class(tmp_path_factory):
     course = _course(tmp_path_factory.mktemp("class"))
     bad_ex01_class(course / "grader" / "submitted")
     before = _digest(course / "grader" / "submitted")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TWOPRIM_CELL_TIMEOUT", "10")          # read by the config in each grading process
-    mp.setattr(grading, "SUBMISSION_WALL_SECONDS", 60)
     # os_exit, segfault and memory_bomb reach for os._exit, ctypes and 64 GiB, which the audit holds for review (tests/test_sandbox.py);
     # trusted here, they show how a kernel that dies is reported
-    outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=["os_exit", "segfault", "memory_bomb"])
+    outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=["os_exit", "segfault", "memory_bomb"],
+                                 cell_timeout=10, wall_seconds=60)
     yield course, outcomes, before
-    mp.undo()
 
 
 def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):

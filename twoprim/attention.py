@@ -4,24 +4,21 @@
 - `two_gemm_attention`: the textbook form, op by op: a batched GEMM, a scale, a mask, a softmax, a second GEMM.
 - `count_flops` / `gemm_and_other`: FLOPs per ATen op of any torch code, GEMMs exactly as `FlopCounterMode` counts
   them, the rest (element-wise math, reductions, masks) one FLOP per element.
-- `record_allocations`: the shape and storage size of every tensor the ATen ops of a block of code return.
-- `track_memory` / `peak_memory`: the peak of live tensor bytes allocated inside a block of code, tracked op by op.
+- `record_allocations`, `track_memory` / `peak_memory` (from `twoprim.record`): every tensor a block of code
+  creates, and the peak of live tensor bytes, tracked op by op.
 - `heatmap`, `share_bars`: the lesson's figures (same style as `twoprim.plots`).
 """
 from __future__ import annotations
 
 import math
-import weakref
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from .checks import GEMM_ATEN
+from .record import GEMM_ATEN, Allocation, FlopRule, count_other_flops, peak_memory, record_allocations, track_memory
 
 __all__ = [
     "attention_spec", "two_gemm_attention", "count_flops", "gemm_and_other", "record_allocations", "Allocation",
@@ -101,63 +98,35 @@ def two_gemm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
 # FLOP accounting
 # ----------------------------------------------------------------------------------------------------------------
 
-# One FLOP per output element.
-_ELEMENTWISE = frozenset({
-    "add", "sub", "rsub", "mul", "div", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
-    "reciprocal", "pow", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "maximum", "minimum",
-    "fmax", "fmin", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "addcmul", "addcdiv", "lerp",
-    "nan_to_num", "sign", "floor", "ceil", "round", "trunc",
-})
-# One FLOP per input element (every element is read into one running result).
-_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "logsumexp", "var", "std",
-                         "var_mean", "std_mean", "norm", "linalg_vector_norm"})
-# Fused ops, counted as their parts: softmax = max, subtract, exp, sum, divide.
-_FUSED = {"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 7}
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
-    return []
-
-
-class _OtherFlops(TorchDispatchMode):
-    """Counts the FLOPs of every non-GEMM ATen op: element-wise per output element, reductions per input element."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__.rstrip("_")  # in-place add_ counts as add
-        if name in GEMM_ATEN:
-            return out
-        if name in _ELEMENTWISE:
-            self.counts[name] += sum(t.numel() for t in _tensors(out)[:1])
-        elif name in _REDUCTIONS:
-            self.counts[name] += sum(t.numel() for t in _tensors(args)[:1])
-        elif name in _FUSED:
-            self.counts[name] += _FUSED[name] * sum(t.numel() for t in _tensors(args)[:1])
-        return out
+# The rule lesson 05 and ex05's `attention_flops` count by: one FLOP per output element of element-wise math, one
+# per input element of a reduction, softmax as its five parts and layer norm as seven; in-place `add_` as `add`.
+FLOP_RULE = FlopRule(
+    elementwise=frozenset({
+        "add", "sub", "rsub", "mul", "div", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
+        "reciprocal", "pow", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "maximum", "minimum",
+        "fmax", "fmin", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "addcmul", "addcdiv", "lerp",
+        "nan_to_num", "sign", "floor", "ceil", "round", "trunc",
+    }),
+    reductions=frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "logsumexp", "var", "std",
+                          "var_mean", "std_mean", "norm", "linalg_vector_norm"}),
+    fused={"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 7},
+    inplace_as_out_of_place=True,
+)
 
 
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Counter:
     """FLOPs of `fn(*args, **kwargs)` per ATen op name, measured while it runs.
 
     GEMM ops (`mm`, `bmm`, ...) as `torch.utils.flop_counter.FlopCounterMode` counts them: 2 per multiply-add.
-    Element-wise math (`mul`, `exp`, `masked_fill`, ...): 1 per output element. Reductions (`sum`, `amax`, ...):
-    1 per input element. Views, copies and tensor creation: 0. Works on tensors on the `meta` device too, so the
-    count for a large S costs no memory and no time.
+    Everything else by `FLOP_RULE`: element-wise math (`mul`, `exp`, `masked_fill`, ...) 1 per output element,
+    reductions (`sum`, `amax`, ...) 1 per input element; views, copies and tensor creation 0. Works on tensors on
+    the `meta` device too, so the count for a large S costs no memory and no time.
     """
-    other = _OtherFlops()
-    with FlopCounterMode(display=False) as gemm_counter, other:
+    with FlopCounterMode(display=False) as gemm_counter, count_other_flops(FLOP_RULE) as other:
         fn(*args, **kwargs)
     counts = Counter({getattr(op, "__name__", str(op)).split(".")[-1]: int(n)
                       for op, n in gemm_counter.get_flop_counts().get("Global", {}).items()})
-    counts.update(other.counts)
+    counts.update(other.flops)
     return counts
 
 
@@ -165,125 +134,6 @@ def gemm_and_other(counts: Mapping[str, int]) -> dict[str, int]:
     """{"gemm": FLOPs in GEMM ops, "other": everything else} from `count_flops`'s per-op counts."""
     gemm = sum(n for op, n in counts.items() if op in GEMM_ATEN)
     return {"gemm": gemm, "other": sum(counts.values()) - gemm}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Memory: what gets allocated, and the peak
-# ----------------------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Allocation:
-    """One tensor an ATen op returned: the op, the tensor's shape and dtype, and how many elements its storage
-    holds (a view shares its base's storage, so a view of a big tensor is big; an expanded tensor is small)."""
-
-    op: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    storage_elements: int
-
-
-class _AllocationRecorder(TorchDispatchMode):
-    def __init__(self, log: list[Allocation]):
-        super().__init__()
-        self.log = log
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in _tensors(out):
-            try:
-                elements = t.untyped_storage().nbytes() // max(t.element_size(), 1)
-            except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. some subclasses)
-                elements = t.numel()
-            self.log.append(Allocation(func.overloadpacket.__name__, tuple(t.shape), t.dtype, elements))
-        return out
-
-
-class record_allocations:
-    """`with record_allocations() as allocs: ...` lists an `Allocation` for every tensor the ATen ops return."""
-
-    def __enter__(self) -> list[Allocation]:
-        self.allocations: list[Allocation] = []
-        self._mode = _AllocationRecorder(self.allocations)
-        self._mode.__enter__()
-        return self.allocations
-
-    def __exit__(self, *exc):
-        self._mode.__exit__(*exc)
-        return False
-
-
-@dataclass
-class MemoryTrace:
-    """Bytes of tensor storage allocated inside a `track_memory` block: live now, and the peak."""
-
-    current: int = 0
-    peak: int = 0
-    _live: dict = field(default_factory=dict)  # storage data_ptr -> [bytes, live tensors that use it]
-
-    def _release(self, key: int) -> None:
-        entry = self._live.get(key)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.current -= entry[0]
-            del self._live[key]
-
-
-class _MemoryTracker(TorchDispatchMode):
-    def __init__(self, trace: MemoryTrace, outside: set[int]):
-        super().__init__()
-        self.trace, self.outside = trace, outside
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        trace = self.trace
-        for t in _tensors(out):
-            storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
-            if nbytes == 0 or key in self.outside:
-                continue  # nothing allocated, or memory that existed before the block (an input, a view of one)
-            entry = trace._live.get(key)
-            if entry is None:
-                entry = trace._live[key] = [nbytes, 0]
-                trace.current += nbytes
-                trace.peak = max(trace.peak, trace.current)
-            entry[1] += 1
-            weakref.finalize(t, trace._release, key)
-        return out
-
-
-class track_memory:
-    """`with track_memory(*inputs) as trace: ...` then `trace.peak`: the most bytes of tensor storage that were
-    allocated inside the block and alive at the same time.
-
-    How it measures: a TorchDispatchMode sees every tensor an ATen op returns; a new storage adds its bytes, and
-    when the last tensor using it is freed (a weakref finalizer) they are subtracted. Storage of the tensors passed
-    in (and of their views) does not count. `tracemalloc` cannot do this: torch allocates outside Python's
-    allocator. On a GPU, `torch.cuda.max_memory_allocated` measures the same thing from the allocator itself.
-    """
-
-    def __init__(self, *inputs: torch.Tensor):
-        self.outside = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
-
-    def __enter__(self) -> MemoryTrace:
-        self.trace = MemoryTrace()
-        self._mode = _MemoryTracker(self.trace, self.outside)
-        self._mode.__enter__()
-        return self.trace
-
-    def __exit__(self, *exc):
-        self._mode.__exit__(*exc)
-        return False
-
-
-def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
-    """Peak bytes of tensor storage allocated and alive at once while `fn(*args, **kwargs)` runs (its result
-    included), measured with `track_memory`; the inputs' own memory is not counted."""
-    with track_memory(*args, *kwargs.values()) as trace:
-        result = fn(*args, **kwargs)
-        del result
-    return trace.peak
 
 
 def scores_bytes(B: int, H: int, S: int, dtype: torch.dtype = torch.float32) -> int:

@@ -6,38 +6,23 @@ says what was tried, what was expected, what came back, the error against the st
 step. On success it prints what was proved and how many hidden checks grading still runs.
 
 Rules an exercise states ("no `torch.dot`", "one matrix-vector product") are enforced by recording every torch
-function and every ATen op the learner's code runs (`record_calls`).
+function and every ATen op the learner's code runs (`twoprim.record.record_calls`).
 """
 from __future__ import annotations
 
-import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from torch.overrides import TorchFunctionMode, resolve_name
 
 from . import verdicts
-from torch.utils._python_dispatch import TorchDispatchMode
+from .failures import CheckFailure, Mismatch
+from .record import GEMM_ATEN, GEMM_FUNCTIONS, CallLog, record_calls
 
 __all__ = [
     "Case", "CheckFailure", "Mismatch", "Rule", "CallLog", "record_calls", "run_check", "describe",
     "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN",
 ]
-
-
-class CheckFailure(AssertionError):
-    """A check failed; the message is written for the learner."""
-
-
-class Mismatch(Exception):
-    """Raised by a judge: the answer is wrong, `detail` says how (becomes the 'got'/'error' lines)."""
-
-    def __init__(self, detail: str, *, next_step: str | None = None):
-        super().__init__(detail)
-        self.detail = detail
-        self.next_step = next_step
 
 
 @dataclass(frozen=True)
@@ -47,121 +32,6 @@ class Case:
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Recording what ran
-# ----------------------------------------------------------------------------------------------------------------
-
-# torch-level functions that compute a dot product or a GEMM (short names, matched on the last dotted part).
-GEMM_FUNCTIONS = frozenset({
-    "dot", "vdot", "inner", "outer", "ger", "matmul", "mm", "mv", "bmm", "einsum", "tensordot", "linear",
-    "bilinear", "addmm", "addmv", "addbmm", "baddbmm", "addr", "chain_matmul", "multi_dot", "vecdot",
-    "__matmul__", "__rmatmul__", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_",
-})
-# ATen ops that are a dot product or a GEMM, whatever Python spelling reached them.
-GEMM_ATEN = frozenset({
-    "dot", "vdot", "mv", "mm", "addmm", "addmv", "bmm", "baddbmm", "addbmm", "addr", "_mkl_linear",
-    "_addmm_activation", "linear", "matmul", "outer", "ger", "addmm_", "addmv_", "addr_", "baddbmm_", "addbmm_",
-})
-
-
-def _gemm_flops(op: str, shapes: tuple[tuple[int, ...], ...]) -> int:
-    """FLOPs (2 per multiply-add) of one dot/GEMV/GEMM ATen op, from its operands' shapes."""
-    op = op.rstrip("_")  # in-place variants (addmm_) count like their out-of-place op
-    if op in ("addmm", "addmv", "baddbmm", "addbmm", "addr", "_addmm_activation"):
-        shapes = shapes[1:]  # the first operand is the C that is added
-    if len(shapes) < 2:
-        return 0
-    a, b = shapes[0], shapes[1]
-    if op in ("dot", "vdot"):
-        return 2 * a[0]
-    if op in ("mv", "addmv"):
-        return 2 * a[0] * a[1]
-    if op in ("mm", "addmm", "_addmm_activation"):
-        return 2 * a[0] * a[1] * b[1]
-    if op in ("bmm", "baddbmm"):
-        return 2 * a[0] * a[1] * a[2] * b[2]
-    if op == "addbmm":
-        return 2 * a[0] * a[1] * a[2] * b[2]
-    if op in ("outer", "ger", "addr"):
-        return a[0] * b[0]
-    return 0
-
-
-@dataclass
-class CallLog:
-    """What a block of code ran: torch functions by qualified name, ATen ops by packet name, and for every
-    dot/GEMV/GEMM ATen op its operands' shapes (`gemms`, in call order)."""
-
-    functions: Counter = field(default_factory=Counter)
-    aten: Counter = field(default_factory=Counter)
-    gemms: list = field(default_factory=list)  # [(op, ((shape of operand 0), (shape of operand 1), ...)), ...]
-
-    def gemm_flops(self) -> int:
-        """FLOPs run inside dot/GEMV/GEMM ops (2 per multiply-add), from the recorded operand shapes."""
-        return sum(_gemm_flops(op, shapes) for op, shapes in self.gemms)
-
-    def short_functions(self) -> Counter:
-        return Counter({name.rsplit(".", 1)[-1]: n for name, n in self.functions.items()})
-
-    def used(self, function_names: Iterable[str] = (), aten_names: Iterable[str] = ()) -> list[str]:
-        """The recorded calls whose names are in either set, as readable strings."""
-        fn_names, aten_set = set(function_names), set(aten_names)
-        hits = [name for name in self.functions if name.rsplit(".", 1)[-1] in fn_names]
-        hits += [f"aten.{name}" for name in self.aten if name in aten_set]
-        return hits
-
-    def count_aten(self, names: Iterable[str]) -> int:
-        names = set(names)
-        return sum(n for op, n in self.aten.items() if op in names)
-
-    @property
-    def total(self) -> int:
-        return sum(self.aten.values())
-
-
-class _FunctionRecorder(TorchFunctionMode):
-    def __init__(self, log: CallLog):
-        super().__init__()
-        self.log = log
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        try:
-            name = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
-        except Exception:  # noqa: BLE001 - naming must never break the learner's code
-            name = repr(func)
-        self.log.functions[name] += 1
-        return func(*args, **(kwargs or {}))
-
-
-class _AtenRecorder(TorchDispatchMode):
-    def __init__(self, log: CallLog):
-        super().__init__()
-        self.log = log
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.log.aten[name] += 1
-        if name in GEMM_ATEN:
-            self.log.gemms.append((name, tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))))
-        return func(*args, **(kwargs or {}))
-
-
-class record_calls:
-    """Context manager: `with record_calls() as log: ...` fills `log.functions` and `log.aten`."""
-
-    def __enter__(self) -> CallLog:
-        self.log = CallLog()
-        self._modes = [_FunctionRecorder(self.log), _AtenRecorder(self.log)]
-        for mode in self._modes:
-            mode.__enter__()
-        return self.log
-
-    def __exit__(self, *exc):
-        for mode in reversed(self._modes):
-            mode.__exit__(*exc)
-        return False
 
 
 @dataclass(frozen=True)

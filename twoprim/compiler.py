@@ -39,8 +39,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.fx
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from .record import FlopRule, count_other_flops
 
 __all__ = [
     "LEVELS", "GEMM_OPS", "op_name", "target_name", "count_ops", "gemms_in", "gemm_nodes", "Capture",
@@ -420,28 +421,7 @@ _FREE_OPS = frozenset({
 })
 
 
-class _ElementwiseCounter(TorchDispatchMode):
-    """Counts the FLOPs that FlopCounterMode has no formula for: element-wise ops and reductions, and the bias
-    add inside addmm/baddbmm (FlopCounterMode counts only their products)."""
-
-    def __init__(self):
-        super().__init__()
-        self.flops: Counter = Counter()
-        self.unknown: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if name in ELEMENTWISE_OPS and isinstance(out, torch.Tensor):
-            self.flops[name] += out.numel()
-        elif name in REDUCTION_OPS and first is not None:
-            self.flops[name] += first.numel()
-        elif name in ("addmm", "baddbmm") and isinstance(out, torch.Tensor):
-            self.flops[f"{name} (bias add)"] += out.numel()
-        elif name not in GEMM_OPS["aten"] and name not in _FREE_OPS and name not in ("dot", "mv", "addmv"):
-            self.unknown.add(name)
-        return out
+FLOP_RULE = FlopRule(elementwise=ELEMENTWISE_OPS, reductions=REDUCTION_OPS, free=_FREE_OPS, bias_add=True)
 
 
 def flop_split(model: Callable, x: torch.Tensor) -> dict[str, dict[str, Any]]:
@@ -453,12 +433,11 @@ def flop_split(model: Callable, x: torch.Tensor) -> dict[str, dict[str, Any]]:
     from torch.utils.flop_counter import FlopCounterMode
 
     def measured(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
-        other = _ElementwiseCounter()
-        with FlopCounterMode(display=False) as gemm, other:
+        with FlopCounterMode(display=False) as gemm, count_other_flops(FLOP_RULE) as other:
             result = run()
         by_op = {str(op).split(".")[-1]: n for op, n in gemm.get_flop_counts().get("Global", {}).items()}
         return result, {"gemm": gemm.get_total_flops(), "other": sum(other.flops.values()),
-                        "gemm_by_op": by_op, "other_by_op": dict(other.flops), "uncounted": sorted(other.unknown)}
+                        "gemm_by_op": by_op, "other_by_op": dict(other.flops), "uncounted": other.uncounted}
 
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     saved = [(p, p.grad) for p in params] + ([(x, x.grad)] if x.requires_grad else [])

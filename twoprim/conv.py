@@ -14,10 +14,8 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-from .checks import record_calls
+from .record import record_allocations, record_calls
 
 __all__ = [
     "pair", "out_size", "conv2d_spec", "im2col_spec", "conv2d_im2col", "conv_flops", "recorded_gemms", "LAYERS",
@@ -144,34 +142,19 @@ LAYERS: dict[str, tuple] = {
 # Memory: the tensors a computation creates
 # ----------------------------------------------------------------------------------------------------------------
 
-class _AllocationRecorder(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.buffers: list[tuple[str, int]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        seen = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:  # views and in-place: no
-                self.buffers.append((func.overloadpacket.__name__, t.untyped_storage().nbytes()))
-                seen.add(t.untyped_storage().data_ptr())
-        return out
-
-
 def allocations(fn: Callable[[], object]) -> dict:
     """Run `fn()` and measure the tensors its torch ops allocated: {"total": bytes, "largest": bytes, "op": name}.
 
     Counts every new buffer an ATen op returned (views and in-place results are not new). Memory a library
     allocates inside one op for its own use (a oneDNN or cuDNN workspace) is not visible here.
     """
-    recorder = _AllocationRecorder()
-    with recorder:
+    with record_allocations() as allocs:
         fn()
-    if not recorder.buffers:
+    buffers = [(a.op, a.storage_bytes) for a in allocs if a.new]
+    if not buffers:
         return {"total": 0, "largest": 0, "op": None}
-    op, largest = max(recorder.buffers, key=lambda b: b[1])
-    return {"total": sum(b for _, b in recorder.buffers), "largest": largest, "op": op}
+    op, largest = max(buffers, key=lambda b: b[1])
+    return {"total": sum(b for _, b in buffers), "largest": largest, "op": op}
 
 
 # ----------------------------------------------------------------------------------------------------------------

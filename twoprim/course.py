@@ -21,8 +21,6 @@ Learners on their own:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,50 +28,10 @@ from pathlib import Path
 
 import nbformat
 
+from .nbgrader_cli import CourseError, nbgrader
 from .notebooks import ROOT, assignments, clean, execute, lessons
 
 LESSON_BUDGET_S = 60.0
-
-
-class CourseError(SystemExit):
-    """A problem the user can fix; the message says how."""
-
-    def __init__(self, message: str):
-        super().__init__(f"error: {message}")
-
-
-def environment() -> dict[str, str]:
-    """os.environ with this interpreter's bin/ first on PATH (nbgrader shells out to `alembic`)."""
-    env = dict(os.environ)
-    bin_dir = str(Path(sys.executable).parent)
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def preflight(env: dict[str, str]) -> None:
-    """Fail early, with the command to run, when nbgrader or alembic is missing from the environment."""
-    bin_dir = Path(sys.executable).parent
-    for tool in ("nbgrader", "alembic"):
-        if shutil.which(tool, path=env["PATH"]) is None:
-            raise CourseError(
-                f"`{tool}` is not installed in {bin_dir} (nbgrader needs it to create and migrate the gradebook). "
-                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
-
-
-def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives."""
-    grader = root / "grader"
-    if not (grader / "nbgrader_config.py").is_file():
-        raise CourseError(f"{grader / 'nbgrader_config.py'} is missing: this is not a Two Primitives checkout.")
-    env = environment()
-    preflight(env)
-    exe = shutil.which("nbgrader", path=env["PATH"])
-    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
-                          capture_output=capture)
-    if check and proc.returncode != 0:
-        detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
-        raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
-    return proc
 
 
 def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | None = None) -> list[Path]:
@@ -175,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("assignment")
     a.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
     a.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
-    a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default %(default)s: 60)")
+    a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)")
     a.add_argument("--unisolated", action="store_true",
                    help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)")
     a.add_argument("--trust", action="append", default=None, metavar="STUDENT",
@@ -186,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
     pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
     args = parser.parse_args(argv)
+    # grading and progress import torch (through the checks): only the commands that need them pay for it
+    if args.command in ("autograde", "report", "selfgrade"):
+        from . import grading
+    if args.command == "progress":
+        from . import progress
 
     if getattr(args, "assignment", None) and args.assignment not in assignments():
         raise CourseError(f"no assignment {args.assignment!r}; known: {', '.join(assignments())}.")
@@ -211,28 +174,19 @@ def main(argv: list[str] | None = None) -> int:
         collect(args.assignment)
         print(f"collected {args.assignment} into grader/submitted/")
     elif args.command == "autograde":
-        from . import grading
-
-        if args.cell_timeout:
-            os.environ["TWOPRIM_CELL_TIMEOUT"] = str(args.cell_timeout)
         grading.autograde(args.assignment, workers=args.workers, students=args.student,
-                          unisolated=args.unisolated, trust=args.trust)
+                          unisolated=args.unisolated, trust=args.trust,
+                          cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT)
         print(grading.format_summary(grading.write_reports(args.assignment)))
     elif args.command == "feedback":
         feedback(args.assignment)
         print(f"feedback for {args.assignment} generated in grader/feedback/ and released to the exchange")
     elif args.command == "report":
-        from . import grading
-
         print(grading.format_summary(grading.write_reports(args.assignment)))
     elif args.command == "selfgrade":
-        from . import grading
-
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())
     elif args.command == "progress":
-        from . import progress
-
         return progress.main(ROOT, timeout=args.cell_timeout or progress.CELL_TIMEOUT)
     return 0
 

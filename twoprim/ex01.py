@@ -293,3 +293,46 @@ def check_top_k(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: in
               rules=[_NO_BUILTIN_COSINE],
               proves="the k most similar keys, best first, ties to the lower index", hidden=hidden,
               next_step="sort the similarities in descending order and keep the first k indices")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex01_dot-dot_loop": (
+        "Look at the loop version in lesson 01: one index i runs over the length of x, and every step is Python "
+        "arithmetic on single numbers, no tensor operation.",
+        "Keep a running total as a Python float that starts at zero. Turn x[i] and w[i] into Python floats with "
+        "`float(...)` before you multiply them, so nothing vectorised runs.",
+        "x·w = x₀w₀ + x₁w₁ + … + xₙ₋₁wₙ₋₁, one term added per iteration. Return the float itself, not a tensor.",
+    ),
+    "ex01_dot-dot": (
+        "Two whole-tensor operations are enough: which element-wise operation pairs xᵢ with wᵢ, and which "
+        "reduction adds up the n results?",
+        "The element-wise product has shape (n,), like x; reducing it over everything gives shape (), a 0-d tensor "
+        "that keeps x's dtype.",
+        "x·w = Σᵢ (x ⊙ w)ᵢ, the sum of the element-wise (Hadamard) product: `*` between two tensors multiplies "
+        "element by element, and `.sum()` with no dimension adds everything.",
+    ),
+    "ex01_dot-neuron": (
+        "You already wrote the hard part: a neuron's pre-activation is your dot product plus one number.",
+        "`dot(x, w)` is a 0-d tensor; adding b, a number or a 0-d tensor, gives a 0-d tensor again.",
+        "z = x·w + b. Call the `dot` you defined above, not a built-in, so the rules of `dot` still hold.",
+    ),
+    "ex01_dot-cosine_similarity": (
+        "Split the formula in two: the numerators q·kⱼ for every key, and the denominators ‖q‖‖kⱼ‖ for every key. "
+        "Each is one vectorised expression.",
+        "keys (N, D) times query (D,) is a matrix-vector product of shape (N,): all numerators at once. The norms "
+        "of the rows of keys form an (N,) vector; the query's norm is 0-d and broadcasts.",
+        "cos = (K q) / max(‖kⱼ‖‖q‖, 1e-8). `torch.linalg.vector_norm` with `dim=1` gives row norms, and "
+        "`clamp_min` applies the floor, so an all-zero key gets 0 / 1e-8 = 0.",
+    ),
+    "ex01_dot-top_k": (
+        "Rank by your `cosine_similarity`: the answer is the positions of the largest similarities, largest first.",
+        "Sorting the (N,) similarities in decreasing order also gives the permutation of indices, shape (N,); keep "
+        "its first k entries.",
+        "Ties keep index order only with a stable sort: `torch.sort` takes `stable=True` (and `descending=True`), "
+        "`torch.topk` promises nothing about ties. The sort's `.indices` are what you return.",
+    ),
+}

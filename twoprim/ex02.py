@@ -11,21 +11,20 @@ shapes (in-place and `out=` forms included) while the learner's function runs.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Callable, Sequence
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import checks, guards
+from . import guards
 from .checks import (
     GEMM_ATEN, GEMM_FUNCTIONS, Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor,
     reduction_tolerance, run_check,
 )
+from .record import gemm_flops
 
 __all__ = [
     "matmul_cases", "tiled_cases", "gemm_cases", "flops_cases",
@@ -168,44 +167,6 @@ def flops_cases(shapes: Sequence[tuple[int, int, int]]) -> list[Case]:
     return [Case(f"M={M}, N={N}, K={K}", (M, N, K)) for M, N, K in shapes]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Recording every GEMM-family op with its operand shapes (in-place forms such as addmm_ included)
-# ----------------------------------------------------------------------------------------------------------------
-
-_INPLACE = frozenset({"addmm_", "addmv_", "addr_", "baddbmm_", "addbmm_"})
-_GEMM_OPS = GEMM_ATEN | _INPLACE
-
-
-class _GemmRecorder(TorchDispatchMode):
-    def __init__(self, ops: list):
-        super().__init__()
-        self.ops = ops
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if name in _GEMM_OPS:
-            self.ops.append((name, tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))))
-        return func(*args, **(kwargs or {}))
-
-
-class _Recorded:
-    """Wraps a learner's function: each call records its GEMM-family ops in `ops` (reset per call)."""
-
-    def __init__(self, fn: Callable):
-        functools.update_wrapper(self, fn)
-        self.fn = fn
-        self.ops: list = []
-
-    def __call__(self, *args, **kwargs):
-        self.ops = []
-        with _GemmRecorder(self.ops):
-            return self.fn(*args, **kwargs)
-
-
-def _flops(op: str, shapes: tuple) -> int:
-    return checks._gemm_flops(op.rstrip("_"), shapes)  # noqa: SLF001 - the same count checks.py uses
-
-
 def _listing(ops: list, limit: int = 3) -> str:
     shown = [f"aten.{op} on {' and '.join(str(s) for s in shapes)}" for op, shapes in ops[:limit]]
     more = f" (and {len(ops) - limit} more)" if len(ops) > limit else ""
@@ -226,7 +187,7 @@ _NUMPY = {"numpy", "__array__"}
 
 _PYTHON_LOOPS = forbid(
     "Python loops: no dot, matrix-vector or matrix-matrix product and no vectorised sum",
-    GEMM_FUNCTIONS | _REDUCTIONS | _NUMPY, GEMM_ATEN | _INPLACE | _REDUCTIONS,
+    GEMM_FUNCTIONS | _REDUCTIONS | _NUMPY, GEMM_ATEN | _REDUCTIONS,
     next_step="loop over i, j and k in Python and add A[i][k] * B[k][j] to a running Python float for each C[i, j] "
               "(A.tolist() gives the numbers as nested lists)")
 
@@ -234,14 +195,14 @@ _NO_NUMPY = forbid("torch only: no conversion to NumPy", _NUMPY,
                    next_step="stay in torch: NumPy's matmul would do the work this exercise asks you to write")
 
 
-def _dots_only(recorded: _Recorded) -> Rule:
+def _dots_only() -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
         M, N, K = _mnk(case)
-        other = [(op, s) for op, s in recorded.ops if op not in ("dot", "vdot")]
+        other = [(op, s) for op, s in log.gemms if op not in ("dot", "vdot")]
         if other:
             return (f"it ran {_listing(other)}: a matrix-vector or matrix-matrix product, where every C[i, j] must "
                     f"be one dot product of two vectors")
-        dots = recorded.ops
+        dots = log.gemms
         if not dots:
             return ("it ran no dot op: the products and sums came from element-wise operations instead of "
                     "torch.dot")
@@ -260,7 +221,7 @@ def _dots_only(recorded: _Recorded) -> Rule:
 
 _NO_GEMM_EXCEPT_OUTER = forbid(
     "no dot, matrix-vector or matrix-matrix product (outer products only)",
-    (GEMM_FUNCTIONS - {"outer", "ger"}) | _NUMPY, (GEMM_ATEN - {"outer", "ger"}) | _INPLACE,
+    (GEMM_FUNCTIONS - {"outer", "ger"}) | _NUMPY, GEMM_ATEN - {"outer", "ger"},
     next_step="build each outer product with torch.outer(A[:, k], B[k, :]) (or A[:, k, None] * B[None, k, :]) and "
               "add the K of them up; A[:, k:k+1] @ B[k:k+1, :] is a GEMM, so it is not allowed here")
 
@@ -296,35 +257,35 @@ def _c_unchanged() -> Rule:
                 "C.mul_(beta), C += ... or C[...] = ...")
 
 
-def _one_plain_product(recorded: _Recorded) -> Rule:
+def _one_plain_product() -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
-        fused = [(op, s) for op, s in recorded.ops if op.rstrip("_") in ("addmm", "addmv", "addr", "baddbmm", "addbmm")]
+        fused = [(op, s) for op, s in log.gemms if op.rstrip("_") in ("addmm", "addmv", "addr", "baddbmm", "addbmm")]
         if fused:
             return (f"it ran {_listing(fused)}, the library's own α·A·B + β·C, which this exercise asks you to "
                     f"write")
-        if len(recorded.ops) > 1:
-            return f"it ran {len(recorded.ops)} dot/GEMM ops ({_listing(recorded.ops)}), where one A @ B is enough"
+        if len(log.gemms) > 1:
+            return f"it ran {len(log.gemms)} dot/GEMM ops ({_listing(log.gemms)}), where one A @ B is enough"
         return None
 
     return Rule("one plain matrix product A @ B, scaled and added yourself (no torch.addmm)", test,
                 "compute P = A @ B once; the result is alpha * P + beta * C, or alpha * P alone when beta == 0")
 
 
-def _tiles_only(recorded: _Recorded) -> Rule:
+def _tiles_only() -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
         A, B, tile = case.args
         M, N, K = _mnk(case)
-        not_mm = [(op, s) for op, s in recorded.ops if op.rstrip("_") not in ("mm", "addmm")]
+        not_mm = [(op, s) for op, s in log.gemms if op.rstrip("_") not in ("mm", "addmm")]
         if not_mm:
             return (f"it ran {_listing(not_mm)}; the tiles are multiplied with 2-D matrix products (@, torch.mm or "
                     f"torch.addmm), not dot products, matrix-vector or batched products")
-        too_big = [(op, s) for op, s in recorded.ops if any(d > tile for shape in s for d in shape)]
+        too_big = [(op, s) for op, s in log.gemms if any(d > tile for shape in s for d in shape)]
         if too_big:
             return (f"it ran {_listing(too_big, 1)} with tile={tile}: an operand larger than one tile (every "
                     f"dimension must be at most {tile}), so this is not a tiled product")
-        done = sum(_flops(op, s) for op, s in recorded.ops)
+        done = sum(gemm_flops(op, s) for op, s in log.gemms)
         want = 2 * M * N * K
-        if not recorded.ops:
+        if not log.gemms:
             return "it ran no matrix product at all; the work on each tile is one small GEMM (A_tile @ B_tile)"
         if done < want:
             return (f"its tile GEMMs did {done:,} FLOPs, but a product of these sizes needs 2·M·N·K = {want:,}: "
@@ -426,10 +387,6 @@ def _judge_flops(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
-def _wrap(fn):
-    return _Recorded(fn) if callable(fn) else fn
-
-
 def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else matmul_cases([(2, 3, 4), (4, 5, 3)])
     return run_check(f"{TASK}-matmul_loops", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
@@ -440,9 +397,8 @@ def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 
 def check_matmul_dots(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else matmul_cases([(3, 4, 5), (6, 2, 7)])
-    fn = _wrap(fn)
     return run_check(f"{TASK}-matmul_dots", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
-                     rules=[_NO_NUMPY, _dots_only(fn)] if callable(fn) else [],
+                     rules=[_NO_NUMPY, _dots_only()] if callable(fn) else [],
                      proves="C is M·N dot products: C[i, j] = A[i, :]·B[:, j], one torch.dot each",
                      hidden=hidden, next_step="C[i, j] pairs row i of A with column j of B")
 
@@ -459,18 +415,16 @@ def check_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int
     if cases is None:
         cases = gemm_cases([(3, 4, 5, 1.5, 0.5), (4, 2, 3, -1.0, 2.0)]) \
             + gemm_cases([(3, 3, 2, 2.0, 0.0)], [torch.float32], fill_c="nan", seed=1)
-    fn = _wrap(fn)
     return run_check(f"{TASK}-gemm", fn, cases, expected=_gemm_expected, judge=_judge_gemm,
-                     rules=[_NO_NUMPY, _c_unchanged(), _one_plain_product(fn)] if callable(fn) else [],
+                     rules=[_NO_NUMPY, _c_unchanged(), _one_plain_product()] if callable(fn) else [],
                      proves="BLAS semantics α·A·B + β·C in a new tensor, C unchanged, C ignored when β = 0",
                      hidden=hidden, next_step="the result is alpha * (A @ B) + beta * C")
 
 
 def check_matmul_tiled(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     cases = cases if cases is not None else tiled_cases([(8, 8, 8, 4), (10, 7, 9, 4)])
-    fn = _wrap(fn)
     return run_check(f"{TASK}-matmul_tiled", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
-                     rules=[_NO_NUMPY, _tiles_only(fn)] if callable(fn) else [],
+                     rules=[_NO_NUMPY, _tiles_only()] if callable(fn) else [],
                      proves="a tiled product: GEMMs on tiles of at most tile×tile, edge tiles included, equal A @ B",
                      hidden=hidden, next_step="C's tile (i0, j0) is the sum over k0 of A's tile (i0, k0) @ B's tile "
                                               "(k0, j0)")
@@ -481,3 +435,55 @@ def check_gemm_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidde
     return run_check(f"{TASK}-gemm_flops", fn, cases, expected=flop_counter, judge=_judge_flops,
                      proves="2·M·N·K, the FLOP count FlopCounterMode measures for an (M, K) @ (K, N) product",
                      hidden=hidden, next_step="count the multiplies and adds: M·N elements, K of each per element")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex02_gemm-matmul_loops": (
+        "Three nested loops: i over the rows of A (M), j over the columns of B (N), and k over the shared dimension "
+        "(K). Only the innermost loop adds.",
+        "Read the numbers out once with `.tolist()` (nested Python lists), make an (M, N) result tensor of A's "
+        "dtype, and write each finished C[i, j] into it.",
+        "C[i, j] = Σₖ A[i, k]·B[k, j], accumulated in a Python float that starts again at 0 for every (i, j).",
+    ),
+    "ex02_gemm-matmul_dots": (
+        "Which two vectors meet in C[i, j]? Row i of A and column j of B, both of length K.",
+        "Two loops, i over M and j over N, and one `torch.dot` per pair: row i of A is (K,), column j of B is (K,), "
+        "and their dot is a 0-d tensor you store at C[i, j] of an (M, N) result.",
+        "C[i, j] = A[i, :]·B[:, j]: M·N dots of length K, exactly what the check counts.",
+    ),
+    "ex02_gemm-matmul_outer": (
+        "Turn the loops inside out: loop over k only, and let each step update all of C at once.",
+        "Column k of A is (M,) and row k of B is (N,); their outer product is (M, N), the shape of C. Start C at "
+        "zeros and add one outer product per k.",
+        "C = Σₖ A[:, k] ⊗ B[k, :] with (u ⊗ v)ᵢⱼ = uᵢvⱼ: `torch.outer(u, v)`, or a column (M, 1) times a row "
+        "(1, N) by broadcasting.",
+    ),
+    "ex02_gemm-gemm": (
+        "Three parts of BLAS's contract: the product A·B once, scaled by alpha; beta·C added only when beta is not "
+        "0; and C itself never changed.",
+        "A (M, K) @ B (K, N) is (M, N), the shape of C. An expression such as alpha · product + beta · C builds a "
+        "new tensor, so C stays as it was (no `+=` on C).",
+        "When beta == 0, return alpha times the product without touching C at all: 0·NaN is NaN in IEEE "
+        "arithmetic, so multiplying C by 0 is not the same as not reading it.",
+    ),
+    "ex02_gemm-matmul_tiled": (
+        "Three loops again, but over the corners of tiles: rows of C, columns of C and the shared K, each stepping "
+        "by `tile` (`range(0, M, tile)` and so on).",
+        "For corners i0, j0, k0: take the tile of A at rows i0…, columns k0… and the tile of B at rows k0…, "
+        "columns j0…, each at most tile long, and add their product into C's tile at rows i0…, columns j0…. A slice "
+        "that runs past the end stops at the edge, so the last tiles come out smaller by themselves.",
+        "Block matrix identity: C[i0, j0] = Σ over k0 of A[i0, k0] · B[k0, j0], each a plain `@` on tiles, "
+        "accumulated into the same tile of a C that starts at zeros.",
+    ),
+    "ex02_gemm-gemm_flops": (
+        "Count one dot product first: a dot of length K has K multiplications and K additions (counting the add "
+        "into the running total).",
+        "C has M·N elements, and each one is a dot product of length K.",
+        "A multiply-add is 2 FLOPs, so the product costs 2 FLOPs per term and has M·N·K terms. Return a Python "
+        "int.",
+    ),
+}

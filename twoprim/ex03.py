@@ -2,11 +2,15 @@
 
 `linear`, `qkv_projection`, `mlp`, `embedding_as_gemm`, `rnn_cell` and `gnn_layer` are each checked against a float64
 oracle, and the GEMMs they run are checked too: every GEMM-family ATen op the learner's code runs is recorded
-(`twoprim.checks.record_calls`) and read as (batch, M, N, K) (`twoprim.layers.gemm_mnk`), so "one GEMM whatever the
+(`twoprim.record.record_calls`) and read as (batch, M, N, K) (`twoprim.layers.gemm_mnk`), so "one GEMM whatever the
 rank of x" or "multiply in the cheaper order" is a fact the check measures, not a request.
 
 Visible checks run with the default cases below; the hidden checks in the solution notebook pass their own cases
 (built with the same builders) and `hidden=0`. The argument guards the notebook calls first live here too.
+
+Why this module is long: one assignment's checks (six graded functions), each with its case builders, judge, rules
+and the messages they teach with, its input guard and its hints; split further, a check would sit apart from the
+messages it gives.
 """
 from __future__ import annotations
 
@@ -623,3 +627,57 @@ def check_gnn_layer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
                      rules=[_NO_MULTI_DOT, rule], hidden=hidden,
                      proves="the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs",
                      next_step="W is (F_in, F_out), already (in, out): X @ W needs no transpose")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex03_layers-linear": (
+        "One GEMM must cover every row of x whatever its rank: fold the leading dimensions into one, multiply, "
+        "then give them back.",
+        "`reshape(-1, in)` turns x into (M, in), M the product of the leading dimensions; `W.T` is (in, out); the "
+        "GEMM gives (M, out), which reshapes to x's leading dimensions followed by out.",
+        "y = b + x Wᵀ: `torch.addmm(input, mat1, mat2)` computes input + mat1 @ mat2 in one call, with the bias "
+        "broadcast over the rows.",
+    ),
+    "ex03_layers-qkv_projection": (
+        "The three projections read the same x: stack the three weights so that one GEMM does all of them.",
+        "`torch.cat` of Wq (dq, in), Wk (dk, in) and Wv (dv, in) along dimension 0 is (dq + dk + dv, in). The rows "
+        "of x, (M, in), times its transpose give (M, dq + dk + dv).",
+        "x [Wq; Wk; Wv]ᵀ = [x Wqᵀ, x Wkᵀ, x Wvᵀ] side by side: cut the columns apart with `.split([dq, dk, dv], "
+        "dim=1)` and reshape each to x's leading dimensions.",
+    ),
+    "ex03_layers-mlp": (
+        "No new GEMM code: the block is your `linear` twice with a ReLU in between.",
+        "(..., in) → linear with W1, b1 → (..., hidden) → ReLU → linear with W2, b2 → (..., out).",
+        "ReLU is element-wise (`torch.relu`), so it keeps the shape; each of the two `linear` calls is one GEMM over "
+        "all rows, which is exactly the two GEMMs the check expects.",
+    ),
+    "ex03_layers-embedding_as_gemm": (
+        "Picking row ids[i] of the table is multiplying the table by a row vector that is 0 everywhere except for a "
+        "1 at position ids[i].",
+        "Flatten ids to n entries and build an (n, V) one-hot matrix in the table's dtype; (n, V) @ (V, D) is "
+        "(n, D); reshape to ids' shape followed by D, which also covers a single 0-d id.",
+        "A one-hot matrix without a gather: compare the ids as a column (n, 1) with `torch.arange(V)`, shape (V,). "
+        "Broadcasting gives an (n, V) boolean matrix, True exactly where the column index equals the id; convert it "
+        "to the table's dtype.",
+    ),
+    "ex03_layers-rnn_cell": (
+        "Two products add up inside the tanh, x W_ihᵀ and h W_hhᵀ: two GEMMs over all rows, or one.",
+        "For one GEMM: concatenate x (..., in) and h (..., hidden) along the features and fold the rows, giving "
+        "(M, in + hidden); concatenate W_ih (hidden, in) and W_hh (hidden, hidden) along dimension 1, giving "
+        "(hidden, in + hidden).",
+        "[x, h] [W_ih, W_hh]ᵀ = x W_ihᵀ + h W_hhᵀ (block multiplication). Add b, apply `torch.tanh`, and reshape "
+        "back to h's shape.",
+    ),
+    "ex03_layers-gnn_layer": (
+        "Both orders give the same H; the check accepts only the cheaper one. Which feature count multiplies the "
+        "N² term in each order?",
+        "(A X) W costs 2N²·F_in + 2N·F_in·F_out and A (X W) costs 2N·F_in·F_out + 2N²·F_out. F_in is the first "
+        "size of W and F_out the second.",
+        "Associativity: (A X) W = A (X W). When F_out < F_in shrink the features first (X times W, then A times "
+        "that); otherwise mix the nodes first.",
+    ),
+}

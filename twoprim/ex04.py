@@ -436,3 +436,38 @@ def check_conv2d_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
                             "and one GEMM per group", hidden=hidden,
                      next_step="check the shape of every step on a tiny case: cols (N, C·kh·kw, L) -> per group "
                                "(K, N·L); W_g (M, K); W_g @ cols_g (M, N·L) -> (N, O, Hout, Wout), then + bias")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex04_conv-im2col": (
+        "Read `conv.im2col_spec` (the cell above prints it) and compare your result with it on a tiny input such "
+        "as `torch.arange(32.).reshape(1, 2, 4, 4)`: the order of the rows (channel, then kernel row, then kernel "
+        "column) is what usually goes wrong.",
+        "Pad first with `F.pad`, then take sliding windows with `Tensor.unfold` on the height, then on the width: a "
+        "view of shape (N, C, Hout, Wout, window height, window width). Move the two window axes in front of the "
+        "two position axes, then reshape to (N, C·kh·kw, Hout·Wout).",
+        "Dilation: a window of size d·(k − 1) + 1 covers the dilated kernel's footprint, and slicing it with step d "
+        "keeps exactly its k taps. The stride is `unfold`'s step.",
+    ),
+    "ex04_conv-conv_gemm_shape": (
+        "Three numbers: M counts one group's output channels, N counts the output positions of the whole batch, K "
+        "is the length of one column of one group.",
+        "You need Hout and Wout first. Per spatial dimension: Hout = ⌊(H + 2·padding − dilation·(k − 1) − 1) / "
+        "stride⌋ + 1.",
+        "M = O / groups, N = batch · Hout · Wout, K = (C / groups) · kh · kw; the weight's shape already holds "
+        "C / groups as its second entry.",
+    ),
+    "ex04_conv-conv2d_gemm": (
+        "Three steps: columns from your `im2col`, one GEMM per group (that group's weights times that group's "
+        "columns), then the output's shape and the bias.",
+        "im2col gives (N, C·kh·kw, L) with L = Hout·Wout. Group g owns a contiguous block of K rows of each "
+        "sample's columns: reshape to (N, groups, K, L) and move the axes to (groups, K, N·L) so every sample "
+        "sits side by side in one GEMM. The weight reshapes to (groups, M, K).",
+        "(groups, M, K) @ (groups, K, N·L) is one batched GEMM of shape (groups, M, N·L), which is (O, N, Hout, "
+        "Wout) after a reshape. Bring the batch axis to the front, then add the bias broadcast as (1, O, 1, 1).",
+    ),
+}

@@ -6,7 +6,7 @@ Visible checks run with the default cases below; the hidden checks in the soluti
 float64: `torch.softmax`, `F.layer_norm`, `F.scaled_dot_product_attention` (including what it returns for a query
 whose keys are all masked), `nn.MultiheadAttention`, and `FlopCounterMode` for the GEMM FLOPs.
 
-The rules each exercise states are checked on what ran (`twoprim.checks.record_calls`):
+The rules each exercise states are checked on what ran (`twoprim.record.record_calls`):
 - `softmax`: no built-in softmax (`torch.softmax`, `F.softmax`, `Tensor.softmax`, `log_softmax`, `logsumexp`).
 - `layer_norm`: no built-in normalisation (`F.layer_norm`, `native_layer_norm`, group/batch/instance/RMS norm).
 - `attention`: no fused attention (SDPA or any `*scaled_dot_product*` / `*attention*` op); its two products are
@@ -18,6 +18,10 @@ The rules each exercise states are checked on what ran (`twoprim.checks.record_c
   once (GEMM FLOPs <= 4·B·H·S²·D), and no ATen op returns a tensor whose storage holds S² or more elements (checked
   on the cases where every honest tiling stays below that: S > B·H·max(min(block_size, S), D)).
 - `attention_flops`: arithmetic on the four sizes, no tensor ops.
+
+Why this module is long: one assignment's checks (six graded functions, including the tiled-attention memory rules
+and the FLOP count), each with its case builders, judge, rules and messages, its guard and its hints; split further,
+a check would sit apart from the messages it gives.
 """
 from __future__ import annotations
 
@@ -28,11 +32,11 @@ import torch
 import torch.nn.functional as F
 
 from . import guards
-from .attention import gemm_and_other, count_flops, record_allocations, two_gemm_attention
-from .checks import _gemm_flops  # noqa: PLC2701 - the per-op FLOPs of a recorded GEMM, for messages
+from .attention import count_flops, gemm_and_other, two_gemm_attention
 from .checks import (
     Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check,
 )
+from .record import gemm_flops, record_allocations
 
 __all__ = [
     "softmax_cases", "layer_norm_cases", "attention_cases", "mha_cases", "tiled_cases", "flop_cases",
@@ -456,7 +460,7 @@ def _four_gemms() -> Rule:
         ops, flops = len(log.gemms), log.gemm_flops()
         if ops == 4 and flops == want:
             return None
-        per_op = [_gemm_flops(op, shapes) for op, shapes in log.gemms]
+        per_op = [gemm_flops(op, shapes) for op, shapes in log.gemms]
         if proj not in per_op:
             return (f"no GEMM computed q, k and v together ({_gemm_listing(log)}): the QKV projection is one GEMM, "
                     f"x (B·S, E) @ W_qkvᵀ (E, 3E), {proj:,} FLOPs")
@@ -776,3 +780,63 @@ def check_attention_flops(fn: Callable, cases: Sequence[Case] | None = None, *, 
                      hidden=hidden,
                      next_step="gemm: two batched GEMMs of 2·S·S·D FLOPs per (batch, head); other: 6 steps × B·H·S² "
                                "scores")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex05_attention-softmax": (
+        "Three steps along `dim`: subtract the maximum, exponentiate, divide by the sum. Keep the reduced dimension "
+        "so it broadcasts back.",
+        "With `keepdim=True`, the maximum along dim has x's shape with size 1 along dim, so subtracting it "
+        "broadcasts over x; the sum of the exponentials works the same way.",
+        "softmax(x) = softmax(x − c) for any c constant along dim, because e^(−c) cancels. With c the maximum, "
+        "every exponential is at most 1, nothing overflows, and a −inf entry becomes exp(−inf) = 0.",
+    ),
+    "ex05_attention-layer_norm": (
+        "Two reductions over the last dimension: the mean, then the variance of the centred values.",
+        "With `keepdim=True` the mean and the variance are (..., 1) and broadcast over (..., E); weight and bias "
+        "(E,) broadcast over the leading dimensions.",
+        "σ² = mean((x − μ)²), dividing by E, not E − 1; y = (x − μ) / √(σ² + eps) · weight + bias. Avoid "
+        "mean(x²) − μ²: it cancels catastrophically in float32 when a row sits far from zero.",
+    ),
+    "ex05_attention-attention": (
+        "Five steps: scores, scale, mask, softmax (yours), weighted sum of v. Read "
+        "`twoprim.attention.attention_spec` when unsure what a mask means.",
+        "`k.transpose(-2, -1)` is (B, H, D, S), so q @ it is (B, H, S, S), one batched GEMM; (B, H, S, S) @ v "
+        "(B, H, S, D) is the second. For causal, a lower-triangular (S, S) boolean matrix (`.tril()` of a matrix "
+        "of True) says which keys each query keeps.",
+        "Hidden scores become −inf: `masked_fill` for a boolean mask or a causal one, `+` for an additive mask. A "
+        "row with every key hidden gives 0/0 = NaN in the softmax; find the rows whose largest score is −inf and "
+        "put zeros there with `torch.where`, as SDPA does.",
+    ),
+    "ex05_attention-multi_head_attention": (
+        "Four GEMMs: one for q, k and v together, two inside your `attention`, one for the output projection. "
+        "Everything else is reshaping.",
+        "x @ W_qkvᵀ is (B, S, 3E); split it into three (B, S, E) along the last dimension; reshape each to "
+        "(B, S, H, D), then `transpose(1, 2)` to (B, H, S, D).",
+        "Putting the heads back is the inverse: (B, H, S, D) → (B, S, H, D) → (B, S, E), then the product with "
+        "W_oᵀ. Reshaping E into (H, D) gives head h the features h·D to h·D + D − 1, as nn.MultiheadAttention "
+        "does.",
+    ),
+    "ex05_attention-tiled_attention": (
+        "Two loops: blocks of queries outside, blocks of keys inside. Each query block carries three running "
+        "tensors: the maximum m, the sum ℓ and the unnormalised output a.",
+        "For a block of Bq queries, m and ℓ are (B, H, Bq, 1) and a is (B, H, Bq, D); a tile of scores is "
+        "(B, H, Bq, Bk), never (S, S). Start m at −inf and ℓ and a at zero; write a / ℓ into the output rows "
+        "after the last key block.",
+        "Online softmax: m' = max(m, row max of s), p = exp(s − m'), α = exp(m − m'); then ℓ ← α·ℓ + row sum of "
+        "p and a ← α·a + p·v_blk. For causal, mask a tile with its own row and column indices (column > row "
+        "becomes −inf) and stop the key loop at the diagonal.",
+    ),
+    "ex05_attention-attention_flops": (
+        "No tensors here, only arithmetic on B, H, S and D: count the two GEMMs and the six element-wise and "
+        "reduction steps separately.",
+        "q·kᵀ is B·H GEMMs of shape (S, D) @ (D, S), and p·v is B·H GEMMs of shape (S, S) @ (S, D). The scores "
+        "tensor has B·H·S·S entries.",
+        "A GEMM (M, K) @ (K, N) costs 2·M·N·K FLOPs. 'other' is one FLOP per score for each of the six steps; "
+        "return both as plain ints in a dict.",
+    ),
+}

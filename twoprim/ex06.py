@@ -7,6 +7,10 @@ release, where a graph may gain or lose an op.
 The models the checks try are defined here, with one-line reprs so a failure message says what was tried. Visible
 checks use the default cases; the hidden checks in the solution notebook pass their own (same builders, other
 models: a 3-layer MLP, einsum attention, a model with two graph breaks) and `hidden=0`.
+
+Why this module is long: one assignment's checks (three graded functions and the short answers measured at grading
+time), with the models the checks capture, their messages and hints; split further, a check would sit apart from the
+models and messages it needs.
 """
 from __future__ import annotations
 
@@ -621,3 +625,64 @@ def check_no_bias_gemms(value: Any, cases: Sequence[Case] | None = None, *, hidd
 
 def check_graph_break_graphs(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     return _check_answer("graph_break_graphs", value, cases, hidden)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex06_compile-count_ops": (
+        "Print `graph_module.code`, then loop over `graph_module.graph.nodes` and look at each node's `op` and "
+        "`target`.",
+        "Only nodes whose `op` is 'call_function' or 'call_method' count. For 'call_method' the target is already "
+        "the name (a string); for 'call_function' it is a function or an ATen op.",
+        "An ATen op such as `torch.ops.aten.addmm.default` has an `overloadpacket` whose `__name__` is 'addmm'; a "
+        "plain Python function has its own `__name__`. Count names in a `Counter`.",
+    ),
+    "ex06_compile-capture": (
+        "`torch.compile(model, backend=...)` hands every graph it builds to the backend: a function of yours can "
+        "keep each graph in a list and return something that runs it.",
+        "Level 'dynamo': a backend taking (gm, example_inputs) that keeps gm and returns the graph's own forward "
+        "method. Level 'aten': `aot_autograd` with a forward compiler and a backward compiler of that kind, one list "
+        "for forward graphs and one for backward graphs, each returning the forward method wrapped by "
+        "`make_boxed_func`.",
+        "Reset Dynamo first (`torch._dynamo.reset`), or it reuses code compiled earlier. For train=False run the compiled model under `torch.no_grad()`; for "
+        "train=True call `.sum().backward()` on its output, which is when the backward graphs are compiled. "
+        "Return the forward graphs, then the backward ones.",
+    ),
+    "ex06_compile-gemm_count": (
+        "You already have both pieces: `capture` gives the graphs and `count_ops` counts the names in each.",
+        "`GEMM_OPS[level]` is the set of names that are GEMMs at that level; add up their counts over every graph.",
+        "Total = Σ over graphs Σ over names in GEMM_OPS[level] of the graph's count for that name. A `Counter` "
+        "gives 0 for a name it never saw, so no special case is needed.",
+    ),
+    "ex06_compile-forward_gemms": (
+        "Measure, do not guess: in a cell of your own, call your `gemm_count` on `model` and `x` from the setup "
+        "cell at level 'aten' with train=False.",
+        "Print the `.code` of each graph `capture` returns: every `nn.Linear` with a bias becomes one ATen op; "
+        "lesson 06 shows this MLP's ATen graph.",
+    ),
+    "ex06_compile-backward_gemms": (
+        "Measure with `capture(model, x, 'aten', train=True)`: the graphs after the forward ones are the backward; "
+        "count their GEMM ops with `count_ops`.",
+        "The backward of y = x Wᵀ + b needs one GEMM per gradient it computes: each layer's weight gradient, and "
+        "the gradient flowing into the layer below it, but none for an input that does not require grad.",
+    ),
+    "ex06_compile-backward_gemms_input_grad": (
+        "The same measurement as `backward_gemms`, with `x.clone().requires_grad_()` as the input.",
+        "An input that requires grad adds one gradient to compute, ∂L/∂x of the first layer: how many GEMMs is "
+        "that?",
+    ),
+    "ex06_compile-no_bias_gemms": (
+        "Capture the ATen forward graph of `ex06.MLP(16, 32, 8, bias=False)` and count its ops; keep only the names "
+        "in `GEMM_OPS['aten']`.",
+        "The answer is a dict {op name: count}. Without a bias there is nothing for `addmm` to add: which plain "
+        "GEMM op does each layer become?",
+    ),
+    "ex06_compile-graph_break_graphs": (
+        "Count the graphs your `capture` returns for `ex06.MLPWithBreak(16, 32, 8)` at level 'dynamo'.",
+        "Read its forward (`inspect.getsource(ex06.MLPWithBreak.forward)`): an `if` on a tensor's value needs a "
+        "real Python bool, so Dynamo ends the graph there and starts another after it.",
+    ),
+}

@@ -10,6 +10,10 @@ Dtypes: float32 in every check; float64 in the visible checks (MLX has float64 o
 always run on the CPU stream, also on a Mac); float16 in the hidden ones. MLX's CPU `exp` has float32 accuracy
 even in float64 (about 1e-6 relative on [-10, 10], measured in lesson 07), so attention's float64 tolerance allows
 for that.
+
+Why this module is long: one assignment's checks on MLX (four graded functions and a short answer), with the MLX-to-
+torch conversions the judges need, their messages and hints; split further, a check would sit apart from the
+messages it gives.
 """
 from __future__ import annotations
 
@@ -875,3 +879,47 @@ def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
     return run_check(f"{TASK}-lazy_answer", ask, cases, expected=_LazyOracle(), judge=_judge_answer, hidden=hidden,
                      proves="the numbers agree with the pending graph measured now with mx.export_to_dot",
                      next_step="count the pending primitives behind y with mx.export_to_dot")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
+# ----------------------------------------------------------------------------------------------------------------
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "ex07_mlx-mlx_dot": (
+        "MLX has its own dot product; the check wants exactly one `Matmul` primitive, not a `Multiply` and a sum.",
+        "Two (n,) vectors give a 0-d array: `mx.inner`, `mx.matmul` and `@` each do it in one primitive.",
+        "Return the lazy result as it is: no `mx.eval`, `.item()` or `print` inside the function.",
+    ),
+    "ex07_mlx-mlx_gemm": (
+        "Two cases: beta == 0, where C must not be read at all, and every other beta.",
+        "The general case is one call: `mx.addmm` takes C, A, B and the keyword arguments alpha and beta, and "
+        "returns a new array. Never write into C.",
+        "For beta == 0, scale the plain product (M, K) @ (K, N) → (M, N) by alpha and leave C out entirely, since "
+        "0·NaN is NaN.",
+    ),
+    "ex07_mlx-mlx_attention": (
+        "The same steps as attention in torch: scores, scale by 1/√D, the causal mask, your own stable softmax, "
+        "the weighted sum of v; two `@` in all.",
+        "`k.swapaxes(-1, -2)` is (B, H, D, S), so q @ it is (B, H, S, S). For causal, compare `mx.arange(S)` as a "
+        "column with itself as a row to get an (S, S) boolean, and let `mx.where` put −inf where a key comes after "
+        "the query.",
+        "Stable softmax: subtract each row's maximum (`max` with `axis=-1, keepdims=True`), `mx.exp`, divide by "
+        "the row sum. Then weights (B, H, S, S) @ v (B, H, S, D).",
+    ),
+    "ex07_mlx-mlx_op_counts": (
+        "Evaluate nothing: `mx.export_function` takes a callback, the function and its example arguments; it traces "
+        "the function and calls the callback once per entry of the graph.",
+        "Make a `Counter` before tracing, and let a callback defined inside your function add to it.",
+        "Count only the entries whose 'type' is 'primitive', under their 'name'; return the Counter once "
+        "`export_function` has returned.",
+    ),
+    "ex07_mlx-lazy_answer": (
+        "Measure in a new cell: run the scenario's four lines again, then export the graph behind y "
+        "(`mx.export_to_dot`, as lesson 07 does) and count its primitive nodes.",
+        "After `mx.eval(y)` nothing is pending behind y. With `mx.eval(model.parameters())` before "
+        "`y = model(x)`, the parameters' random initialisation has already run; without it, it is pending too.",
+        "A primitive with several outputs counts once: count primitive nodes, not arrays. Write the three whole "
+        "numbers into the dict `lazy_answer` returns.",
+    ),
+}

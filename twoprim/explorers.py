@@ -10,6 +10,9 @@ Each explorer is three layers:
 
 Displayed, an explorer carries the live widget and a PNG of its first state, so a viewer without widgets (nbviewer,
 GitHub, an HTML export) shows a picture instead of a widget placeholder. Nothing needs a network or ipympl.
+
+Why this module is long: four explorers, each three small layers (a pure view, a matplotlib figure, an ipywidgets
+panel) that belong together; each explorer is one section.
 """
 from __future__ import annotations
 

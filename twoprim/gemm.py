@@ -3,6 +3,9 @@ estimated from what the platform reports, memory bandwidth measured with a large
 
 Lesson 02 imports this module; every number it prints is measured here or estimated from `/proc/cpuinfo`, and an
 estimate always says which factor came from where.
+
+Why this module is long: lesson 02's measured speed ladder needs its loop kernels, the compiled C loop orders, the
+peak estimate and the roofline together; each is one section.
 """
 from __future__ import annotations
 

@@ -20,11 +20,10 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.flop_counter import FlopCounterMode
 
 from . import timing
-from .checks import CallLog, record_calls
+from .record import CallLog, FlopRule, count_other_flops, record_calls
 from .notebooks import ROOT
 
 __all__ = [
@@ -112,36 +111,13 @@ def record_gemms(fn: Callable, *args, **kwargs) -> list[Gemm]:
 # and tensor creation move data and cost 0 FLOPs.
 OTHER_FLOPS_PER_ELEMENT = {"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 8, "native_group_norm": 8,
                            "native_batch_norm": 8, "_native_batch_norm_legit_no_training": 8}
-_REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "linalg_vector_norm", "norm",
-               "prod", "logsumexp", "aminmax"}
-_COPIES = {"clone", "_to_copy", "copy_", "fill_", "zero_", "lift_fresh", "lift_fresh_copy"}  # tagged pointwise, 0 FLOPs
-
-
-class _OtherFlops(TorchDispatchMode):
-    """Counts the estimated FLOPs of every op that FlopCounterMode does not count, by op name."""
-
-    def __init__(self):
-        super().__init__()
-        self.flops: Counter = Counter()
-        self.zero: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        packet = func.overloadpacket
-        if packet in flop_registry:
-            return out
-        name = packet.__name__
-        first = out[0] if isinstance(out, (tuple, list)) and out else out
-        numel = first.numel() if isinstance(first, torch.Tensor) else 0
-        if name in OTHER_FLOPS_PER_ELEMENT:
-            self.flops[name] += OTHER_FLOPS_PER_ELEMENT[name] * numel
-        elif name in _REDUCTIONS and args and isinstance(args[0], torch.Tensor):
-            self.flops[name] += args[0].numel()
-        elif torch.Tag.pointwise in func.tags and name not in _COPIES:
-            self.flops[name] += numel
-        else:
-            self.zero[name] += 1
-        return out
+FLOP_RULE = FlopRule(
+    elementwise=None,  # every op torch tags pointwise
+    reductions=frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
+                          "linalg_vector_norm", "norm", "prod", "logsumexp", "aminmax"}),
+    fused=OTHER_FLOPS_PER_ELEMENT,
+    free=frozenset({"clone", "_to_copy", "copy_", "fill_", "zero_", "lift_fresh", "lift_fresh_copy"}),  # pointwise-tagged copies
+)
 
 
 @dataclass
@@ -177,7 +153,7 @@ class FlopShare:
 
 def flop_share(fn: Callable, *args, **kwargs) -> FlopShare:
     """Run `fn(*args, **kwargs)` once without autograd; FLOPs in GEMMs (FlopCounterMode) vs all other ops."""
-    with torch.no_grad(), FlopCounterMode(display=False) as counter, _OtherFlops() as other:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter, count_other_flops(FLOP_RULE) as other:
         fn(*args, **kwargs)
     gemm = {getattr(op, "__name__", str(op)): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
     return FlopShare(gemm, dict(other.flops), dict(other.zero))

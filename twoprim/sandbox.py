@@ -169,7 +169,7 @@ def command(connection_file: Path, box: Path, uid: int) -> list[str]:
         "TWOPRIM_INDUCTOR_CACHE": box / "home" / ".cache" / "inductor", "PYTHONDONTWRITEBYTECODE": "1",
         "TWOPRIM_CAPTURE_DIR": box / "capture",
     }
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TWOPRIM_CELL_TIMEOUT"):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         if name in os.environ:
             env[name] = os.environ[name]
     argv = limits() + _bwrap_args(_readable_binds(), box) + ["--chdir", str(box / "home"), "--clearenv"]

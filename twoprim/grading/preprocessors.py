@@ -1,0 +1,86 @@
+"""nbgrader preprocessors and hooks the course's grading adds (named in grader/nbgrader_config.py).
+
+- `StderrIsNotFailure`: a warning printed while a correct answer is checked keeps its points;
+- `HideHiddenTestSource`: feedback never quotes a hidden test's source;
+- `TruncateOutputs`: no single output beyond `MAX_OUTPUT_CHARS`;
+- `record_cell_start`: notes the cell about to run, so a dead or hung kernel is reported with its cell.
+
+Every cell has the same time limit, `DEFAULT_CELL_TIMEOUT` unless the grader passes another (`--cell-timeout`).
+"""
+from __future__ import annotations
+
+import os
+
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+
+__all__ = ["DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "grade_id", "record_cell_start", "StderrIsNotFailure",
+           "HideHiddenTestSource", "TruncateOutputs"]
+
+# Cold imports of torch and a first Dynamo trace are the slowest legitimate cells (a few seconds on 2 cores).
+DEFAULT_CELL_TIMEOUT = 60
+MAX_OUTPUT_CHARS = 20_000           # per output in the autograded notebook and the feedback
+CELL_LOG_ENV = "TWOPRIM_CELL_LOG"   # where `record_cell_start` writes (set by the grader around each run)
+
+
+def grade_id(cell) -> str | None:
+    """The nbgrader grade id of a cell, or None."""
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def record_cell_start(cell, cell_index, **_):
+    """nbclient's on_cell_start hook: note which cell is about to run (read back when a kernel dies or hangs)."""
+    path = os.environ.get(CELL_LOG_ENV)
+    if path:
+        label = grade_id(cell) or "a cell of the student's own"
+        with open(path, "w") as f:
+            f.write(f"{label} (cell {cell_index + 1})")
+
+
+class StderrIsNotFailure(Preprocessor):
+    """nbgrader scores a test cell 0 when anything reaches stderr, so a warning printed while a correct answer is
+    checked costs its points. Only an error output means failure here: stderr streams become stdout."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                    output["name"] = "stdout"
+        return cell, resources
+
+
+class HideHiddenTestSource(Preprocessor):
+    """Feedback: a failing hidden check's traceback quotes the hidden test's source lines; keep only the error
+    itself (the check's message says what was tried, expected and got). Runs before ClearHiddenTests."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and "BEGIN HIDDEN TESTS" in cell.source:
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+        return cell, resources
+
+
+class TruncateOutputs(Preprocessor):
+    """Cut any single output to MAX_OUTPUT_CHARS (nbgrader's LimitOutput counts lines, so one 20 MB line stays)."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "stream":
+                output["text"] = _cut(output.get("text", ""))
+            for key, value in list(output.get("data", {}).items()):
+                if isinstance(value, str) and key.startswith("text/"):
+                    output["data"][key] = _cut(value)
+        return cell, resources
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_OUTPUT_CHARS:
+        return text
+    return text[:MAX_OUTPUT_CHARS] + f"\n[... {len(text) - MAX_OUTPUT_CHARS:,} more characters cut by the grader]\n"

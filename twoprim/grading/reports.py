@@ -1,0 +1,94 @@
+"""Reports an instructor can act on: grader/reports/<aid>.csv (one row per student with status and reason), a
+per-test chart <aid>_tests.png, the last status of each submission, and a one-screen summary."""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from ..notebooks import ROOT
+from ..nbgrader_cli import COURSE_ID
+from .gradebook import gradebook_path
+from .submission import Outcome
+
+__all__ = ["write_reports", "record_status", "summary", "format_summary", "number"]
+
+REPORT_FIELDS = ["student", "score", "max_score", "status", "reason"]
+
+
+def _status_file(aid: str, root: Path) -> Path:
+    return root / "grader" / "reports" / f"{aid}.status.json"
+
+
+def write_reports(aid: str, *, root: Path = ROOT, outcomes: list[Outcome] | None = None) -> dict:
+    """grader/reports/<aid>.csv, <aid>_tests.png and the summary, from the gradebook and the last statuses."""
+    from nbgrader.api import Gradebook
+
+    reports = root / "grader" / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    status_path = _status_file(aid, root)
+    statuses = json.loads(status_path.read_text()) if status_path.exists() else {}
+    rows, per_test = [], {}
+    with Gradebook(f"sqlite:///{gradebook_path(root)}", COURSE_ID) as gb:
+        for sub in sorted(gb.assignment_submissions(aid), key=lambda s: s.student.id):
+            st = statuses.get(sub.student.id, {"status": "graded", "reason": ""})
+            rows.append({"student": sub.student.id, "score": number(sub.score), "max_score": number(sub.max_score),
+                         "status": st["status"], "reason": st["reason"]})
+            for nb in sub.notebooks:
+                for grade in nb.grades:
+                    per_test.setdefault(grade.name, []).append((grade.score, grade.max_score))
+    with open(reports / f"{aid}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=REPORT_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    _histogram(aid, per_test, reports / f"{aid}_tests.png")
+    return summary(aid, rows)
+
+
+def number(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(float(x), 3)
+
+
+def record_status(aid: str, outcome: Outcome, root: Path) -> None:
+    path = _status_file(aid, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[outcome.student] = {"status": outcome.status, "reason": outcome.reason}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def _histogram(aid: str, per_test: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted(per_test)
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(names) + 2), 4))
+    means = [statistics.mean(s / m if m else 0 for s, m in per_test[n]) for n in names] if names else []
+    ax.bar(range(len(names)), means, color="#4c72b0")
+    ax.set_xticks(range(len(names)), [n.removeprefix(f"{aid}-") for n in names], rotation=60, ha="right", fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean fraction of points")
+    ax.set_title(f"{aid}: score per test ({len(next(iter(per_test.values()), []))} submissions)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def summary(aid: str, rows: list[dict]) -> dict:
+    graded = [r for r in rows if r["status"] == "graded"]
+    scores = [float(r["score"]) for r in graded]
+    return {"assignment": aid, "submissions": len(rows), "graded": len(graded), "failed": len(rows) - len(graded),
+            "mean": statistics.mean(scores) if scores else None, "median": statistics.median(scores) if scores else None,
+            "max_score": rows[0]["max_score"] if rows else None}
+
+
+def format_summary(s: dict, root: Path = ROOT) -> str:
+    mean = "-" if s["mean"] is None else f"{s['mean']:.2f}"
+    median = "-" if s["median"] is None else f"{s['median']:.2f}"
+    reports = (root / "grader" / "reports").relative_to(root)
+    return (f"{s['assignment']}: {s['submissions']} submissions, {s['graded']} graded, {s['failed']} failed; "
+            f"mean {mean}, median {median} of {s['max_score']}\n"
+            f"reports: {reports}/{s['assignment']}.csv, {reports}/{s['assignment']}_tests.png")

@@ -1,0 +1,87 @@
+"""A learner grading their own notebook exactly as an instructor's autograde would, hidden checks included, in a
+throw-away course; the result is saved for `./course progress` and the feedback HTML kept."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import sandbox
+from ..nbgrader_cli import nbgrader
+from ..notebooks import ROOT
+from .reports import number
+from .submission import Outcome
+from .workers import autograde
+
+__all__ = ["SelfGrade", "selfgrade"]
+
+
+@dataclass
+class SelfGrade:
+    assignment: str
+    outcome: Outcome
+    feedback: Path | None
+
+    def describe(self) -> str:
+        o = self.outcome
+        if o.status != "graded":
+            return f"{self.assignment}: could not be graded: {o.reason}"
+        lines = [f"{self.assignment}: {number(o.score)} / {number(o.max_score)} points, hidden checks included "
+                 f"(the score an instructor's autograde gives this notebook)"]
+        for (_, gid), score in sorted(o.grades.items()):
+            if not gid.endswith("-solution"):
+                lines.append(f"  {'✔' if score else '✘'} {gid}: {number(score or 0)}")
+        if o.reason and o.reason != "all cells ran":
+            lines.append(f"notes: {o.reason}")
+        if self.feedback:
+            lines.append(f"feedback: {self.feedback}")
+        return "\n".join(lines)
+
+    def save(self, path: Path, notebook: Path) -> None:
+        """grader/selfgrade/<aid>.json: the last self-grade of `notebook` (read by `./course progress`)."""
+        o = self.outcome
+        record = {"assignment": self.assignment, "notebook": str(notebook), "status": o.status, "reason": o.reason,
+                  "score": o.score, "max_score": o.max_score,
+                  "graded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "tests": {gid: score for (_, gid), score in sorted(o.grades.items())
+                            if not gid.endswith("-solution")}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> SelfGrade:
+    """Grade a learner's own notebook of `aid` exactly as autograde grades a submission, hidden checks included,
+    in a throw-away course; write the feedback HTML to grader/selfgrade/<aid>.html."""
+    notebook = Path(notebook) if notebook else root / "exercises" / aid / f"{aid}.ipynb"
+    if not notebook.is_file():
+        raise SystemExit(f"error: {notebook} does not exist; pass the notebook you worked in with --notebook PATH")
+    with tempfile.TemporaryDirectory(prefix=f"selfgrade-{aid}-") as tmp:
+        course = Path(tmp)
+        (course / "grader").mkdir()
+        shutil.copy(root / "grader" / "nbgrader_config.py", course / "grader")
+        shutil.copytree(root / "solutions" / aid, course / "solutions" / aid)
+        if (root / "exercises" / aid).is_dir():
+            shutil.copytree(root / "exercises" / aid, course / "exercises" / aid)
+        target = course / "grader" / "submitted" / "learner" / aid
+        target.mkdir(parents=True)
+        shutil.copy(notebook, target / f"{aid}.ipynb")
+
+        (target / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()))
+        # the learner's own code: isolated where possible, never held by the audit
+        [outcome] = autograde(aid, root=course, workers=1, progress=False, unisolated=sandbox.missing() is not None,
+                              trust=["learner"])
+        feedback = None
+        if outcome.status == "graded":
+            nbgrader(["generate_feedback", aid, "--student", "learner", "--force"], root=course, capture=True)
+            html = course / "grader" / "feedback" / "learner" / aid / f"{aid}.html"
+            if html.is_file():
+                feedback = root / "grader" / "selfgrade" / f"{aid}.html"
+                feedback.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(html, feedback)
+        outcome.autograded_dir = None
+        result = SelfGrade(aid, outcome, feedback)
+        result.save(root / "grader" / "selfgrade" / f"{aid}.json", notebook)
+        return result

@@ -1,0 +1,58 @@
+"""Running nbgrader the course's way: from grader/, where its configuration lives, with this environment's bin/
+first on PATH (nbgrader shells out to `alembic`), failing early with the command to run when a tool is missing.
+Shared by the course commands (`course`) and grading (`grading`), neither of which imports the other for it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .notebooks import ROOT
+
+__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader"]
+
+COURSE_ID = "two-primitives"    # nbgrader's course id (grader/nbgrader_config.py sets the same)
+
+
+class CourseError(SystemExit):
+    """A problem the user can fix; the message says how."""
+
+    def __init__(self, message: str):
+        super().__init__(f"error: {message}")
+
+
+def environment() -> dict[str, str]:
+    """os.environ with this interpreter's bin/ first on PATH (nbgrader shells out to `alembic`)."""
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def preflight(env: dict[str, str]) -> None:
+    """Fail early, with the command to run, when nbgrader or alembic is missing from the environment."""
+    bin_dir = Path(sys.executable).parent
+    for tool in ("nbgrader", "alembic"):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            raise CourseError(
+                f"`{tool}` is not installed in {bin_dir} (nbgrader needs it to create and migrate the gradebook). "
+                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
+
+
+def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives."""
+    grader = root / "grader"
+    if not (grader / "nbgrader_config.py").is_file():
+        raise CourseError(f"{grader / 'nbgrader_config.py'} is missing: this is not a Two Primitives checkout.")
+    env = environment()
+    preflight(env)
+    exe = shutil.which("nbgrader", path=env["PATH"])
+    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
+                          capture_output=capture)
+    if check and proc.returncode != 0:
+        detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
+        raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
+    return proc
