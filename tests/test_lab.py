@@ -43,9 +43,12 @@ class Lab:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                      **ids)
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.lines.extend(line.rstrip("\n") for line in self.proc.stdout),
-                                        daemon=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
 
     @property
     def output(self) -> str:
@@ -126,6 +129,41 @@ def _check_serves_course(run: Lab, venv_bin: Path) -> tuple[str, str]:
     finally:
         _api(base, token, f"/api/sessions/{session['id']}", "DELETE")
     return base, token
+
+
+def test_command_adds_allow_root_only_for_root_and_explains_it():
+    argv, notes = lab.command(["--no-browser"], euid=0)
+    assert "--allow-root" in argv and notes == [lab.ROOT_NOTE]
+    assert argv[-1] == lab.LESSON and argv[:3] == [sys.executable, "-m", "jupyterlab"]
+    argv, notes = lab.command(["--allow-root"], euid=0)
+    assert argv.count("--allow-root") == 1 and notes == []
+    argv, notes = lab.command(["--no-browser"], euid=1000)
+    assert "--allow-root" not in argv and notes == []
+
+
+@pytest.mark.parametrize("args, env, port", [
+    ([], {}, 8888), ([], {"JUPYTER_PORT": "9000"}, 9000), (["--port=0"], {}, 0), (["--port", "8899"], {}, 8899),
+    (["--ServerApp.port=7000", "--no-browser"], {"JUPYTER_PORT": "9000"}, 7000)])
+def test_requested_port(args, env, port):
+    assert lab.requested_port(args, env) == port
+
+
+def test_requested_port_that_is_not_a_number_says_how_to_pass_one():
+    with pytest.raises(SystemExit, match=r"the port 'abc' is not a number.*--port=8899"):
+        lab.requested_port(["--port=abc"], {})
+
+
+def test_every_notebook_names_a_kernel_the_course_environment_provides():
+    """A kernelspec name the environment lacks makes JupyterLab open its kernel-selection dialog."""
+    from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
+
+    provided = {NATIVE_KERNEL_NAME, *(p.name for p in (Path(sys.prefix) / "share" / "jupyter" / "kernels").iterdir())}
+    committed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split()
+    assert committed
+    for name in committed:
+        kernel = json.loads((ROOT / name).read_text())["metadata"].get("kernelspec", {}).get("name")
+        assert kernel in provided, f"{name} asks for kernel {kernel!r}; the course environment has {sorted(provided)}"
 
 
 def test_make_lab_serves_lesson_00_here(tmp_path):
