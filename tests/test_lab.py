@@ -61,7 +61,8 @@ class Lab:
             for line in list(self.lines):
                 if m := URL_LINE.match(line):
                     return m.group(1), m.group(2)
-            assert self.proc.poll() is None, f"make lab exited ({self.proc.returncode}) before printing a URL:\n{self.output}"
+            assert self.proc.poll() is None, \
+                f"make lab exited ({self.proc.returncode}) before printing a URL:\n{self.output}"
             assert time.monotonic() < deadline, f"no lesson URL from make lab within {START_S} s:\n{self.output}"
             time.sleep(0.2)
 
@@ -280,7 +281,8 @@ def test_make_lab_as_an_ordinary_user(throwaway_user):
     failed = Lab(clone, "--no-browser --port=0", env, user)
     assert failed.finish() != 0, failed.output
     error = [line for line in failed.lines if line.startswith("error:")]
-    assert len(error) == 1 and f"{user.pw_name} cannot run the course environment's Python" in error[0], failed.output
+    assert len(error) == 1, failed.output
+    assert f"{user.pw_name} cannot run the course environment's Python" in error[0], error[0]
     assert f"git clone '{clone}'" in error[0] and f"make lab PYTHON={python}" in error[0], error[0]
     assert "Traceback" not in failed.output
 

@@ -170,7 +170,7 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     try:
         install_settings()
     except OSError as e:
-        print(f"note: could not write the course's JupyterLab settings ({e}); JupyterLab may ask about news.")
+        print(f"note: could not write the course's JupyterLab settings ({e}); JupyterLab may ask about news.", flush=True)
     argv, notes = command(args)
     port = requested_port(args)
     taken = port_in_use(port)
@@ -192,8 +192,8 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
         time.sleep(0.2)
     if proc.poll() is not None:
         relay.join(timeout=5)
-        if proc.returncode < 0:  # stopped by a signal (Ctrl-C, kill) while starting: nothing to explain
-            return 128 - proc.returncode
+        if proc.returncode <= 0:  # --help, --version; or stopped by a signal (Ctrl-C, kill): nothing to explain
+            return 128 - proc.returncode if proc.returncode else 0
         hint = (f" Port {port} is taken: choose another, e.g. make lab LAB_ARGS=\"--port={port + 1}\"."
                 if taken else " Its messages above say why.")
         relay.say([f"error: JupyterLab exited with code {proc.returncode} before serving the course.{hint}"])
@@ -205,7 +205,7 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
         time.sleep(0.1)
     if proc.poll() is not None:  # stopped while starting (Ctrl-C, SIGTERM): no URL to a server that is gone
         relay.join(timeout=5)
-        return proc.returncode
+        return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
     lines = []
     if taken and int(info["port"]) != port:
         lines.append(f"note: port {port} is in use (another JupyterLab?), so this one listens on port {info['port']}.")
@@ -214,4 +214,4 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     relay.say(lines)
     code = proc.wait()
     relay.join(timeout=5)
-    return code
+    return 128 - code if code < 0 else code
