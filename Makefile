@@ -34,8 +34,9 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m twoprim.course install-config
 	@touch $(STAMP)
 
+# ./course lab: --allow-root when root, the next free port when 8888 is taken, the lesson URL printed last.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ARGS) lessons/00_start_here.ipynb
+	@$(CURDIR)/course lab $(LAB_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

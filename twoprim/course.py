@@ -13,6 +13,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
 
 Learners on their own:
+    ./course lab [LAB OPTION ...]        JupyterLab on lesson 00, as `make lab` starts it (as root too)
     ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
     ./course progress                    lessons run, visible checks passing, self-grades, hints used, what next
 
@@ -112,7 +113,19 @@ def install_config() -> Path:
     return target
 
 
+def install_lab_settings() -> Path:
+    """Write the course's JupyterLab setting defaults (no news prompt) into this environment."""
+    from . import lab
+
+    return lab.install_settings()
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lab"]:  # the rest goes to JupyterLab untouched (argparse would reject its --options)
+        from . import lab
+
+        return lab.run(argv[1:])
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     n = sub.add_parser("nbgrader", help="run nbgrader with the course configuration")
     n.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("install-config", help="(make setup) point this environment's nbgrader at the course")
+    lb = sub.add_parser("lab", help="JupyterLab on lesson 00, as root too (what `make lab` runs)")
+    lb.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
     for name, text in (("release", "release the student version to the exchange"),
                        ("collect", "collect submissions from the exchange into grader/submitted/"),
                        ("feedback", "generate feedback HTML and release it to the exchange"),
@@ -167,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return nbgrader(args.args, check=False).returncode
     elif args.command == "install-config":
         print(f"wrote {install_config()}")
+        print(f"wrote {install_lab_settings()}")
     elif args.command == "release":
         release(args.assignment)
         print(f"released {args.assignment} to the exchange")
