@@ -27,18 +27,32 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | `reports` | CSV, chart, statuses and the summary |
 | `selfgrade` | a learner's own notebook, graded as an instructor would |
 """
-from ..nbgrader_cli import COURSE_ID
-from .gradebook import gradebook_path, merge, released_notebooks, submitted_students
-from .preprocessors import DEFAULT_CELL_TIMEOUT, MAX_OUTPUT_CHARS
-from .realign import realign
-from .reports import format_summary, record_status, summary, write_reports
-from .selfgrade import SelfGrade, selfgrade
-from .submission import CPU_LIMIT_SECONDS, FILE_SIZE_LIMIT_BYTES, MEMORY_LIMIT_BYTES, Outcome, grade_submission
-from .workers import SUBMISSION_WALL_SECONDS, autograde
+from __future__ import annotations
 
-__all__ = [
-    "COURSE_ID", "DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "SUBMISSION_WALL_SECONDS", "MEMORY_LIMIT_BYTES",
-    "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES", "Outcome", "SelfGrade", "autograde", "format_summary",
-    "grade_submission", "gradebook_path", "merge", "realign", "record_status", "released_notebooks", "selfgrade",
-    "submitted_students", "summary", "write_reports",
-]
+import importlib
+
+# Names resolve on first use (PEP 562): nbgrader's configuration imports `grading.preprocessors` in every nbgrader
+# and JupyterLab process, and must not pay for torch, which `submission` imports through the checks.
+_WHERE = {
+    "COURSE_ID": "..nbgrader_cli",
+    "gradebook_path": ".gradebook", "merge": ".gradebook", "released_notebooks": ".gradebook",
+    "submitted_students": ".gradebook",
+    "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
+    "realign": ".realign",
+    "format_summary": ".reports", "record_status": ".reports", "summary": ".reports", "write_reports": ".reports",
+    "SelfGrade": ".selfgrade", "selfgrade": ".selfgrade",
+    "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
+    "Outcome": ".submission", "grade_submission": ".submission",
+    "SUBMISSION_WALL_SECONDS": ".workers", "autograde": ".workers",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name], __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
