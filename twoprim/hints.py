@@ -316,6 +316,32 @@ HINTS: dict[str, tuple[str, ...]] = {
         "A primitive with several outputs counts once: count primitive nodes, not arrays. Write the three whole "
         "numbers into the dict `lazy_answer` returns.",
     ),
+    # ex08_triton ------------------------------------------------------------------------------------------------
+    "ex08_triton-add_kernel": (
+        "Lesson 09's vector add is the pattern: each program owns one block of indices, found from its program id "
+        "and `tl.arange`, and the wrapper launches as many programs as there are blocks.",
+        "Element i of x lives at `x_ptr + i * stride_x`, whatever its layout. A boolean mask comparing the indices "
+        "with n keeps the last, partial block from reading or writing past the end.",
+        "The wrapper only allocates the output (`torch.empty`, x's dtype) and launches: the grid is a tuple with "
+        "`triton.cdiv(n, BLOCK)` programs, and the kernel's BLOCK is passed by keyword.",
+    ),
+    "ex08_triton-softmax_kernel": (
+        "One program per row, and the whole row fits in one block: BLOCK_N is the next power of two at or above N, "
+        "and the mask covers the padding.",
+        "Padding must not change the result: load it as minus infinity, since exp of that is 0. Element (i, j) is "
+        "at `x_ptr + i * stride_xm + j * stride_xn`.",
+        "Convert the loaded row to float32 before any arithmetic, subtract its maximum so exp never overflows, and "
+        "divide by the sum; the store converts back to the output's dtype.",
+    ),
+    "ex08_triton-matmul_kernel": (
+        "Each program computes one (BLOCK_M, BLOCK_N) tile of C; the grid is two-dimensional, one axis for blocks "
+        "of rows and one for blocks of columns.",
+        "Inside, a Python `for` loop walks K in steps of BLOCK_K. Row offsets as a column (`[:, None]`) plus column "
+        "offsets as a row (`[None, :]`) give a 2-D block of pointers; a mask of the same shape with `other=0.0` "
+        "makes the ragged edges contribute nothing.",
+        "Start from a float32 block of zeros and add `tl.dot` of the A block and the B block at every step; convert "
+        "to C's element type only in the final `tl.store`, masked to rows < M and columns < N.",
+    ),
 }
 
 

@@ -331,7 +331,7 @@ class Verdict:
     text: str
 
 
-_TWOPRIM_MODULES = {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "guards", "checks", "conv", "gemm",
+_TWOPRIM_MODULES = {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "guards", "checks", "conv", "gemm",
                     "layers", "attention", "compiler", "mlx_tools", "backends"}
 _LIBRARIES = {"torch": "torch", "np": "numpy", "numpy": "numpy", "math": "math", "F": "torch.nn.functional",
               "nn": "torch.nn", "Counter": "collections"}
@@ -436,7 +436,7 @@ _ATTRIBUTES = {
 }
 _VERDICT_LOOKALIKE = re.compile(r"[✔✘]|\bScore\s*:|\bpassed \d+ cases?\b|\bex0\d_\w+-\w+")
 _LIBRARY_ROOTS = {"torch", "np", "numpy", "F", "nn", "math", "mx", "twoprim", "builtins", "sys", "os"} | {
-    f"ex0{i}" for i in range(1, 8)}
+    f"ex0{i}" for i in range(1, 9)}
 
 
 def _literal_size(node: ast.AST) -> float | None:
