@@ -43,6 +43,7 @@ def setup(*, gpu_if_available: bool = False) -> str:
 
     if not gpu:
         _patch_bf16_dot()
+        _patch_bounds()
     _STATE["mode"] = "cuda" if gpu else "interpreter"
     return _STATE["mode"]
 
@@ -93,6 +94,71 @@ def _patch_bf16_dot() -> None:
 
     builder_cls.create_dot = create_dot
     _STATE["patched"] = True
+
+
+def _patch_bounds() -> None:
+    """Make the interpreter raise when a load or store reaches outside every tensor the kernel was given.
+
+    Triton's interpreter reads and writes raw addresses: an unmasked load past a tensor's end reads whatever lies
+    there, and an unmasked store past it corrupts Python's memory and aborts the whole process (the notebook's
+    kernel dies). On a GPU the same bug is a silent wrong value or an illegal-address error. Here it becomes an
+    `IndexError` that says which access and by how far, so a missing mask is reported like any other mistake."""
+    if _STATE.get("bounds"):
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    executor = interpreter.GridExecutor
+    original_init = executor._init_args_hst
+
+    def _init_args_hst(self, args_dev, kwargs):
+        args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
+        ranges = []
+        for arg in list(args_hst) + list(kwargs_hst.values()):
+            if hasattr(arg, "untyped_storage"):
+                storage = arg.untyped_storage()
+                ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+        _STATE["ranges"] = ranges
+        return args_hst, kwargs_hst
+
+    def _outside(ptrs, mask, itemsize: int) -> str | None:
+        ranges = _STATE.get("ranges")
+        if not ranges:
+            return None
+        p = np.asarray(ptrs.data, dtype=np.int64)[np.asarray(mask.data, dtype=bool)]
+        if p.size == 0:
+            return None
+        inside = np.zeros(p.shape, dtype=bool)
+        for start, end in ranges:
+            inside |= (p >= start) & (p + itemsize <= end)
+        if inside.all():
+            return None
+        bad = p[~inside]
+        nearest = min(ranges, key=lambda r: abs(int(bad[0]) - r[1]))
+        past = (int(bad[0]) - nearest[1]) // itemsize + 1
+        where = (f"{past} element(s) past the end of a tensor argument" if past > 0
+                 else f"{-past} element(s) before the end of a tensor argument, outside it")
+        return f"{bad.size} of its {p.size} unmasked addresses lie outside every tensor argument (the first one {where})"
+
+    builder_cls = type(interpreter.interpreter_builder)
+    original_load, original_store = builder_cls.create_masked_load, builder_cls.create_masked_store
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
+        if found:
+            raise IndexError(f"tl.load: {found}; mask the load (mask=offsets < n) so no lane reads outside the tensor")
+        return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
+        if found:
+            raise IndexError(f"tl.store: {found}; mask the store (mask=offsets < n) so no lane writes outside the "
+                             f"tensor")
+        return original_store(self, ptrs, value, mask, cache_policy)
+
+    executor._init_args_hst = _init_args_hst
+    builder_cls.create_masked_load, builder_cls.create_masked_store = create_masked_load, create_masked_store
+    _STATE["bounds"] = True
 
 
 # ----------------------------------------------------------------------------------------------------------------
