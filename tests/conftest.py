@@ -1,6 +1,7 @@
 """Shared test fixtures: the repository root, solution code loaded as a namespace, lesson timings in the summary."""
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 from pathlib import Path
@@ -26,8 +27,12 @@ def fails(check, *args, **kwargs) -> str:
 def solution_namespace(assignment: str) -> dict:
     """Execute the non-test code cells of solutions/<assignment> (imports and solution functions)."""
     ns: dict = {"__name__": f"solution_{assignment}"}
-    for source in code_of(ROOT / "solutions" / assignment / f"{assignment}.ipynb"):
-        exec(compile(source, f"<{assignment}>", "exec"), ns)  # noqa: S102 - our own committed notebook
+    for i, source in enumerate(code_of(ROOT / "solutions" / assignment / f"{assignment}.ipynb")):
+        # each cell's source is registered with linecache, as IPython does, so inspect.getsource works on what it
+        # defines (Triton reads a kernel's source)
+        name = f"<{assignment}-cell-{i}>"
+        linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+        exec(compile(source, name, "exec"), ns)  # noqa: S102 - our own committed notebook
     return ns
 
 

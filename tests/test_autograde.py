@@ -98,6 +98,10 @@ EXTRA = {
     ("ex03_layers", "costly_gnn"): (lambda: replaced(
         "ex03_layers", "ex03_layers-gnn_layer-solution", "if W.shape[1] < W.shape[0]:", "if W.shape[1] > W.shape[0]:"),
         "gnn_layer"),
+    # the matmul wrapper launches the kernel but returns torch's product: a rule of the exercise, judged in the
+    # kernel and carried to the grader as "broken"; only matmul_kernel's points are lost.
+    ("ex08_triton", "torch_matmul"): (lambda: replaced("ex08_triton", "ex08_triton-matmul_kernel-solution",
+                                                       "    return C", "    return A @ B"), "matmul_kernel"),
 }
 
 

@@ -1,0 +1,222 @@
+"""ex08_triton: every check explains a wrong value, a missing mask, ignored strides and half-precision accumulation;
+every stated rule (the wrapper launches the kernel and computes nothing; tl.dot inside a K loop) catches its
+forbidden spelling. All kernels run in Triton's interpreter on CPU tensors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twoprim import ex08, triton_tools  # ex08 first: it turns the interpreter on before the kernels below
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from .conftest import fails, solution_namespace
+
+
+@pytest.fixture(scope="module")
+def sol():
+    return solution_namespace("ex08_triton")
+
+
+def test_everything_runs_in_the_interpreter():
+    assert triton_tools.interpreting() and triton_tools.device() == "cpu"
+
+
+def test_bfloat16_dot_reads_numbers_not_bit_patterns():
+    @triton.jit
+    def dot16(a_ptr, b_ptr, c_ptr):
+        r = tl.arange(0, 16)
+        a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+        tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
+
+    a, b = torch.randint(-2, 3, (16, 16)).bfloat16(), torch.randint(-2, 3, (16, 16)).bfloat16()
+    c = torch.zeros(16, 16)
+    dot16[(1,)](a, b, c)
+    assert torch.equal(c, a.float() @ b.float())  # small integers: exact in float32
+
+
+# ---- add ------------------------------------------------------------------------------------------------------
+
+@triton.jit
+def add_no_mask(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride_x) + tl.load(y_ptr + offs * stride_y))
+
+
+@triton.jit
+def add_no_stride(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _add_with(kernel):
+    def add(x, y):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        kernel[(triton.cdiv(x.shape[0], 64),)](x, y, out, x.shape[0], x.stride(0), y.stride(0), BLOCK=64)
+        return out
+    return add
+
+
+def test_add_without_mask_is_caught_on_a_ragged_length():
+    msg = fails(ex08.check_add_kernel, add_no_mask, _add_with(add_no_mask), ex08.add_cases([100]))
+    assert msg.startswith("✘ ex08_triton-add_kernel: ") and "length 100" in msg
+    assert "IndexError('tl.load: 28 of its 64 unmasked addresses" in msg and "outside every tensor argument" in msg and "mask the load" in msg
+
+
+def test_add_ignoring_strides_is_caught():
+    msg = fails(ex08.check_add_kernel, add_no_stride, _add_with(add_no_stride), ex08.add_cases([100], strided=True))
+    assert "wrong result" in msg and "non-contiguous" in msg and "stride" in msg.split("next:")[1]
+    ex08.check_add_kernel(add_no_stride, _add_with(add_no_stride), ex08.add_cases([100]))  # contiguous: right
+
+
+def test_add_in_torch_breaks_the_rule(sol):
+    msg = fails(ex08.check_add_kernel, sol["add_kernel"], lambda x, y: x + y)
+    assert "breaks a rule" in msg and "launched no Triton kernel" in msg
+
+
+def test_add_that_launches_another_kernel_breaks_the_rule(sol):
+    msg = fails(ex08.check_add_kernel, sol["add_kernel"], _add_with(add_no_stride))
+    assert "it launched add_no_stride, but not add_kernel" in msg
+
+
+# ---- softmax --------------------------------------------------------------------------------------------------
+
+@triton.jit
+def softmax_unstable(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x)
+    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+def _softmax_with(kernel):
+    def softmax(x):
+        out = torch.empty(x.shape, dtype=x.dtype)
+        kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
+                              BLOCK_N=triton.next_power_of_2(x.shape[1]))
+        return out
+    return softmax
+
+
+def test_softmax_without_the_max_overflows_on_large_values():
+    ex08.check_softmax_kernel(softmax_unstable, _softmax_with(softmax_unstable), ex08.softmax_cases([(3, 20)]))
+    msg = fails(ex08.check_softmax_kernel, softmax_unstable, _softmax_with(softmax_unstable),
+                ex08.softmax_cases([(2, 64)], scale=200.0))
+    assert "exp overflows" in msg and "NaN" in msg
+
+
+def test_softmax_in_torch_breaks_the_rule(sol):
+    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], lambda x: torch.softmax(x, -1))
+    assert "breaks a rule" in msg and "launched no Triton kernel" in msg
+
+    def both(x):
+        sol["softmax"](x)  # launches the kernel, then returns torch's softmax
+        return torch.softmax(x, -1)
+    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], both)
+    assert "the kernel computes the softmax" in msg and "torch.softmax" in msg
+
+
+# ---- matmul ---------------------------------------------------------------------------------------------------
+
+@triton.jit
+def matmul_one_dot(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak, mask=(rm[:, None] < M) & (rk[None, :] < K),
+                other=0.0)
+    b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn, mask=(rk[:, None] < K) & (rn[None, :] < N),
+                other=0.0)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, tl.dot(a, b).to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def matmul_half_acc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)  # the input's dtype: float16 or bfloat16
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = (acc.to(tl.float32) + tl.dot(a, b)).to(c_ptr.dtype.element_ty)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def matmul_no_k_mask(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn, mask=rn[None, :] < N, other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _matmul_with(kernel, block_k=32):
+    def matmul(A, B):
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N, dtype=A.dtype)
+        bk = block_k or triton.next_power_of_2(K)
+        kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
+                                                          BLOCK_M=32, BLOCK_N=32, BLOCK_K=bk)
+        return C
+    return matmul
+
+
+def test_one_dot_without_a_k_loop_breaks_the_rule_even_when_right():
+    matmul = _matmul_with(matmul_one_dot, block_k=None)  # one block as long as K: right values, no K loop
+    assert torch.allclose(matmul(*ex08.matmul_cases([(5, 6, 70)])[0].args), ex08._matmul64(
+        *ex08.matmul_cases([(5, 6, 70)])[0].args), atol=1e-4)
+    msg = fails(ex08.check_matmul_kernel, matmul_one_dot, matmul)
+    assert "tl.dot inside a loop over K" in msg and "calls tl.dot once, outside any loop" in msg
+
+
+def test_torch_matmul_in_the_wrapper_breaks_the_rule(sol):
+    def matmul(A, B):
+        sol["matmul"](A, B)  # launches the kernel, then returns torch's product
+        return A @ B
+    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul)
+    assert "no torch matmul in the wrapper" in msg and "aten.mm" in msg
+
+
+def test_half_precision_accumulation_is_caught():
+    cases = ex08.accumulation_cases([torch.float16])
+    msg = fails(ex08.check_matmul_kernel, matmul_half_acc, _matmul_with(matmul_half_acc), cases)
+    assert "float32 accumulation needed" in msg and "accumulate in float32" in msg
+
+
+def test_missing_k_mask_is_caught_when_k_is_ragged():
+    ex08.check_matmul_kernel(matmul_no_k_mask, _matmul_with(matmul_no_k_mask), ex08.matmul_cases([(37, 45, 64)]))
+    msg = fails(ex08.check_matmul_kernel, matmul_no_k_mask, _matmul_with(matmul_no_k_mask),
+                ex08.matmul_cases([(37, 45, 70)]))
+    assert "M=37, N=45, K=70" in msg and "IndexError('tl.load: " in msg and "outside every tensor argument" in msg
+
+
+def test_the_solution_passes_every_dtype_and_layout(sol):
+    cases = (ex08.matmul_cases([(33, 17, 40)], [torch.float32, torch.float16, torch.bfloat16], layout="strided")
+             + ex08.matmul_cases([(9, 40, 33)], [torch.bfloat16], layout="transposed") + ex08.accumulation_cases())
+    ex08.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], cases)
+
+
+def test_guards_name_what_is_wrong(sol):
+    with pytest.raises(ValueError, match=r"matmul: A has shape \(3, 4\) and B has shape \(5, 2\)"):
+        sol["matmul"](torch.zeros(3, 4), torch.zeros(5, 2))
+    with pytest.raises(TypeError, match="x is torch.float32 but y is torch.float16"):
+        sol["add"](torch.zeros(3), torch.zeros(3, dtype=torch.float16))
+    with pytest.raises(ValueError, match="softmax: x must be a 2-D matrix"):
+        sol["softmax"](torch.zeros(3))
