@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from twoprim import course
+from twoprim import course, nbgrader_cli
 from twoprim.notebooks import ROOT
 
 BIN = Path(sys.executable).parent
@@ -41,7 +41,7 @@ def test_missing_alembic_is_named_with_the_fix(tmp_path):
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     with pytest.raises(SystemExit) as info:
-        course.preflight({"PATH": str(tmp_path)})
+        nbgrader_cli.preflight({"PATH": str(tmp_path)})
     message = str(info.value.code)
     assert "`alembic` is not installed" in message and "Run `make setup`" in message
 

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from twoprim import grading, sandbox, verdicts
+from twoprim import audit, grading, sandbox, verdicts
 from twoprim.notebooks import ROOT, assignments
 
 from .classroom import answered, student_version, write
@@ -290,7 +290,7 @@ def test_replayed_results_are_read_without_running_code(tmp_path):
 
 @pytest.mark.parametrize("aid", assignments())
 def test_the_audit_never_holds_the_solutions(aid):
-    assert {gid: verdicts.audit(code) for gid, code in solution_code(aid).items() if verdicts.audit(code)} == {}
+    assert {gid: audit.audit(code) for gid, code in solution_code(aid).items() if audit.audit(code)} == {}
 
 
 @pytest.mark.parametrize("code, why", [
@@ -302,7 +302,7 @@ def test_the_audit_never_holds_the_solutions(aid):
     ("print('✔ ex01_dot-dot: passed')", "imitates a check's verdict"),
 ])
 def test_the_audit_names_what_the_code_reached_for(code, why):
-    found = verdicts.audit(code)
+    found = audit.audit(code)
     assert any(why in line for line in found), found
 
 

@@ -165,7 +165,7 @@ class _Relay(threading.Thread):
 
 def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> int:
     """Start JupyterLab on the course and relay its output; print the lesson URL last; return its exit code."""
-    from .course import environment
+    from .nbgrader_cli import environment
 
     try:
         install_settings()

@@ -25,7 +25,7 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | `workers` | the worker processes and the batch: `autograde` |
 | `gradebook` | the gradebook: released notebooks, submissions, `merge` |
 | `reports` | CSV, chart, statuses and the summary |
-| `selfgrade` | a learner's own notebook, graded as an instructor would |
+| `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _WHERE = {
     "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
     "realign": ".realign",
     "format_summary": ".reports", "record_status": ".reports", "summary": ".reports", "write_reports": ".reports",
-    "SelfGrade": ".selfgrade", "selfgrade": ".selfgrade",
+    "SelfGrade": ".learner", "selfgrade": ".learner",
     "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
     "Outcome": ".submission", "grade_submission": ".submission",
     "SUBMISSION_WALL_SECONDS": ".workers", "autograde": ".workers",
