@@ -1,10 +1,16 @@
-"""Notebook files: read, clean (no outputs, only the metadata that matters), execute with timing."""
+"""Notebook files: read, clean (no outputs, only the metadata that matters), execute with timing.
+
+nbformat is imported where a function needs it: this module names the course root for every graded kernel, and
+nbformat's import (jsonschema and its format checkers) costs over a second of CPU that a kernel never needs.
+"""
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
+if TYPE_CHECKING:
+    import nbformat
 
 __all__ = ["ROOT", "lessons", "assignments", "clean", "is_clean", "execute", "code_of"]
 
@@ -24,6 +30,8 @@ def assignments(root: Path = ROOT) -> list[str]:
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Strip outputs, execution counts and all metadata but the kernel's and nbgrader's (in place)."""
+    import nbformat
+
     meta = nb.metadata
     kept = {k: meta[k] for k in KEEP_NOTEBOOK_METADATA if k in meta}
     if "language_info" in kept:
@@ -57,11 +65,15 @@ def is_clean(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def write_clean(nb: nbformat.NotebookNode, path: Path) -> None:
+    import nbformat
+
     nbformat.write(clean(nb), str(path))
 
 
 def code_of(path: Path, *, graded_tests: bool = False) -> list[str]:
     """The code cells' sources; nbgrader test cells (grade without solution) only when `graded_tests`."""
+    import nbformat
+
     nb = nbformat.read(str(path), as_version=4)
     out = []
     for cell in nb.cells:
@@ -77,6 +89,7 @@ def code_of(path: Path, *, graded_tests: bool = False) -> list[str]:
 
 def execute(path: Path, *, timeout: int = 600, cwd: Path | None = None) -> tuple[nbformat.NotebookNode, float]:
     """Run a notebook top to bottom in a fresh kernel; return the executed notebook and the seconds it took."""
+    import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(str(path), as_version=4)
