@@ -3,6 +3,11 @@ every stated rule (the wrapper launches the kernel and computes nothing; tl.dot 
 forbidden spelling. All kernels run in Triton's interpreter on CPU tensors."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -21,6 +26,52 @@ def sol():
 
 def test_everything_runs_in_the_interpreter():
     assert triton_tools.interpreting() and triton_tools.device() == "cpu"
+
+
+TRITON_IMPORTED_FIRST = textwrap.dedent("""
+    import sys
+    import torch._inductor                          # imports triton before TRITON_INTERPRET is set, as torch.compile does
+    import triton, triton.language as tl
+    from triton.runtime.jit import JITFunction
+    assert "triton" in sys.modules and type(tl.sum) is JITFunction, type(tl.sum)   # the library is not interpreted
+
+    @triton.jit
+    def row_stats(x_ptr, out_ptr, n, BLOCK: tl.constexpr):   # decorated before setup(): a JITFunction too
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + cols, mask=cols < n, other=0.0)
+        tl.store(out_ptr + cols, tl.sum(x, axis=0) + x.max(axis=0) + tl.cdiv(n, 2) + 0 * x, mask=cols < n)
+
+    assert type(row_stats) is JITFunction
+    from twoprim import ex08, triton_tools
+    from tests.conftest import solution_namespace
+
+    x, out = torch.arange(10.0), torch.empty(10)
+    with triton_tools.launches() as seen:
+        row_stats[(1,)](x, out, 10, BLOCK=16)
+    assert torch.equal(out, torch.full((10,), 45.0 + 9.0 + 5.0)), out
+    assert seen.names() == ["row_stats"], seen.names()       # one launch, recorded once
+    sol = solution_namespace("ex08_triton")
+    for check, kernel, wrapper in [(ex08.check_add_kernel, "add_kernel", "add"),
+                                   (ex08.check_softmax_kernel, "softmax_kernel", "softmax"),
+                                   (ex08.check_matmul_kernel, "matmul_kernel", "matmul")]:
+        result = check(sol[kernel], sol[wrapper])
+        print(result.task, result.cases, "cases ok")
+""")
+
+
+def test_the_interpreter_works_when_triton_was_imported_first(root, tmp_path):
+    """torch._inductor (or a learner's `import triton`) imports Triton before ex08 turns the interpreter on: Triton's
+    own `tl.sum`/`tl.max` and kernels decorated earlier are then JITFunctions, which the interpreter cannot call
+    ("Cannot call @triton.jit'd outside of the scope of a kernel") or launch ("0 active drivers")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # this process set it (ex08 above)
+    script = tmp_path / "triton_first.py"  # a file: Triton reads a kernel's source
+    script.write_text(TRITON_IMPORTED_FIRST)
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    passed = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("cases ok")]
+    assert passed == [f"ex08_triton-{k}" for k in ("add_kernel", "softmax_kernel", "matmul_kernel")], done.stdout
 
 
 def test_bfloat16_dot_reads_numbers_not_bit_patterns():

@@ -1,8 +1,14 @@
 """Triton for the course: where kernels run (compiled on a CUDA GPU, or Triton's interpreter on the CPU), which
 kernels a call launched, and what a kernel's source does (a `tl.dot` inside a loop).
 
-Import this module before `triton`: `setup()` decides the mode, and Triton reads `TRITON_INTERPRET` when a kernel is
-decorated with `@triton.jit`.
+`setup()` decides the mode. Triton reads `TRITON_INTERPRET` when a function is decorated with `@triton.jit`: before
+it is set, `@triton.jit` makes a `JITFunction` (compiled for a GPU), after it an `InterpretedFunction`. Anything that
+imports `triton` first (`import torch._inductor` does, so does a learner's `import triton` at the top of a notebook)
+leaves Triton's own library functions (`tl.sum`, `tl.max`, `tl.softmax`, `tl.cdiv`, ...) and any kernel decorated
+before `setup()` as `JITFunction`s; the interpreter then stops at the first of them with "Cannot call @triton.jit'd
+outside of the scope of a kernel", or a launch asks for a GPU driver ("0 active drivers"). So in the interpreter
+`setup()` makes every `JITFunction` run as the `InterpretedFunction` of the same Python function: import order does
+not matter.
 
 Triton 3.9's interpreter stores bfloat16 as its raw 16 bits (NumPy has no bfloat16) and does not support arithmetic
 on it (https://triton-lang.org/main/programming-guide/chapter-3/debugging.html: "convert the tensor to float32").
@@ -31,7 +37,7 @@ def setup(*, gpu_if_available: bool = False) -> str:
     """Choose where Triton kernels run and return it: "cuda" (compiled) or "interpreter" (CPU, `TRITON_INTERPRET=1`).
 
     With `gpu_if_available` a CUDA GPU runs compiled kernels (lesson 09); otherwise, and always for the assignment,
-    every kernel runs in Triton's interpreter on CPU tensors. Call it before the first `@triton.jit`."""
+    every kernel runs in Triton's interpreter on CPU tensors, also kernels decorated before this call."""
     gpu = False
     if gpu_if_available and os.environ.get("TRITON_INTERPRET", "") not in ("1", "true", "True"):
         import torch
@@ -42,6 +48,7 @@ def setup(*, gpu_if_available: bool = False) -> str:
     import triton  # noqa: F401 - imported after the environment is set
 
     if not gpu:
+        _interpret_every_jit_function()
         _patch_bf16_dot()
         _patch_bounds()
     _STATE["mode"] = "cuda" if gpu else "interpreter"
@@ -69,6 +76,52 @@ def mode_line() -> str:
                 f"(TRITON_INTERPRET=1) on CPU tensors, one program at a time in NumPy; right values, not GPU speed.")
     return (f"Triton {triton.__version__}, torch {torch.__version__}: kernels are compiled for "
             f"{torch.cuda.get_device_name()}.")
+
+
+def _interpret_every_jit_function() -> None:
+    """While `TRITON_INTERPRET` is on, make a `JITFunction` (one decorated before it was set) run interpreted.
+
+    Called inside a kernel (`tl.sum(x)`, a helper the learner decorated) it runs as a device function in the
+    interpreter; as a tensor's method (`x.max(axis=0)`: Triton puts the library's `JITFunction` itself on `tl.tensor`
+    when it was imported uninterpreted, a plain function when interpreted) it is bound to the tensor, as a function
+    is; launched (`kernel[grid](...)`) it runs on the interpreter's grid, with CPU tensors. With the interpreter off
+    (`setup(gpu_if_available=True)` on a GPU) all three do what Triton does."""
+    if _STATE.get("every_jit"):
+        return
+    import functools
+
+    import triton.language as tl
+    from triton import knobs
+    from triton.runtime import interpreter, jit
+
+    cls = jit.JITFunction
+    compiled_call, compiled_run = cls.__call__, cls.run
+    compiled_get = cls.__dict__.get("__get__")
+    interpreted_run = interpreter.InterpretedFunction.run  # the unrecorded one: `launches()` records this launch once
+
+    def twin(self) -> interpreter.InterpretedFunction:
+        found = self.__dict__.get("_twoprim_interpreted")
+        if found is None:
+            found = self.__dict__["_twoprim_interpreted"] = interpreter.InterpretedFunction(self.fn)
+        return found
+
+    def __call__(self, *args, **kwargs):
+        if knobs.runtime.interpret:
+            return twin(self)(*args, **kwargs)
+        return compiled_call(self, *args, **kwargs)
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if knobs.runtime.interpret:
+            return interpreted_run(twin(self), *args, grid=grid, warmup=warmup, **kwargs)
+        return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        if obj is not None and isinstance(obj, tl.core.tensor) and knobs.runtime.interpret:
+            return functools.partial(self, obj)
+        return compiled_get(self, obj, objtype) if compiled_get else self
+
+    cls.__call__, cls.run, cls.__get__ = __call__, run, __get__
+    _STATE["every_jit"] = True
 
 
 def _patch_bf16_dot() -> None:
