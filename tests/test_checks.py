@@ -216,3 +216,115 @@ def test_recorder_keeps_gemm_shapes_and_counts_their_flops():
     assert [op for op, _ in log.gemms] == ["mm", "addmm", "bmm", "mv"]
     assert log.gemms[1][1] == ((3, 7), (3, 5), (5, 7))
     assert log.gemm_flops() == 2 * 3 * 7 * 5 * 2 + 2 * 2 * 3 * 4 * 5 + 2 * 3 * 5
+
+
+# ---- a failure caused by another graded function is blamed on that one first (in the kernel and in the grader)
+
+def _learner(code: str) -> dict:
+    """Functions defined as a notebook defines them: one module namespace, like a kernel's __main__."""
+    ns = {"__name__": "learner_notebook", "torch": torch}
+    exec(code, ns)  # noqa: S102 - the test's own code
+    return ns
+
+
+WRONG_DOT_NEURON = """
+def dot(x, w):
+    return (x[:-1] * w[:-1]).sum()          # forgets the last element
+
+def neuron(x, w, b):
+    return dot(x, w) + b                    # right, on top of the wrong dot
+"""
+
+
+def test_a_function_built_on_a_failing_one_names_it_first():
+    ns = _learner(WRONG_DOT_NEURON)
+    fails(ex01.check_dot, ns["dot"])
+    msg = fails(ex01.check_neuron, ns["neuron"])
+    assert msg.splitlines()[0] == "✘ ex01_dot-neuron: `dot` fails its check (ex01_dot-dot); fix it first.", msg
+    assert "`neuron` calls `dot`" in msg.splitlines()[1]
+    assert "  ✘ ex01_dot-neuron: wrong result." in msg and "case:" in msg  # neuron's own check, below
+
+
+def test_no_blame_once_the_dependency_passes_or_when_it_is_not_called(sol01):
+    ns = _learner(WRONG_DOT_NEURON)
+    fails(ex01.check_dot, ns["dot"])
+    exec("def dot(x, w):\n    return (x * w).sum()\n", ns)  # fixed, and its check run again
+    ex01.check_dot(ns["dot"])
+    exec("def neuron(x, w, b):\n    return dot(x, w) - b\n", ns)  # neuron now wrong on its own
+    msg = fails(ex01.check_neuron, ns["neuron"])
+    assert msg.startswith("✘ ex01_dot-neuron: wrong result."), msg
+    other = _learner("def dot(x, w):\n    return x.sum()\n\ndef neuron(x, w, b):\n    return (x * w).sum() + 1\n")
+    fails(ex01.check_dot, other["dot"])
+    assert fails(ex01.check_neuron, other["neuron"]).startswith("✘ ex01_dot-neuron: wrong result.")
+
+
+def test_a_stub_called_inside_is_reported_as_the_stubs_not_the_callers():
+    ns = _learner("def dot(x, w):\n    raise NotImplementedError()\n\n"
+                  "def neuron(x, w, b):\n    return dot(x, w) + b\n")
+    fails(ex01.check_dot, ns["dot"])
+    msg = fails(ex01.check_neuron, ns["neuron"])
+    assert "`dot` fails its check" in msg.splitlines()[0]
+    assert "`neuron` raised NotImplementedError in `dot`, which is not written yet" in msg
+    assert "`neuron` is not written yet" not in msg
+
+
+def test_the_grader_names_the_failing_dependency_from_the_recorded_results(tmp_path, monkeypatch):
+    """The kernel only records (TWOPRIM_CAPTURE_DIR); the grader replays the test cells' source and judges."""
+    from twoprim import verdicts
+
+    ns = _learner(WRONG_DOT_NEURON)
+    monkeypatch.setenv(verdicts.CAPTURE_ENV, str(tmp_path))
+    for check, fn in ((ex01.check_dot, ns["dot"]), (ex01.check_neuron, ns["neuron"])):
+        with pytest.raises(checks.CheckFailure):
+            check(fn)
+    monkeypatch.delenv(verdicts.CAPTURE_ENV)
+    replay = verdicts.Replay(tmp_path)
+    learner = {"dot", "neuron"}
+    dot = verdicts.judge_cell("ex01_dot-dot", "ex01.check_dot(dot)", replay, learner)
+    neuron = verdicts.judge_cell("ex01_dot-neuron", "ex01.check_neuron(neuron)", replay, learner)
+    assert not dot.passed and dot.text.startswith("✘ ex01_dot-dot: wrong result.")
+    assert not neuron.passed
+    assert neuron.text.startswith("✘ ex01_dot-neuron: `dot` fails its check (ex01_dot-dot); fix it first."), neuron.text
+    again = verdicts.judge_cell("ex01_dot-neuron", "ex01.check_neuron(neuron)", verdicts.Replay(tmp_path), learner)
+    assert again.text.startswith("✘ ex01_dot-neuron: wrong result."), "another submission starts with no failures"
+
+
+# ---- readable differences
+
+def test_a_wrong_element_is_named_by_coordinates_with_the_rows_around_it():
+    want = torch.arange(60, dtype=torch.float64).reshape(3, 4, 5)
+    got = want.clone()
+    got[1, 2, 3] = -1.0
+    with pytest.raises(checks.Mismatch) as info:
+        checks.judge_tensor(got, want, atol=0.0, rtol=0.0)
+    detail = info.value.detail
+    assert "1 of 60 elements wrong" in detail
+    assert "first wrong element: [1, 2, 3]: got -1, expected 33" in detail
+    assert "around it, at dim 0 index 1 (* marks a wrong value):" in detail
+    rows = [line for line in detail.splitlines() if line.strip().startswith(("row", "got", "expected"))]
+    assert any(line.strip().startswith("row 2") for line in rows) and any("-1*" in line for line in rows)
+    assert info.value.expected == "float64 tensor of shape (3, 4, 5)"
+
+
+def test_a_transposed_result_is_recognised():
+    want = torch.randn(6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(checks.Mismatch) as info:
+        checks.judge_tensor(want.T.contiguous(), want, atol=1e-12, rtol=0.0)
+    assert "the same values as expected, in another order: row and column look swapped" in info.value.detail
+    with pytest.raises(checks.Mismatch) as info:
+        checks.judge_tensor(want.flip(0), want, atol=1e-12, rtol=0.0)
+    assert "not any reordering of its axes" in info.value.detail  # the same values, but no axis order explains it
+
+
+def test_relative_error_where_zero_was_expected_says_so():
+    want = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.0, 5.0, 6.0, 7.0, 8.0, 9.0], dtype=torch.float64)
+    got = want.clone()
+    got[4] = 0.5
+    with pytest.raises(checks.Mismatch) as info:
+        checks.judge_tensor(got, want, atol=1e-9, rtol=1e-9)
+    detail = info.value.detail
+    assert "e+30" not in detail, detail  # not 0.5 / tiny
+    assert "max rel error 0.00e+00" in detail and "1 wrong where the expected value is exactly 0 (got up to 0.5" in detail
+    with pytest.raises(checks.Mismatch) as info:
+        checks.judge_tensor(torch.ones(10), torch.zeros(10), atol=1e-5, rtol=1e-5)
+    assert "e+30" not in info.value.detail and "10 wrong where the expected value is exactly 0" in info.value.detail

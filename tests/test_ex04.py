@@ -73,6 +73,33 @@ def test_im2col_wrong_row_order_names_first_wrong_element_and_exact_tolerance(so
         return cols.reshape(N, C, R // C, L).transpose(1, 2).reshape(N, R, L)
     msg = fails(ex04.check_im2col, im2col)
     assert "first wrong element" in msg and "tolerance abs 0.0e+00 + rel 0.0e+00" in msg
+    # the case: (2, 27, 196), the first wrong element at flat index 196, named by what it means
+    assert ("first wrong element: [0, 1, 0] = batch 0, row 1 (channel 0, kernel row 0, kernel column 1), column 0 "
+            "(output row 0, output column 0): got ") in msg
+    assert "expected: float32 tensor of shape (2, 27, 196)\n" in msg  # no preview that starts like the got one
+    assert "around it, at batch 0 (* marks a wrong value):" in msg and "    row 1  expected" in msg
+    assert ("order:    the same values as expected, in another order: (channel) and (kernel row, kernel column) look "
+            "swapped") in msg
+    assert "next:     put the axes in the order (batch, channel, kernel row, kernel column, output row, output " \
+           "column) before the final reshape" in msg
+
+
+def test_im2col_with_the_kernel_offsets_swapped_names_the_swap(sol04):
+    def im2col(x, kernel_size, stride=1, padding=0, dilation=1):  # kernel column before kernel row
+        cols = sol04["im2col"](x, kernel_size, stride, padding, dilation)
+        (kh, kw), (N, R, L) = conv.pair(kernel_size), cols.shape
+        return cols.reshape(N, x.shape[1], kh, kw, L).transpose(2, 3).reshape(N, R, L)
+    msg = fails(ex04.check_im2col, im2col)
+    assert "kernel row and kernel column look swapped" in msg, msg
+
+
+def test_conv2d_gemm_with_output_rows_and_columns_swapped_names_the_swap(sol04):
+    def conv2d_gemm(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        out = sol04["conv2d_gemm"](x, weight, bias, stride, padding, dilation, groups)
+        return out.transpose(2, 3).contiguous()  # square outputs (8×8): the right shape, the wrong order
+    msg = fails(ex04.check_conv2d_gemm, conv2d_gemm)
+    assert "= batch 0, output channel 0, output row 0, output column 1: got" in msg
+    assert "output row and output column look swapped" in msg, msg
 
 
 @pytest.mark.parametrize("component, index, hint", [("M", 0, "O/groups"), ("N", 1, "N·Hout·Wout"),

@@ -28,9 +28,9 @@ import torch.nn.functional as F
 
 from . import guards
 from .checks import (
-    GEMM_ATEN, GEMM_FUNCTIONS, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, run_check,
+    GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, run_check,
 )
-from .conv import conv_flops, pair, recorded_gemms
+from .conv import conv_flops, out_size, pair, recorded_gemms
 
 __all__ = [
     "im2col_args", "conv_args", "conv_shape_args",
@@ -328,8 +328,25 @@ def _im2col_expected(x, kernel_size, stride=1, padding=0, dilation=1):
     return F.unfold(x, kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
+def _output_size(x_shape, kernel, stride, padding, dilation) -> tuple[int, int]:
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = pair(kernel), pair(stride), pair(padding), pair(dilation)
+    return out_size(x_shape[2], kh, sh, ph, dh), out_size(x_shape[3], kw, sw, pw, dw)
+
+
+def _im2col_axes(case: Case) -> list[Axis]:
+    """cols (N, C·kh·kw, Hout·Wout): row c·kh·kw + p·kw + q is channel c at kernel offset (p, q); column i·Wout + j
+    is output position (i, j)."""
+    x, kernel = case.args[:2]
+    kw_ = case.kwargs
+    (kh, kw) = pair(kernel)
+    hout, wout = _output_size(tuple(x.shape), kernel, kw_.get("stride", 1), kw_.get("padding", 0),
+                              kw_.get("dilation", 1))
+    return [Axis("batch"), Axis("row", (("channel", x.shape[1]), ("kernel row", kh), ("kernel column", kw))),
+            Axis("column", (("output row", hout), ("output column", wout)))]
+
+
 def _judge_im2col(got, want, case: Case) -> str:
-    return judge_tensor(got, want, atol=0.0, rtol=0.0, what="cols (N, C·kh·kw, Hout·Wout)")
+    return judge_tensor(got, want, atol=0.0, rtol=0.0, what="cols (N, C·kh·kw, Hout·Wout)", axes=_im2col_axes(case))
 
 
 def _conv_expected(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -350,7 +367,10 @@ def _judge_conv(got, want, case: Case) -> str:
                        kw.get("dilation", 1), kw.get("groups", 1))
     eps = torch.finfo(x.dtype).eps
     atol = CONV_TOLERANCE_K * eps * float(abs_sum.max()) + torch.finfo(x.dtype).tiny
-    return judge_tensor(got, want, atol=atol, rtol=eps, what="the output (N, O, Hout, Wout)")
+    groups, O = kw.get("groups", 1), w.shape[0]
+    channel = Axis("output channel", (("group", groups), ("channel of the group", O // groups)) if groups > 1 else ())
+    axes = [Axis("batch"), channel, Axis("output row"), Axis("output column")]
+    return judge_tensor(got, want, atol=atol, rtol=eps, what="the output (N, O, Hout, Wout)", axes=axes)
 
 
 def _gemm_shape_expected(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
