@@ -1,0 +1,72 @@
+"""One course outline: README.md's lesson table is the source; lesson 00's outline cell is written from it
+(`twoprim.notebooks.write_outline()`), its outline code cell reads it at run time, and both agree with the lessons
+and assignments on disk. Lesson 00 says what README says about hidden checks and self-grading."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+
+from twoprim import notebooks
+from twoprim.notebooks import ROOT, assignments, lessons, outline
+
+LESSON_00 = ROOT / notebooks.OUTLINE_LESSON
+
+
+def _graded_functions(aid: str) -> set[str]:
+    nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"].removeprefix(f"{aid}-") for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+            and not c.metadata["nbgrader"]["grade_id"].endswith("-hidden")}
+
+
+def test_the_outline_lists_every_lesson_on_disk_in_order():
+    assert [row.lesson for row in outline()] == [p.stem for p in lessons()], (
+        "README.md's lesson table must list every lessons/NN_*.ipynb, in order; after editing it, rewrite lesson "
+        "00's outline with: .venv/bin/python -c 'from twoprim.notebooks import write_outline; write_outline()'")
+    assert {row.lesson[:2] for row in outline()} >= {"00", "08", "09"}  # lessons 00-09, 09_triton_gemm among them
+
+
+def test_the_outline_names_every_assignment_and_only_graded_functions():
+    rows = {row.assignment: row for row in outline() if row.assignment}
+    assert sorted(rows) == assignments(), "each assignment in solutions/ appears once in README.md's lesson table"
+    for aid, row in rows.items():
+        named = set(re.findall(r"`(\w+)`", row.functions))
+        assert named and named <= _graded_functions(aid), (aid, named - _graded_functions(aid))
+
+
+def test_lesson_00s_outline_cell_is_the_readme_outline():
+    nb = nbformat.read(str(LESSON_00), as_version=4)
+    [cell] = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith(notebooks.OUTLINE_HEADING)]
+    assert cell.source == notebooks.outline_cell(), (
+        "lessons/00_start_here.ipynb's outline differs from README.md's lesson table: run "
+        ".venv/bin/python -c 'from twoprim.notebooks import write_outline; write_outline()' and commit both")
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert any("outline_status()" in source for source in code), "lesson 00 lists the outline from README at run time"
+
+
+def test_outline_status_finds_every_lesson_and_assignment_of_this_copy():
+    text = notebooks.outline_status()
+    for path in lessons():
+        assert f"lesson: {path.relative_to(ROOT)}" in text
+    for aid in assignments():
+        assert f"assignment: exercises/{aid}/{aid}.ipynb" in text
+    assert "coming" not in text
+
+
+def test_outline_status_marks_what_a_copy_does_not_hold(tmp_path):
+    (tmp_path / "README.md").write_text((ROOT / "README.md").read_text())
+    (tmp_path / "lessons").mkdir()
+    (tmp_path / "lessons" / "00_start_here.ipynb").write_bytes(LESSON_00.read_bytes())
+    lines = notebooks.outline_status(tmp_path).splitlines()
+    assert lines[0].startswith("00  lesson: lessons/00_start_here.ipynb")
+    assert lines[1].startswith("01  lesson: coming") and lines[1].endswith("assignment: ex01_dot coming")
+    assert len(lines) == len(lessons())
+
+
+def test_lesson_00_says_selfgrade_runs_the_hidden_checks():
+    text = "\n".join(c.source for c in nbformat.read(str(LESSON_00), as_version=4).cells)
+    assert "they are not in your copy and run only when the instructor grades" not in text.replace("\n", " ")
+    assert "./course selfgrade ex01_dot" in text and "hidden checks included" in text
+    readme = (ROOT / "README.md").read_text()
+    assert "./course selfgrade ex01_dot" in readme and "hidden checks included" in readme
