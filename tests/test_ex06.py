@@ -358,6 +358,23 @@ def test_gemm_count_passes(sol06, capsys):
     assert "✔ ex06_compile-gemm_count" in capsys.readouterr().out
 
 
+def test_a_broken_count_ops_is_named_first_in_gemm_counts_message():
+    """gemm_count is right but calls a count_ops that fails its own check: the message says so before anything
+    else, and only while that count_ops is the one gemm_count calls."""
+    ns = solution_namespace("ex06_compile")
+    exec("def count_ops(graph_module):\n    return Counter(graph_module.graph.nodes and {'addmm': 1})\n", ns)
+    fails(ex06.check_count_ops, ns["count_ops"])
+    msg = fails(ex06.check_gemm_count, ns["gemm_count"])
+    first, why, *rest = msg.splitlines()
+    assert first == ("✘ ex06_compile-gemm_count: `count_ops` fails its check (ex06_compile-count_ops); fix it "
+                     "first."), first
+    assert why.startswith("  why:      `gemm_count` calls `count_ops`"), why
+    assert rest[0] == "  ✘ ex06_compile-gemm_count: wrong result.", rest  # what gemm_count's own check saw
+    exec("def count_ops(graph_module):\n    return Counter()\n", ns)  # redefined, its check not run again
+    msg = fails(ex06.check_gemm_count, ns["gemm_count"])
+    assert msg.startswith("✘ ex06_compile-gemm_count: wrong result."), "this count_ops has failed no check yet"
+
+
 def test_gemm_count_mistakes_are_explained(sol06):
     capture, count_ops = sol06["capture"], sol06["count_ops"]
 
@@ -412,9 +429,11 @@ ANSWERS = {"forward_gemms": 2, "backward_gemms": 3, "backward_gemms_input_grad":
 @pytest.mark.parametrize("name", list(ANSWERS))
 def test_answers_visible_form_and_hidden_value(sol06, name, capsys):
     check = getattr(ex06, f"check_{name}")
-    check(sol06[name], hidden=1)
+    result = check(sol06[name], hidden=1)
     out = capsys.readouterr().out
-    assert f"✔ ex06_compile-{name}" in out and "grading compares it with" in out and "1 more hidden check" in out
+    assert out.startswith(f"○ ex06_compile-{name}: {checks.ANSWERED} (`./course selfgrade ex06_compile`)"), out
+    assert "✔" not in out and "only its form was checked here" in out and "1 more hidden check" in out
+    assert result.answered and "answered" in repr(result)
     check(sol06[name], ex06.answer_cases(name))
     assert ANSWERS[name] == ex06.ANSWERS[name].measure()  # torch 2.13's facts, as the solution states them
     msg = fails(check, ..., ex06.answer_cases(name))
@@ -430,6 +449,17 @@ def test_answers_visible_form_and_hidden_value(sol06, name, capsys):
 def test_answers_of_the_wrong_form_fail_the_visible_check(name, wrong, text):
     msg = fails(getattr(ex06, f"check_{name}"), wrong, hidden=1)
     assert f"✘ ex06_compile-{name}: wrong result." in msg and text in msg
+
+
+@pytest.mark.parametrize("name, wrong", [("backward_gemms", 4), ("graph_break_graphs", 1)])
+def test_a_wrong_answer_of_the_right_form_is_answered_never_passed(name, wrong, capsys):
+    """The learner's case from the issue: backward_gemms = 4 (right: 3) and graph_break_graphs = 1 (right: 2)."""
+    assert wrong != ex06.ANSWERS[name].measure()
+    result = getattr(ex06, f"check_{name}")(wrong, hidden=1)
+    out = capsys.readouterr().out
+    assert out.startswith(f"○ ex06_compile-{name}: {checks.ANSWERED}") and "✔" not in out, out
+    assert f"{name} = {wrong!r} is an int, 0 or more, but whether it is right is not known yet" in out
+    assert result.answered
 
 
 @pytest.mark.parametrize("name, wrong", [("forward_gemms", 3), ("backward_gemms", 4),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim import course, grading, progress
+from twoprim import course, ex06, grading, progress
 from twoprim.hints import hint
 from twoprim.notebooks import ROOT, assignments, lessons
 
@@ -101,9 +102,12 @@ def test_solutions_in_the_learners_place_pass_every_visible_check(learner):
     r = progress.report(learner)
     for aid, a in by_aid(r).items():
         assert (a.status, a.problem, a.cached) == ("ran", None, False), (aid, a.problem)
-        assert a.checks == {fn: progress.PASS for fn in GRADED[aid]}, aid
+        # a check that reads only an answer's form is answered, never passed: its value is graded by a self-grade
+        assert a.checks == {fn: progress.ANSWERED if fn in FORM_ONLY.get(aid, ()) else progress.PASS
+                            for fn in GRADED[aid]}, aid
     assert all(l.done for l in r.lessons)
     assert r.next_step.startswith("run `./course selfgrade ex01_dot`"), r.next_step
+    assert "3 of 8 pass, 5 answered" in r.text()  # ex06_compile: three functions, five short answers
     assert digest(learner) == before, "the learner's notebooks must never be modified"
 
     for aid in assignments():
@@ -118,6 +122,40 @@ def test_solutions_in_the_learners_place_pass_every_visible_check(learner):
     later = os.stat(learner / "grader" / "selfgrade" / "ex03_layers.json").st_mtime + 10
     os.utime(learner / "exercises" / "ex03_layers" / "ex03_layers.ipynb", (later, later))
     assert "ex03_layers` again" in progress.report(learner).next_step
+
+
+# Visible checks that read only the form of an answer (its value is measured when grading): ex06's short answers,
+# and ex07's lazy_answer, which checks one of its three numbers and the form of the other two.
+FORM_ONLY = {"ex06_compile": set(ex06.ANSWERS), "ex07_mlx": {"lazy_answer"}}
+
+
+def test_a_wrong_short_answer_is_answered_not_passing(learner):
+    """The issue's learner: backward_gemms = 4 (right: 3) and graph_break_graphs = 1 (right: 2) printed ✔ and
+    counted as passing. Run for real (a copy in a fresh kernel), on ex06's setup cell, the answers and their checks."""
+    aid = "ex06_compile"
+    nb = answered(aid)
+    gid = f"{aid}-answers-solution"
+    code = nb.cells[cell_index(nb, gid)].source
+    for name, wrong in (("backward_gemms", 4), ("graph_break_graphs", 1)):
+        assert wrong != ex06.ANSWERS[name].measure()
+        code = re.sub(rf"^{name} = \d+", f"{name} = {wrong}", code, count=1, flags=re.M)
+    nb.cells[cell_index(nb, gid)].source = code
+    keep = {f"{aid}-setup", gid} | {f"{aid}-{name}" for name in ex06.ANSWERS}
+    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or c.metadata.get("nbgrader", {}).get("grade_id") in keep]
+    put(learner, aid, nb)
+
+    a = by_aid(progress.report(learner, timeout=60))[aid]
+    assert a.status == "ran" and a.problem is None, a.problem
+    assert a.checks == {name: progress.ANSWERED for name in ex06.ANSWERS}
+    assert a.passed == 0 and a.answered == 5 and not progress._complete(a)
+    r = progress.report(learner)
+    line = next(l for l in r.text().splitlines() if aid in l)
+    assert "0 of 5 pass, 5 answered" in line and not line.strip().startswith("✔"), line
+    assert "answered (graded when you self-grade)" in line
+
+    selfgraded(learner, aid, failing=("backward_gemms-hidden", "graph_break_graphs-hidden"))
+    a = by_aid(progress.report(learner))[aid]
+    assert a.cached and not progress._complete(a), "a self-grade with the hidden answers failing is not complete"
 
 
 BROKEN = {  # assignment -> (the answer cell that breaks, the code put at its top)
@@ -213,3 +251,14 @@ def test_the_state_file_is_untracked():
     for name in (progress.STATE_FILE, f"{progress.STATE_FILE}.bad-20261130-090000"):
         ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT, capture_output=True)
         assert ignored.returncode == 0, f"{name} must be ignored by git (.gitignore)"
+
+
+def test_next_step_follows_the_course_outline_lesson_09_before_ex08(learner):
+    """README's outline pairs lesson 09 (Triton) with ex08_triton; lesson 08 has no assignment."""
+    done = [progress.LessonStatus(p.stem, p, p.stem[:2] != "09", "not run yet") for p in lessons(learner)]
+    ex08 = progress.AssignmentStatus("ex08_triton", learner / "exercises" / "ex08_triton" / "ex08_triton.ipynb",
+                                     "not started", checks={"add_kernel": progress.TODO})
+    step = progress._next_step(learner, done, [ex08])
+    assert step.startswith("run lessons/09_triton_gemm.ipynb to the end"), step
+    done[-1] = progress.LessonStatus(done[-1].name, done[-1].path, True, "run to the end")
+    assert progress._next_step(learner, done, [ex08]).startswith("make `add_kernel` pass its check")

@@ -493,7 +493,8 @@ def check_gemm_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidde
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Short answers: the visible check reads the answer's form; the hidden check measures the fact at grading time
+# Short answers: the visible check reads the answer's form only (it says "answered", never ✔, and progress does not
+# count it as passing); the hidden check measures the fact at grading time
 # ----------------------------------------------------------------------------------------------------------------
 
 def _forward_gemms(model_name: str = "mlp", seed: int = 0) -> int:
@@ -600,9 +601,9 @@ def _check_answer(name: str, value: Any, cases: Sequence[Case] | None, hidden: i
         form = "an int, 0 or more" if answer.form == "int" else "a dict {ATen GEMM op name: count}"
         return _check(name, given, [Case(f"the form of your answer: {answer.what}", ())],
                       expected=lambda: f"{form}; grading compares its value with a measurement",
-                      judge=_judge_form(answer), hidden=hidden,
-                      proves=f"{name} = {value!r} has the right form; grading compares it with {answer.what}, "
-                             f"measured then")
+                      judge=_judge_form(answer), hidden=hidden, form_only=True,
+                      proves=f"{name} = {value!r} is {form}, but whether it is right is not known yet: grading "
+                             f"compares it with {answer.what}, measured then")
     return _check(name, given, cases, expected=lambda: answer.measure(),
                   judge=_judge_answer(answer), hidden=hidden, proves=f"{name} equals {answer.what}")
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import mlx_tools
-from .checks import Case, CallLog, CheckResult, Mismatch, Rule, judge_values, run_check
+from .checks import ANSWERED, Case, CallLog, CheckResult, Mismatch, Rule, judge_values, run_check
 
 try:
     import mlx.core as mx
@@ -867,7 +867,13 @@ class _LazyOracle:
 
 def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     _need_mlx()
-    cases = cases if cases is not None else lazy_cases(["pending_after_eval"])
+    proves = "the numbers agree with the pending graph measured now with mx.export_to_dot"
+    if cases is None:  # visible: one value measured, the other two read for their form only
+        cases = lazy_cases(["pending_after_eval"])
+        unchecked = [q for q in LAZY_QUESTIONS if q != "pending_after_eval"]
+        proves = (f"pending_after_eval agrees with the pending graph measured now with mx.export_to_dot; "
+                  f"{' and '.join(unchecked)}: {ANSWERED} (`./course selfgrade {TASK}`) or when your work is graded "
+                  f"(only their form was checked here: whole numbers, 0 or more)")
     if callable(fn):
         answer = fn
 
@@ -877,7 +883,7 @@ def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
     else:
         ask = fn
     return run_check(f"{TASK}-lazy_answer", ask, cases, expected=_LazyOracle(), judge=_judge_answer, hidden=hidden,
-                     proves="the numbers agree with the pending graph measured now with mx.export_to_dot",
+                     proves=proves,
                      next_step="count the pending primitives behind y with mx.export_to_dot")
 
 

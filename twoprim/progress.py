@@ -31,8 +31,9 @@ from typing import Callable
 
 import nbformat
 
+from .failures import ANSWERED as ANSWERED_TEXT
 from .hints import HINTS
-from .notebooks import ROOT, assignments, lessons
+from .notebooks import ROOT, assignments, lessons, outline
 from .state import STATE_FILE, load_state, update_state
 
 __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
@@ -42,6 +43,11 @@ WORKERS = 2           # notebooks executed at once (each kernel then runs one th
 CHART = Path("grader") / "selfgrade" / "progress.png"
 
 PASS, FAIL, TODO, NOT_RUN = "pass", "fail", "todo", "not run"
+# A check that read only the form of an answer (it printed ANSWERED_TEXT): answered, not passing; its value is
+# graded by the hidden check, so only a self-grade can say it is right.
+ANSWERED = "answered"
+DONE = (PASS, ANSWERED)  # nothing left to do in the notebook for this check
+ANALYSIS_VERSION = 2     # part of every cache key: results cached by an older analyse() are judged again
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -113,15 +119,24 @@ def visible_checks(nb: nbformat.NotebookNode, aid: str) -> dict[str, int]:
 
 
 def cache_key(nb: nbformat.NotebookNode, aid: str) -> str:
-    """sha256 of the notebook's code cells and of the course's check module for `aid` (twoprim/exNN.py)."""
-    h = hashlib.sha256()
+    """sha256 of the notebook's code cells, of the course's check modules for `aid` (twoprim/exNN.py and the
+    shared checks.py, failures.py) and of how results are analysed (ANALYSIS_VERSION)."""
+    h = hashlib.sha256(f"analysis {ANALYSIS_VERSION}".encode())
     for cell in nb.cells:
         if cell.cell_type == "code":
             h.update(json.dumps([_meta(cell).get("grade_id"), cell.source]).encode())
-    checks = Path(__file__).with_name(f"{aid[:4]}.py")
-    if checks.is_file():
-        h.update(checks.read_bytes())
+    for name in (f"{aid[:4]}.py", "checks.py", "failures.py"):
+        checks = Path(__file__).with_name(name)
+        if checks.is_file():
+            h.update(checks.read_bytes())
     return h.hexdigest()
+
+
+def _answered_only(cell) -> bool:
+    """The check cell ran without error and printed that it read only the form of the answer."""
+    text = "".join(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
+                   for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    return ANSWERED_TEXT in text
 
 
 def untouched(nb: nbformat.NotebookNode) -> bool:
@@ -145,7 +160,7 @@ def analyse(nb: nbformat.NotebookNode, aid: str, stopped: tuple[str, int] | None
         elif cell.get("execution_count") is None:
             checks[fn] = NOT_RUN
         elif not errors:
-            checks[fn] = PASS
+            checks[fn] = ANSWERED if _answered_only(cell) else PASS
         else:
             checks[fn] = TODO if errors[0].get("ename") == "NotImplementedError" else FAIL
     status, problem = "ran", None
@@ -235,6 +250,11 @@ class AssignmentStatus:
         return sum(v == PASS for v in self.checks.values())
 
     @property
+    def answered(self) -> int:
+        """Checks that read only the form of an answer: answered, to be graded by a self-grade."""
+        return sum(v == ANSWERED for v in self.checks.values())
+
+    @property
     def runs(self) -> bool:
         return self.status in ("not started", "ran")
 
@@ -252,9 +272,9 @@ class Report:
         out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + ["", "lesson" + " " * 22 + "status"]
         for l in self.lessons:
             out.append(f"  {'✔' if l.done else '·'} {l.name:24s} {l.detail}")
-        out += ["", f"{'assignment':20s}{'visible checks':16s}{'self-graded':16s}{'hints':8s}notebook"]
+        out += ["", f"{'assignment':20s}{'visible checks':26s}{'self-graded':16s}{'hints':8s}notebook"]
         for a in self.assignments:
-            out.append(f"  {'✔' if _complete(a) else '·'} {a.aid:16s}{_checks_cell(a):16s}{_selfgrade_cell(a):16s}"
+            out.append(f"  {'✔' if _complete(a) else '·'} {a.aid:16s}{_checks_cell(a):26s}{_selfgrade_cell(a):16s}"
                        f"{a.hints_used:>2d} of {a.hints_total:<3d}{_notebook_cell(a)}")
         out += ["", f"next: {self.next_step}"]
         return "\n".join(out)
@@ -284,12 +304,15 @@ class Report:
 
 def _complete(a: AssignmentStatus) -> bool:
     sg = a.selfgrade
-    return (a.runs and bool(a.checks) and a.passed == len(a.checks) and sg is not None and not sg["stale"]
-            and sg["score"] == sg["max_score"])
+    return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks) and sg is not None
+            and not sg["stale"] and sg["score"] == sg["max_score"])
 
 
 def _checks_cell(a: AssignmentStatus) -> str:
-    return f"{a.passed} of {len(a.checks)} pass" if a.checks else "-"
+    """'3 of 8 pass, 5 answered': a form-only check that ran is answered, never counted as passing."""
+    if not a.checks:
+        return "-"
+    return f"{a.passed} of {len(a.checks)} pass" + (f", {a.answered} answered" if a.answered else "")
 
 
 def _selfgrade_cell(a: AssignmentStatus) -> str:
@@ -305,9 +328,12 @@ def _selfgrade_cell(a: AssignmentStatus) -> str:
 def _notebook_cell(a: AssignmentStatus) -> str:
     if a.problem:
         return f"{a.status}: {a.problem}"
-    todo = [fn for fn, v in a.checks.items() if v != PASS]
+    todo = [fn for fn, v in a.checks.items() if v not in DONE]
     if a.status == "ran" and todo:
         return f"ran; to do: {', '.join(todo)}"
+    if a.status == "ran" and a.answered:
+        answered = ", ".join(fn for fn, v in a.checks.items() if v == ANSWERED)
+        return f"ran; answered (graded when you self-grade): {answered}"
     return a.status
 
 
@@ -348,14 +374,18 @@ def _assignment_ids(root: Path) -> list[str]:
 
 
 def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus]) -> str:
-    """One concrete thing to do, in course order (lesson NN, then assignment exNN)."""
-    by_number = {a.aid[2:4]: a for a in work}
+    """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
+    (README.md's lesson table: lesson 09 comes with ex08_triton), else the assignment with the lesson's number."""
+    by_aid = {a.aid: a for a in work}
+    paired = {row.lesson: row.assignment for row in (outline(root) or outline(ROOT)) if row.assignment}
     steps: list[LessonStatus | AssignmentStatus] = []
     for lesson in lesson_list:
         steps.append(lesson)
-        if lesson.name[:2] in by_number:
-            steps.append(by_number.pop(lesson.name[:2]))
-    steps += list(by_number.values())
+        aid = paired.get(lesson.name) or next((a for a in by_aid if a[2:4] == lesson.name[:2]
+                                               and a not in paired.values()), None)
+        if aid in by_aid:
+            steps.append(by_aid.pop(aid))
+    steps += list(by_aid.values())
     for step in steps:
         if isinstance(step, LessonStatus):
             if not step.done:
@@ -368,14 +398,18 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
             return f"{where} is missing: restore it from the course (`git restore {where}`)."
         if not a.runs:
             return f"fix {where}: {a.problem}; then run `./course progress` again."
-        todo = [fn for fn, v in a.checks.items() if v != PASS]
+        todo = [fn for fn, v in a.checks.items() if v not in DONE]
         if todo:
             return (f"make `{todo[0]}` pass its check in {where} (stuck? the hint cell under it reveals hints "
                     f"one at a time).")
         sg = a.selfgrade
         if sg is None or sg["stale"]:
             again = "" if sg is None else f" again ({sg['stale']})"
-            return f"run `./course selfgrade {a.aid}`{again}: it adds the hidden checks grading runs."
+            answers = ""
+            if a.answered:
+                answers = (f" and checks the values of your {a.answered} short answer{'s' if a.answered > 1 else ''} "
+                           f"(the notebook checks only their form)")
+            return f"run `./course selfgrade {a.aid}`{again}: it adds the hidden checks grading runs{answers}."
         if sg["score"] < sg["max_score"]:
             names = ", ".join(sg["failing"]) or "some checks"
             return (f"hidden checks of {a.aid} fail ({names}): read grader/selfgrade/{a.aid}.html for what they "
@@ -466,17 +500,22 @@ def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 def chart(r: Report):
-    """Per assignment: the fraction of visible checks that pass and the self-graded fraction; returns the figure."""
+    """Per assignment: the fraction of visible checks that pass (then, lighter, the answered ones) and the
+    self-graded fraction; returns the figure."""
     from matplotlib.figure import Figure
 
     names = [a.aid for a in r.assignments]
     visible = [a.passed / len(a.checks) if a.checks else 0.0 for a in r.assignments]
+    answered = [a.answered / len(a.checks) if a.checks else 0.0 for a in r.assignments]
     graded = [a.selfgrade["score"] / a.selfgrade["max_score"] if a.selfgrade and a.selfgrade["max_score"] else 0.0
               for a in r.assignments]
     fig = Figure(figsize=(6.0, 0.35 * len(names) + 1.8))
     ax = fig.subplots()
     ys = range(len(names))
     ax.barh([y - 0.2 for y in ys], visible, height=0.4, label="visible checks passing", color="#4c72b0")
+    if any(answered):
+        ax.barh([y - 0.2 for y in ys], answered, left=visible, height=0.4, color="#a6bddb",
+                label="answered, graded when you self-grade")
     ax.barh([y + 0.2 for y in ys], graded, height=0.4, label="self-graded (hidden included)", color="#55a868")
     ax.set_yticks(list(ys), names)
     ax.invert_yaxis()
