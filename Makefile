@@ -29,20 +29,23 @@ $(STAMP): pyproject.toml
 	  echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), the course needs 3.11." \
 	       "Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(CURDIR)/course --check-venv   # a .venv copied or moved here from another folder: pointed here first
 	$(VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
 	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
 	$(VENV)/bin/python -m twoprim.course install-config
 	@touch $(STAMP)
 
-# ./course lab: --allow-root when root, the next free port when 8888 is taken, the lesson URL printed last.
+# ./course lab: --allow-root when root, the next free port when 8888 is taken, the lesson URL printed last; like
+# every ./course command, it first points a .venv copied or moved here from another folder at this one.
 lab: $(STAMP)
 	@$(CURDIR)/course lab $(LAB_ARGS)
 
 test: $(STAMP)
+	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
 	$(BIN)/python -m pytest
 
 exercises: $(STAMP)
-	$(BIN)/python -m twoprim.course generate
+	$(CURDIR)/course generate
 
 bench-lessons: $(STAMP)
-	$(BIN)/python -m twoprim.course bench-lessons
+	$(CURDIR)/course bench-lessons
