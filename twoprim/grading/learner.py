@@ -29,13 +29,21 @@ class SelfGrade:
         o = self.outcome
         if o.status != "graded":
             return f"{self.assignment}: could not be graded: {o.reason}"
+        notes = [n for n in (o.reason or "").split("; ") if n and n != "all cells ran"]
+        errors = [n for n in notes if n.startswith("error in ")]
         lines = [f"{self.assignment}: {number(o.score)} / {number(o.max_score)} points, hidden checks included "
                  f"(the score an instructor's autograde gives this notebook)"]
+        for note in errors:  # what every later check failed because of: said first, in the words of the error
+            lines.append(f"  ✘ {note}")
+        if errors:
+            lines.append("    fix this first: the checks that need what that cell defines fail because of it, not "
+                         "because of your answers (\"no result came back\" below)")
         for (_, gid), score in sorted(o.grades.items()):
             if not gid.endswith("-solution"):
                 lines.append(f"  {'✔' if score else '✘'} {gid}: {number(score or 0)}")
-        if o.reason and o.reason != "all cells ran":
-            lines.append(f"notes: {o.reason}")
+        rest = [n for n in notes if n not in errors]
+        if rest:
+            lines.append(f"notes: {'; '.join(rest)}")
         if self.feedback:
             lines.append(f"feedback: {self.feedback}")
         return "\n".join(lines)

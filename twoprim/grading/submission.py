@@ -262,14 +262,17 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
 
 
 def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
-    """What went wrong while the notebook ran, in an instructor's words (from the autograded notebook)."""
+    """What went wrong while the notebook ran, in an instructor's words (from the autograded notebook). First an
+    error in a cell that is neither a check nor an answer (the setup cell, another given cell, a cell the student
+    added), with its cell and message: every check that needs what that cell defines fails because of it, so it is
+    what to fix first. Then a kernel that died, cells that ran past the time limit, and the failing checks."""
     notes = []
     for name in notebooks:
         path = autograded / f"{name}.ipynb"
         if not path.is_file():
             continue
         nb = nbformat.read(str(path), as_version=4)
-        failed, timed_out, died = [], [], []
+        failed, timed_out, died, errors = [], [], [], []
         for i, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             for o in cell.get("outputs", []):
@@ -282,6 +285,22 @@ def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
                     died.append(meta.get("grade_id") or f"cell {i}")
                 elif meta.get("grade") and not meta.get("solution"):
                     failed.append(meta.get("grade_id"))
+                elif not meta.get("solution") and not str(meta.get("grade_id", "")).endswith("-hints"):
+                    # the setup cell, another given cell or one the student added: what the checks after it need.
+                    # (An answer cell's error shows in its own checks; a hint cell defines nothing a check needs.)
+                    errors.append((i, meta.get("grade_id"), ename, str(o.get("evalue", ""))))
+        for i, gid, ename, evalue in errors[:3]:
+            first = next((line.strip() for line in evalue.splitlines() if line.strip()), "")
+            where = f"{gid} (cell {i + 1})" if gid else f"cell {i + 1}"
+            note = f"error in {where}: {ename}: {first}"[:400].replace("; ", ", ")
+            if ename in ("ModuleNotFoundError", "ImportError") and re.search(r"'twoprim(\.\w+)*'", first):
+                note += (" (the kernel cannot import the course package: a .venv built in another folder, from a "
+                         "course that was copied or moved, does this, and running ./course once repairs it)")
+            elif gid and gid.endswith("-setup"):
+                note += " (the setup cell: every check after it fails because of this, not because of the answers)"
+            notes.append(note)
+        if len(errors) > 3:
+            notes.append(f"{len(errors) - 3} more cells stopped with an error")
         if died:
             notes.append(f"the kernel died in {died[0]} (a crash, os._exit or running out of memory); later cells "
                          f"did not run")
