@@ -268,6 +268,14 @@ def test_a_stub_called_inside_is_reported_as_the_stubs_not_the_callers():
     assert "`neuron` is not written yet" not in msg
 
 
+def test_a_stub_blames_nothing_else():
+    ns = _learner("def dot(x, w):\n    raise NotImplementedError()\n\n"
+                  "def neuron(x, w, b):\n    raise NotImplementedError()\n    return dot(x, w) + b\n")
+    fails(ex01.check_dot, ns["dot"])
+    msg = fails(ex01.check_neuron, ns["neuron"])
+    assert msg.startswith("✘ ex01_dot-neuron: `neuron` is not written yet"), msg
+
+
 def test_the_grader_names_the_failing_dependency_from_the_recorded_results(tmp_path, monkeypatch):
     """The kernel only records (TWOPRIM_CAPTURE_DIR); the grader replays the test cells' source and judges."""
     from twoprim import verdicts

@@ -415,8 +415,8 @@ def run_check(
                                    next_step=next_step, uses=uses)
     except CheckFailure as failure:
         _remember(task, fn, name, labels, passed=False)
-        blamed = _failing_dependencies(task, fn, name, uses)
-        if blamed:
+        blamed = [] if getattr(failure, "not_written", False) else _failing_dependencies(task, fn, name, uses)
+        if blamed:  # (a function that is itself a stub blames nothing else)
             raise CheckFailure(_blame(task, name, blamed, str(failure))) from failure.__cause__
         raise
     _remember(task, fn, name, labels, passed=True)
@@ -539,9 +539,11 @@ def _raised_elsewhere(err: BaseException, fn: Any, uses: set[str]) -> str | None
 
 
 def _not_written(task: str, name: str) -> CheckFailure:
-    return CheckFailure(
+    failure = CheckFailure(
         f"✘ {task}: `{name}` is not written yet (it raised NotImplementedError).\n"
         f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this one again.")
+    failure.not_written = True
+    return failure
 
 
 def _raised(task: str, name: str, case: Case, tried: str, error: str) -> CheckFailure:
