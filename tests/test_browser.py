@@ -26,9 +26,8 @@ import pytest
 
 from twoprim.notebooks import ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+from .chromium import CHROMIUM, MISSING, launch
+
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts" / "browser")
 TOKEN = "two-primitives-browser-test"
 
@@ -68,8 +67,7 @@ def _api(base: str, path: str, method: str = "GET"):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 serving a temporary copy of lessons/ and exercises/ex01_dot; stopped afterwards."""
-    assert CHROMIUM.is_file(), (f"{CHROMIUM} is missing: the browser test drives Debian's Chromium. Install it with "
-                                f"`apt-get install chromium` (CI installs it in .ci/run).")
+    assert CHROMIUM.is_file(), MISSING
     work = tmp_path_factory.mktemp("lab")
     committed = _digest()
     course = work / "course"
@@ -124,7 +122,7 @@ def page(lab):
     for stale in ARTIFACTS.glob("*-failure.png"):  # from an earlier run
         stale.unlink()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(60_000)

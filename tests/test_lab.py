@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -28,10 +27,11 @@ import pytest
 from twoprim import lab
 from twoprim.notebooks import ROOT
 
+from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, python_for, shared_tmp
+
 URL_LINE = re.compile(r"^(http://[^/\s]+)/lab/tree/lessons/00_start_here\.ipynb\?token=(\w+)$")
 NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"
 START_S = 90  # JupyterLab starts in ~5 s alone, 15-20 s on 2 busy cores (nbgrader's formgrader imports slowly)
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class Lab:
@@ -192,84 +192,32 @@ def test_make_lab_serves_lesson_00_here(tmp_path):
 # --- as an ordinary user, where the tests run as root -----------------------------------------------------------
 
 
-def _python_for(user: pwd.struct_passwd) -> str | None:
-    """A Python 3.11 that `user` can run (Debian's /usr/bin/python3.11 is world-executable), else None."""
-    python = shutil.which("python3.11", path=SYSTEM_PATH)
-    if python is None:
-        return None
-    probe = subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"], user=user.pw_uid,
-                           group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH}, capture_output=True)
-    return python if probe.returncode == 0 else None
-
-
-def _clone_for(user: pwd.struct_passwd, dest: Path) -> Path:
-    """This working tree (tracked and new files) at `dest`, owned by `user`, with the course .venv hard-linked in.
-
-    A copy of the environment costs seconds where building one costs minutes. Its files stay root's and
-    read-only to `user` (hard links: never written through). What names this checkout is rewritten in new files.
-    """
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(dest)], check=True)
-    lab.install_settings(ROOT / ".venv")  # the file make setup writes, before the copy shares it
-    venv = dest / ".venv"
-    subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(venv)], check=True)
-    site = next((venv / "lib").glob("python3.*/site-packages"))
-    old, new = str(ROOT).encode(), str(dest).encode()
-    for path in [*(venv / "bin").iterdir(), *site.glob("*.pth"), *site.glob("__editable__*.py"),
-                 *(venv / "etc").rglob("*.py")]:
-        if path.is_file() and not path.is_symlink() and old in (data := path.read_bytes()):
-            mode = path.stat().st_mode
-            path.unlink()  # a new file: the hard link to the course's own stays as it was
-            path.write_bytes(data.replace(old, new))
-            path.chmod(mode)
-    return venv
-
-
-def _point_venv_at(venv: Path, python: str) -> None:
-    """Make `venv` run on `python` (the Python it was built with is where the user cannot go)."""
-    (venv / "pyvenv.cfg").unlink()
-    (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(python)}\ninclude-system-site-packages = false\n")
-    (venv / "bin" / "python3.11").unlink()
-    (venv / "bin" / "python3.11").symlink_to(python)
-
-
 @pytest.fixture
 def throwaway_user():
     if os.geteuid() != 0:
         pytest.skip("an ordinary user: test_make_lab_serves_lesson_00_here already ran make lab as one "
                     "(only root can create a throwaway user to try it as another)")
-    base = Path(tempfile.mkdtemp(prefix="twoprim-lab-", dir="/tmp"))
-    base.chmod(0o755)  # pytest's tmp_path is under /tmp/pytest-of-root (0700): out of the user's reach
+    base = shared_tmp("twoprim-lab-")  # pytest's tmp_path is under /tmp/pytest-of-root (0700): out of reach
     name = f"tplab{os.getpid()}{secrets.token_hex(3)}"
     subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group",
                     "--shell", "/bin/bash", name], check=True, capture_output=True)
     try:
         yield pwd.getpwnam(name), base
     finally:
-        for _ in range(20):  # the user's processes are gone once make lab is stopped; allow them a moment
-            if subprocess.run(["userdel", "-r", name], capture_output=True).returncode in (0, 6):
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"could not delete the throwaway user {name}")
+        delete_account(name)  # the user's processes are gone once make lab is stopped; allowed a moment
         shutil.rmtree(base, ignore_errors=True)
 
 
 def test_make_lab_as_an_ordinary_user(throwaway_user):
     """A user's own clone: a clear error while the .venv's Python is out of reach; lesson 00 once it is not."""
     user, base = throwaway_user
-    python = _python_for(user)
+    python = python_for(user)
     if python is None:
         pytest.skip(f"no Python 3.11 on {SYSTEM_PATH} that user {user.pw_name} can run, so no course "
                     f"environment they could use without a multi-minute build")
     clone = base / "two-primitives"
     clone.mkdir()
-    venv = _clone_for(user, clone)
+    venv = clone_for(clone, user)
     env = {"PATH": SYSTEM_PATH, "HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
            "LANG": "C.UTF-8"}
 
@@ -277,7 +225,7 @@ def test_make_lab_as_an_ordinary_user(throwaway_user):
     private = base / "private"
     private.mkdir(mode=0o700)
     (private / "python3.11").symlink_to(python)
-    _point_venv_at(venv, str(private / "python3.11"))
+    point_venv_at(venv, str(private / "python3.11"))
     failed = Lab(clone, "--no-browser --port=0", env, user)
     assert failed.finish() != 0, failed.output
     error = [line for line in failed.lines if line.startswith("error:")]
@@ -286,7 +234,7 @@ def test_make_lab_as_an_ordinary_user(throwaway_user):
     assert f"git clone '{clone}'" in error[0] and f"make lab PYTHON={python}" in error[0], error[0]
     assert "Traceback" not in failed.output
 
-    _point_venv_at(venv, python)
+    point_venv_at(venv, python)
     run = Lab(clone, "--no-browser --port=0", env, user)
     try:
         _check_serves_course(run, venv / "bin")
