@@ -36,6 +36,10 @@ from twoprim.grading import preprocessors  # noqa: E402
 
 c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 c.Execute.on_cell_start = preprocessors.record_cell_start
+# nbgrader makes autograded notebooks read-only (0444); the course's grader then writes its verdicts into them
+# (twoprim/verdicts.py), which an instructor who is not root (the classroom's, ./course hub) may only do in files
+# they can write. grader/ itself stays private.
+c.Autograde.permissions = 644
 c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.Execute",
     "nbgrader.preprocessors.IgnorePattern",
@@ -56,6 +60,16 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
-# The exchange that release/fetch/submit/collect and feedback go through (nbgrader's default unless the
-# environment names another, e.g. a folder every student account can write to).
-c.Exchange.root = os.environ.get("TWOPRIM_EXCHANGE", "/srv/nbgrader/exchange")
+# The exchange that release/fetch/submit/collect and feedback go through: TWOPRIM_EXCHANGE, else the one the
+# classroom (`./course hub --exchange ...`) recorded in grader/classroom.json, else nbgrader's default.
+def _classroom_exchange():
+    import json
+
+    try:
+        with open(os.path.join(GRADER, "classroom.json")) as f:
+            return json.load(f).get("exchange")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+c.Exchange.root = os.environ.get("TWOPRIM_EXCHANGE") or _classroom_exchange() or "/srv/nbgrader/exchange"

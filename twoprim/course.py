@@ -22,6 +22,7 @@ Learners on their own:
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,13 +104,21 @@ def bench_lessons() -> int:
 
 
 def install_config() -> Path:
-    """Make every nbgrader run in this environment load the course configuration, whatever the folder."""
+    """Make every nbgrader run in this environment load the course configuration, whatever the folder.
+
+    Where it cannot be read (a student's account in the classroom: grader/ is the instructor's), nothing is loaded
+    and the account's own configuration applies. Written as a new file: a hard-linked copy of the environment
+    keeps its own."""
     target = Path(sys.prefix) / "etc" / "jupyter" / "nbgrader_config.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     config = ROOT / "grader" / "nbgrader_config.py"
-    target.write_text("# Written by `make setup` (python -m twoprim.course install-config): nbgrader in this environment\n"
-                      "# uses the Two Primitives course configuration from any folder.\n"
-                      f"load_subconfig({str(config)!r})  # noqa: F821\n")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text("# Written by `make setup` (python -m twoprim.course install-config): nbgrader in this environment\n"
+                   "# uses the Two Primitives course configuration from any folder, where this account may read it.\n"
+                   "import os\n\n"
+                   f"if os.access({str(config)!r}, os.R_OK):\n"
+                   f"    load_subconfig({str(config)!r})  # noqa: F821\n")
+    os.replace(tmp, target)
     return target
 
 
