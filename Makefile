@@ -8,14 +8,18 @@ VENV   := .venv
 BIN    := $(CURDIR)/$(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
+HUB_ARGS ?=
+# The classroom's proxy (npm's configurable-http-proxy, pinned in package-lock.json); make lab never needs it
+NODE_STAMP := node_modules/.installed
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help lab test setup exercises bench-lessons
+.PHONY: help lab hub test setup exercises bench-lessons
 
 help:
 	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
 	@echo "make test           set up .venv if needed and run the whole test suite"
+	@echo "make hub            (instructors, as root) the classroom on JupyterHub: HUB_ARGS=\"--students alice,bob\""
 	@echo "make exercises      (instructors) regenerate exercises/ from solutions/ with nbgrader"
 	@echo "make bench-lessons  time every lesson notebook against the 60 s budget"
 
@@ -40,7 +44,18 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	@$(CURDIR)/course lab $(LAB_ARGS)
 
-test: $(STAMP)
+# ./course hub: an account per student, the exchange, the instructor's formgrader, on loopback; Ctrl-C stops it all.
+hub: $(STAMP) $(NODE_STAMP)
+	@$(CURDIR)/course hub $(HUB_ARGS)
+
+$(NODE_STAMP): package-lock.json
+	@command -v npm >/dev/null || { \
+	  echo "error: npm was not found: the classroom's proxy (configurable-http-proxy) installs with it." \
+	       "Install Node.js and npm: apt-get install nodejs npm (Debian, Ubuntu) or dnf install nodejs npm"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+test: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
 	$(BIN)/python -m pytest
 

@@ -11,6 +11,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
+    ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
 
 Learners on their own:
     ./course lab [LAB OPTION ...]        JupyterLab on lesson 00, as `make lab` starts it (as root too)
@@ -135,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import lab
 
         return lab.run(argv[1:])
+    if argv[:1] == ["hub"]:  # the classroom on JupyterHub: its own options (twoprim/hub.py)
+        from . import hub
+
+        return hub.run(argv[1:])
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     n = sub.add_parser("nbgrader", help="run nbgrader with the course configuration")
     n.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("install-config", help="(make setup) point this environment's nbgrader at the course")
+    sub.add_parser("hub", help="the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)",
+                   add_help=False)
     lb = sub.add_parser("lab", help="JupyterLab on lesson 00, as root too (what `make lab` runs)")
     lb.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
     for name, text in (("release", "release the student version to the exchange"),
@@ -168,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
     pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
     args = parser.parse_args(argv)
+    if args.command in ("release", "collect", "autograde", "feedback", "report", "nbgrader", "generate", "selfgrade",
+                        "db-init"):
+        from .hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
+
+        refuse_root_in_classroom(argv)
     # grading and progress import torch (through the checks): only the commands that need them pay for it
     if args.command in ("autograde", "report", "selfgrade"):
         from . import grading

@@ -1,0 +1,242 @@
+"""`./course hub`'s checks: everything is checked before anything is created or changed, and each problem is one
+line (a CourseError) that says what to do. The names (valid, not someone else's account), root, the port, the proxy,
+the exchange, and that other accounts can reach the course and run its environment (as `nobody`, the way a
+student's server will).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .hub_config import Plan
+from .nbgrader_cli import CourseError
+from .notebooks import ROOT
+
+MARKER = {"student": "Two Primitives student", "instructor": "Two Primitives instructor"}  # their GECOS field
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # Debian's NAME_REGEX, without the trailing '$' of machine accounts
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def roster_ids(path: Path) -> list[str]:
+    """Student ids from a roster CSV's `id` column (the format of `nbgrader db student import`)."""
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            fields = [(name or "").strip().lower() for name in reader.fieldnames or []]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise CourseError(f"cannot read the roster {path} ({getattr(e, 'strerror', None) or e}): pass an existing "
+                          f"CSV file with an `id` column, e.g. --roster students.csv") from None
+    if "id" not in fields:
+        raise CourseError(f"the roster {path} has no `id` column (its columns: {', '.join(fields) or 'none'}): "
+                          f"its first line must name the columns, e.g. id,first_name,last_name,email")
+    key = next(name for name in rows[0] if (name or "").strip().lower() == "id") if rows else "id"
+    return [row[key].strip() for row in rows if (row.get(key) or "").strip()]
+
+
+def student_names(args) -> list[str]:
+    names = [n.strip() for n in args.students.split(",") if n.strip()]
+    if args.roster is not None:
+        names += roster_ids(args.roster)
+    if not names:
+        raise CourseError("no students: name them with --students alice,bob,carol or --roster students.csv "
+                          "(make hub HUB_ARGS=\"--students alice,bob\")")
+    for name in [*names, args.instructor]:
+        if not NAME.match(name):
+            raise CourseError(f"{name!r} is not a valid Unix user name (lower-case letters, digits, '-' and '_', "
+                              f"starting with a letter, at most 32 characters): correct it in --students, "
+                              f"--instructor or the roster")
+    seen = set()
+    for name in names:
+        if name == args.instructor:
+            raise CourseError(f"{name!r} is both a student and the instructor: give the instructor another "
+                              f"account with --instructor NAME")
+        if name in seen:
+            raise CourseError(f"{name!r} is listed twice: each student needs one account; remove the duplicate")
+        seen.add(name)
+    return names
+
+
+def _tool(name: str) -> str | None:
+    """An account-management tool, by its full path (they live in sbin, often not on a user's PATH)."""
+    return shutil.which(name, path=f"/usr/sbin:/sbin:{SYSTEM_PATH}")
+
+
+def _account(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def course_made(account: pwd.struct_passwd) -> bool:
+    return account.pw_gecos.split(",")[0] in MARKER.values()
+
+
+def _uid_range() -> tuple[int, int]:
+    """UID_MIN and UID_MAX from /etc/login.defs: the range of people's accounts (not daemons, not nobody)."""
+    found = {"UID_MIN": 1000, "UID_MAX": 60000}
+    try:
+        for line in Path("/etc/login.defs").read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in found and parts[1].isdigit():
+                found[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return found["UID_MIN"], found["UID_MAX"]
+
+
+def check_accounts(students: list[str], instructor: str) -> None:
+    """Refuse an existing account the course did not make, except a person's own account as instructor."""
+    low, high = _uid_range()
+    for name in students:
+        account = _account(name)
+        if account and not course_made(account):
+            raise CourseError(
+                f"student {name!r} is an existing account that the course did not create (uid {account.pw_uid}, "
+                f"{account.pw_gecos or 'no description'}): the course never changes such an account; name the "
+                f"student differently (e.g. {name}-student) in --students or the roster")
+    account = _account(instructor)
+    if account and not course_made(account) and not low <= account.pw_uid <= high:
+        raise CourseError(
+            f"instructor {instructor!r} is a system account (uid {account.pw_uid}): choose a person's account or a "
+            f"new name, e.g. --instructor teacher")
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_proxy(course: Path) -> Path:
+    proxy = course / "node_modules" / ".bin" / "configurable-http-proxy"
+    if not os.access(proxy, os.X_OK):
+        raise CourseError(f"JupyterHub's proxy, configurable-http-proxy, is not installed in {course / 'node_modules'}:"
+                          f" run `make -C {course} hub` (it installs the version pinned in package-lock.json with "
+                          f"`npm ci`; Node.js and npm come from `apt-get install nodejs npm`)")
+    if shutil.which("node", path=os.environ.get("PATH", SYSTEM_PATH) + ":" + SYSTEM_PATH) is None:
+        raise CourseError("configurable-http-proxy needs Node.js, which is not installed: apt-get install nodejs npm")
+    return proxy
+
+
+def _blocked_ancestor(path: Path) -> Path | None:
+    """The first folder above `path` (or `path` itself) that other accounts cannot enter, if any."""
+    for folder in [*reversed(path.parents), path]:
+        if folder.exists() and not folder.stat().st_mode & 0o001:
+            return folder
+    return None
+
+
+def as_user(uid: int, gid: int, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run `argv` as uid:gid without supplementary groups, from /. (A plain setuid, as JupyterHub's spawner does:
+    `setpriv --reuid` alone would keep root's capabilities, which read through any permission.)"""
+    return subprocess.run(argv, user=uid, group=gid, extra_groups=[], cwd="/",
+                          env={"PATH": SYSTEM_PATH, "HOME": "/", "LANG": "C.UTF-8"},
+                          capture_output=True, text=True, **kwargs)
+
+
+PROBE = """
+import sys
+import twoprim, nbgrader, jupyterhub, soupsieve
+try:  # what nbconvert's HTML export (nbgrader's feedback) runs first
+    soupsieve.compile("img:not([alt])")
+except Exception:
+    sys.exit("Python %s mis-handles regular expressions with possessive quantifiers (CPython gh-106052, fixed in "
+             "3.11.5), so nbconvert's HTML export, and with it nbgrader's feedback, fails" % sys.version.split()[0])
+"""
+
+
+def _rebuild_hint(venv: Path, course: Path, args_hint: str) -> str:
+    """How to rebuild .venv from a Python every account can run: the system's when it is recent enough."""
+    python = shutil.which("python3.11", path=SYSTEM_PATH)
+    if python:
+        version = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
+                                 text=True).stdout.split()
+        if version and [int(v) for v in version] >= [3, 11, 5]:
+            return f"Rebuild .venv from a Python every account can run: rm -rf {venv} && make -C {course} hub " \
+                   f"PYTHON={python}{args_hint}"
+    return (f"Rebuild .venv from a Python 3.11 (3.11.5 or later) that every account can run, installed outside any "
+            f"private home (e.g. under /opt): rm -rf {venv} && make -C {course} hub "
+            f"PYTHON=/opt/python3.11/bin/python3.11{args_hint}")
+
+
+def check_environment(course: Path, venv: Path, args_hint: str) -> None:
+    """Every account must reach the course and run its environment, or no student's server could start."""
+    blocked = _blocked_ancestor(course)
+    if blocked is not None:
+        raise CourseError(f"other accounts cannot enter {blocked} (mode {blocked.stat().st_mode & 0o777:o}), which "
+                          f"holds the course: move the course to a folder every account can reach, e.g. "
+                          f"/srv/two-primitives, or allow passing through: chmod o+x {blocked}")
+    python = venv / "bin" / "python"
+    nobody = _account("nobody")
+    uid, gid = (nobody.pw_uid, nobody.pw_gid) if nobody else (65534, 65534)
+    try:
+        probe = as_user(uid, gid, [str(python), "-c", PROBE], timeout=120)
+        why = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1] if probe.returncode else ""
+    except OSError as e:
+        why = f"{type(e).__name__}: {e.strerror}"
+    if why:
+        target = os.path.realpath(python)
+        raise CourseError(f"other accounts cannot run the course environment's Python ({python} -> {target}: {why}),"
+                          f" so students' servers could not start. {_rebuild_hint(venv, course, args_hint)}")
+    if not (venv / "bin" / "jupyterhub-singleuser").is_file():
+        raise CourseError(f"{venv}/bin/jupyterhub-singleuser is missing: run `make -C {course} setup`")
+
+
+def check_exchange(exchange: Path) -> None:
+    if not exchange.is_absolute():
+        raise CourseError(f"the exchange {exchange} must be an absolute path, e.g. --exchange /srv/nbgrader/exchange")
+    if exchange.exists() and not exchange.is_dir():
+        raise CourseError(f"the exchange {exchange} exists and is not a folder: choose another with --exchange")
+    blocked = _blocked_ancestor(exchange.parent)
+    if blocked is not None:
+        raise CourseError(f"other accounts cannot enter {blocked}, which holds the exchange {exchange}: choose an "
+                          f"exchange every account can reach, e.g. --exchange /srv/nbgrader/exchange")
+
+
+def make_plan(args, *, course: Path = ROOT) -> Plan:
+    """Every check, in the order a user fixes them; raises CourseError with what to do."""
+    students = student_names(args)
+    if os.geteuid() != 0:
+        raise CourseError(f"./course hub creates a Unix account per student and starts each one's server as them, "
+                          f"which needs root: sudo {course / 'course'} hub "
+                          f"{' '.join(sys.argv[2:]) or '--students alice,bob'}")
+    for tool in ("useradd", "usermod", "chpasswd"):
+        if _tool(tool) is None:
+            raise CourseError(f"`{tool}` was not found: apt-get install passwd")
+    check_accounts(students, args.instructor)
+    if not 0 < args.port < 65536:
+        raise CourseError(f"--port {args.port} is not a port number: choose one in 1-65535, e.g. --port 8000")
+    if port_in_use(args.port):
+        raise CourseError(f"port {args.port} on 127.0.0.1 is already in use (a hub already running? `ss -ltnp "
+                          f"'sport = :{args.port}'` shows what listens there): stop it, or start on another port "
+                          f"with --port {args.port + 1}")
+    proxy = find_proxy(course)
+    check_exchange(args.exchange)
+    hint = f" HUB_ARGS=\"{' '.join(sys.argv[2:])}\"" if len(sys.argv) > 2 and sys.argv[1] == "hub" else ""
+    check_environment(course, course / ".venv", hint)
+    hub_port = free_port()
+    proxy_api_port = free_port()
+    while proxy_api_port in (hub_port, args.port):
+        proxy_api_port = free_port()
+    return Plan(course=course, venv=course / ".venv", proxy=proxy, exchange=args.exchange.resolve(),
+                instructor=args.instructor, students=tuple(students), port=args.port, hub_port=hub_port,
+                proxy_api_port=proxy_api_port)

@@ -1,0 +1,146 @@
+"""The files `./course hub` writes for one run of the classroom, in a run folder that is removed when it stops.
+
+    <run>/            0711 root: every account may pass, none may list
+      hub/            0700 root: jupyterhub_config.py, its database and cookie secret
+      student/        0755: the students' Jupyter config (on their servers' JUPYTER_CONFIG_PATH)
+      instructor/     0755: the instructor's Jupyter config
+
+Students get nbgrader's course id, the exchange, `~/exercises` as the folder fetched assignments land in, and
+neither the formgrader nor the create-assignment and course-list tools (the server extensions and the lab plugins
+off, as nbgrader's JupyterHub guide tabulates). The instructor's server opens in the course folder, where
+`nbgrader_config.py` loads the course configuration (`grader/nbgrader_config.py`), and sends
+`Content-Security-Policy: frame-ancestors 'self'`: since JupyterHub 4.1 every single-user server sends
+`frame-ancestors 'none'` (jupyterhub/singleuser/extension.py, a `setdefault`, so a configured header wins), which
+stops the browser from showing nbgrader's formgrader, a page JupyterLab embeds in an iframe (nbgrader issue #1870).
+'self' is safe only because each user's server has a host of its own (`JupyterHub.subdomain_host`: users at
+http://<name>.localhost:PORT): no other user's page is 'self' to it. Students keep 'none'.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+COURSE_ID = "two-primitives"  # the same as grader/nbgrader_config.py and nbgrader_cli.COURSE_ID
+INSTRUCTOR_CSP = "frame-ancestors 'self'"
+STUDENT_OFF_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
+STUDENT_OFF_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                       "@jupyter/nbgrader:course-list")
+START_TIMEOUT_S = 180  # a server's JupyterLab and nbgrader import slowly when 2 cores start three at once
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run serves."""
+
+    course: Path               # the course folder (repository root)
+    venv: Path                 # its environment
+    proxy: Path                # configurable-http-proxy
+    exchange: Path
+    instructor: str
+    students: tuple[str, ...]
+    port: int                  # the public port, on loopback
+    hub_port: int              # JupyterHub's own API, loopback
+    proxy_api_port: int        # the proxy's REST API, loopback
+
+    @property
+    def url(self) -> str:
+        return f"http://localhost:{self.port}/"
+
+
+def write_run_folder(plan: Plan, run: Path) -> Path:
+    """Write the run folder's files; returns the JupyterHub configuration file."""
+    run.chmod(0o711)
+    hub = run / "hub"
+    hub.mkdir(mode=0o700)
+    for role, text in (("student", _student_nbgrader_config(plan)), ("instructor", None)):
+        folder = run / role
+        folder.mkdir()
+        folder.chmod(0o755)
+        if text:
+            (folder / "nbgrader_config.py").write_text(text)
+    (run / "student" / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": {name: False for name in STUDENT_OFF_EXTENSIONS}}}, indent=1))
+    (run / "student" / "labconfig").mkdir()
+    (run / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {name: True for name in STUDENT_OFF_PLUGINS}}, indent=1))
+    (run / "instructor" / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}}}}, indent=1))
+    for path in (run / "student").rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for path in (run / "instructor").rglob("*"):
+        path.chmod(0o644)
+    config = hub / "jupyterhub_config.py"
+    config.write_text(_hub_config(plan, run))
+    config.chmod(0o600)
+    return config
+
+
+def _student_nbgrader_config(plan: Plan) -> str:
+    return (
+        "# Written by ./course hub for this run: a student's nbgrader (the Assignments tab, nbgrader in a terminal).\n"
+        "import os\n\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(plan.exchange)!r}\n"
+        "# fetched assignments land in ~/exercises/<assignment>/, beside ~/lessons/\n"
+        "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n")
+
+
+def _hub_config(plan: Plan, run: Path) -> str:
+    """jupyterhub_config.py: PAM logins for the course's accounts, one local process per user, loopback only."""
+    path = f"{plan.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+    values = {
+        "COURSE": str(plan.course), "INSTRUCTOR": plan.instructor, "STUDENTS": list(plan.students),
+        "EXCHANGE": str(plan.exchange), "PATH": path,
+        "INSTRUCTOR_CONFIG": str(run / "instructor"), "STUDENT_CONFIG": str(run / "student"),
+    }
+    head = "".join(f"{name} = {value!r}\n" for name, value in values.items())
+    return f'''# Written by ./course hub for one run (twoprim/hub_config.py); removed when the hub stops.
+{head}
+c = get_config()  # noqa: F821
+
+# Loopback only. Each user's server has a host of its own, http://<name>.localhost:{plan.port} (browsers resolve
+# *.localhost to loopback): what makes the instructor's frame-ancestors 'self' safe.
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {plan.port}
+c.JupyterHub.subdomain_host = "http://localhost:{plan.port}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {plan.hub_port}
+c.ConfigurableHTTPProxy.command = [{str(plan.proxy)!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{plan.proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{run / 'hub' / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = "{run / 'hub' / 'jupyterhub_cookie_secret'}"
+c.JupyterHub.pid_file = "{run / 'hub' / 'jupyterhub.pid'}"
+# Ctrl-C (SIGINT) or SIGTERM stops every server the hub started and the proxy (JupyterHub's defaults, kept).
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+
+# The course's Unix accounts, with the passwords ./course hub set for this run.
+c.JupyterHub.authenticator_class = "pam"
+c.Authenticator.allowed_users = set([INSTRUCTOR, *STUDENTS])
+
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [{str(plan.venv / 'bin' / 'jupyterhub-singleuser')!r}]
+c.Spawner.default_url = "/lab"
+c.Spawner.args = ["--LanguageServerManager.autodetect=False"]
+c.Spawner.http_timeout = {START_TIMEOUT_S}
+c.Spawner.start_timeout = {START_TIMEOUT_S}
+
+
+def pre_spawn_hook(spawner):
+    """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
+    env = spawner.environment = dict(spawner.environment)
+    env["PATH"] = PATH
+    env["TWOPRIM_EXCHANGE"] = EXCHANGE
+    if spawner.user.name == INSTRUCTOR:
+        spawner.notebook_dir = COURSE
+        env["JUPYTER_CONFIG_PATH"] = INSTRUCTOR_CONFIG
+    else:
+        spawner.notebook_dir = "~"
+        env["JUPYTER_CONFIG_PATH"] = STUDENT_CONFIG
+
+
+c.Spawner.pre_spawn_hook = pre_spawn_hook
+'''
+
