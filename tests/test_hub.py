@@ -1,0 +1,585 @@
+"""The classroom on JupyterHub (`./course hub`), end to end in a real browser, as the README's instructors run it.
+
+In a copy of the course (tests/accounts.py: its .venv hard-linked and pointed at a Python every account can run),
+one hub for the whole cycle, with throwaway accounts: the instructor releases ex01_dot from the formgrader, which
+renders inside their JupyterLab (the fix for nbgrader #1870: subdomains and frame-ancestors 'self' on their server
+only); two students log in, fetch it in the Assignments tab, write `dot` (one right, one wrong), press Validate and
+Submit; the instructor runs ./course collect, autograde and feedback; each student fetches feedback and reads their
+own score, the two apart by exactly dot's points. Neither student can open the other's server or files, solutions/
+or the gradebook. Bad input fails before anything is created, in one line that says what to do. Screenshots of each
+step go to $TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
+
+Creating accounts needs root (CI runs as root). As another user the test checks the not-root error and says that
+the rest needs root.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from twoprim.notebooks import ROOT
+
+from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, shared_python, shared_tmp
+from .chromium import launch
+
+AID = "ex01_dot"
+ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts") / "hub"
+START_S = 150      # accounts, the environment probe, JupyterHub and its proxy, on 2 busy cores
+STOP_S = 60
+RIGHT_DOT = ('def dot(x, w):\n    """x·w = Σᵢ xᵢ wᵢ as one element-wise product and one sum."""\n'
+             '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
+             '    return (x * w).sum()  # (n,) * (n,) -> (n,) -> ()\n')
+WRONG_DOT = ('def dot(x, w):\n    """x·w, summing each vector first (a slip: Σx·Σw is not Σ xᵢwᵢ)."""\n'
+             '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
+             '    return x.sum() * w.sum()  # () * () -> ()\n')
+ISOLATION_CELL = '''import json, os
+def _open(path):
+    try:
+        os.listdir(path) if os.path.isdir(path) else open(path, "rb").close()
+        return "read"
+    except Exception as err:
+        return type(err).__name__
+print("ISOLATION " + json.dumps({p: _open(p) for p in %r}))
+'''
+
+
+def _points(aid: str, function: str) -> float:
+    """The visible and hidden points of `function`, from the solution notebook's metadata."""
+    nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    ids = {f"{aid}-{function}", f"{aid}-{function}-hidden"}
+    return sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
+               if c.metadata.get("nbgrader", {}).get("grade_id") in ids)
+
+
+def _digest(folder: Path) -> str:
+    """Every path under `folder` with its mode and content: what 'nothing in grader/ touched' compares."""
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        st = path.lstat()
+        h.update(f"{path.relative_to(folder)} {st.st_mode:o} {st.st_uid}\n".encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _course(clone: Path, *args: str, user: pwd.struct_passwd | None = None, timeout: float = 120):
+    """`./course ARGS` in the clone (as `user` when given), its output."""
+    env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": user.pw_dir if user else os.environ.get("HOME", "/root")}
+    if user:
+        env.update(USER=user.pw_name, LOGNAME=user.pw_name)
+    ids = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
+    return subprocess.run([str(clone / "course"), *args], cwd=clone, env=env, capture_output=True, text=True,
+                          timeout=timeout, **ids)
+
+
+@pytest.fixture(scope="module")
+def clone():
+    """The course, copied to a folder every account may pass through (removed afterwards)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    base = shared_tmp("twoprim-hub-test-")
+    try:
+        python = shared_python(base / "python")
+        course = base / "course"
+        course.mkdir()
+        venv = clone_for(course, node_modules=True)
+        point_venv_at(venv, python)
+        yield {"course": course, "venv": venv, "python": python, "base": base}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- bad input: one line that says what to do, before anything is created ---------------------------------------
+
+
+def _refused(clone, args: list[str], expected: str, *, user=None, names: tuple[str, ...] = ()) -> str:
+    course = clone["course"]
+    before = _digest(course / "grader")
+    started = time.monotonic()
+    proc = _course(course, "hub", *args, user=user, timeout=120)
+    output = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode != 0, f"./course hub {' '.join(args)} started:\n{output}"
+    assert len(output.splitlines()) == 1 and output.startswith("error: "), \
+        f"not one line starting with 'error:':\n{output}"
+    assert expected in output, output
+    assert "Traceback" not in output
+    assert _digest(course / "grader") == before, f"grader/ changed although ./course hub refused: {output}"
+    for name in names:
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)  # no account made
+    assert time.monotonic() - started < 60, "a refusal should come before anything slow"
+    return output
+
+
+def _names(n: int) -> list[str]:
+    tag = secrets.token_hex(3)
+    return [f"tp{tag}{chr(ord('a') + i)}" for i in range(n)]
+
+
+def test_not_root_is_refused(clone):
+    """Accounts need root: as anyone else, one line saying to use sudo."""
+    if os.geteuid() != 0:
+        proc = subprocess.run([str(ROOT / "course"), "hub", "--students", "alice,bob"], capture_output=True,
+                              text=True, timeout=120)
+        out = (proc.stdout + proc.stderr).strip()
+        assert proc.returncode != 0 and out.startswith("error: ") and "needs root: sudo" in out, out
+        pytest.skip("checked the not-root error; the rest of the classroom test creates Unix accounts, which "
+                    "needs root (CI runs as root)")
+    names = _names(2)
+    _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())], "needs root: sudo",
+             user=pwd.getpwnam("nobody"), names=tuple(names))
+
+
+@pytest.mark.parametrize("students, expected", [
+    ("root", "'root' is an existing account that the course did not create"),
+    ("www-data", "'www-data' is an existing account that the course did not create"),
+    ("Alice Smith", "'Alice Smith' is not a valid Unix user name"),
+])
+def test_unknown_or_invalid_student_is_refused(clone, students, expected):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    output = _refused(clone, ["--students", students, "--port", str(_free_port())], expected)
+    assert "--students" in output or "differently" in output
+
+
+def test_roster_missing_or_without_id_column_is_refused(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    roster = clone["base"] / "roster.csv"
+    _refused(clone, ["--roster", str(roster)], "cannot read the roster")
+    roster.write_text("first_name,last_name\n" + "".join(f"{n},Student\n" for n in names))
+    _refused(clone, ["--roster", str(roster)], "has no `id` column", names=tuple(names))
+
+
+def test_port_in_use_is_refused(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        out = _refused(clone, ["--students", ",".join(names), "--port", str(port)], f"port {port} on 127.0.0.1 is "
+                       f"already in use", names=tuple(names))
+    assert f"--port {port + 1}" in out
+
+
+def test_missing_proxy_is_refused(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    modules = clone["course"] / "node_modules"
+    modules.rename(modules.with_name("node_modules.off"))
+    try:
+        _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())],
+                 "configurable-http-proxy, is not installed", names=tuple(names))
+    finally:
+        modules.with_name("node_modules.off").rename(modules)
+
+
+def test_environment_other_accounts_cannot_run_is_refused(clone):
+    """Built by root from a Python in a private folder (pyenv under /root): students' servers could not start."""
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    private = clone["base"] / "private"
+    private.mkdir(mode=0o700, exist_ok=True)
+    if not (private / "python3.11").exists():
+        (private / "python3.11").symlink_to(clone["python"])
+    point_venv_at(clone["venv"], str(private / "python3.11"))
+    try:
+        out = _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())],
+                       "other accounts cannot run the course environment's Python", names=tuple(names))
+        assert f"rm -rf {clone['venv']} && make -C {clone['course']} hub PYTHON=" in out, out
+    finally:
+        point_venv_at(clone["venv"], clone["python"])
+
+
+# --- the whole cycle ----------------------------------------------------------------------------------------------
+
+
+class Hub:
+    """`./course hub` in a process group of its own, its output in a log file."""
+
+    def __init__(self, course: Path, args: list[str], log: Path):
+        self.log_path = log
+        self.log = log.open("w")
+        self.proc = subprocess.Popen([str(course / "course"), "hub", *args], cwd=course, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"})
+
+    def text(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, n: int = 40) -> str:
+        """The end of the log without the servers' successful requests, which bury what went wrong."""
+        ok = re.compile(r"\] (1\d\d|2\d\d|3\d\d) (GET|PUT|POST|PATCH|DELETE|HEAD) |info.*: (1|2|3)\d\d ")
+        return "\n".join([line for line in self.text().splitlines() if not ok.search(line)][-n:])
+
+    def table(self, accounts: list[str]) -> tuple[str, dict[str, str]]:
+        """The URL and each account's password, from the table it prints once the hub answers."""
+        deadline = time.monotonic() + START_S
+        while True:
+            text = self.text()
+            url = re.search(r"classroom is running \(JupyterHub, loopback only\): (http://localhost:\d+/)", text)
+            rows = {m.group(1): m.group(2) for m in
+                    re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)}
+            if url and all(a in rows for a in accounts):
+                return url.group(1), rows
+            assert self.proc.poll() is None, f"./course hub exited ({self.proc.returncode}):\n{self.tail()}"
+            assert time.monotonic() < deadline, f"no table from ./course hub within {START_S} s:\n{self.tail()}"
+            time.sleep(0.5)
+
+    def interrupt(self) -> int:
+        """Ctrl-C, as a terminal sends it to the foreground process group; its exit code (bounded wait)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+                raise AssertionError(f"./course hub did not stop within {STOP_S} s of Ctrl-C:\n{self.tail()}")
+        self.log.close()
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def _step(name: str, page, hub: Hub):
+    """A step of the cycle: on failure a screenshot and the end of the hub's log in the message."""
+    try:
+        yield
+    except Exception as err:
+        shot = ARTIFACTS / f"{name}-failure.png"
+        with contextlib.suppress(Exception):
+            page.screenshot(path=str(shot))
+        raise AssertionError(f"{name}: {err}\nscreenshot: {shot}\nend of the hub's log:\n{hub.tail()}") from err
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def _login(browser, base: str, name: str, password: str):
+    """A browser context of its own for `name`; logs in at the hub and waits for their JupyterLab."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{base}hub/login")
+    page.fill("#username_input", name)
+    page.fill("#password_input", password)
+    page.click("#login_submit")
+    return page
+
+
+def _lab_ready(page, name: str, port: int) -> None:
+    page.wait_for_url(re.compile(rf"^http://{name}\.localhost:{port}/user/{name}/lab"), timeout=180_000)
+    page.locator("#jp-main-dock-panel").wait_for()
+
+
+def _menu(page, item: str) -> None:
+    page.get_by_role("menuitem", name="Nbgrader").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
+
+
+def _tab(page, label: str) -> None:
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=label).click()
+
+
+def _fetch_and_answer(page, who: str, answer: str) -> None:
+    """Fetch in the Assignments tab, open the notebook from there, write `dot` in its cell, save."""
+    _menu(page, "Assignment List")
+    page.locator("#released_assignments_list .list_item", has_text=AID).get_by_role("button", name="Fetch").click()
+    fetched = page.locator("#fetched_assignments_list > .list_item", has_text=AID)
+    fetched.wait_for()
+    _shot(page, f"03-{who}-fetched")
+    fetched.locator("a.assignment-notebooks-link").click()
+    fetched.locator(".nested_list_item a", has_text=AID).click()
+    notebook = page.locator(".jp-NotebookPanel:visible")
+    cell = notebook.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text="def dot(x, w):"))
+    cell.wait_for()
+    page.get_by_text(re.compile(r"^[^|]+ \| Idle$")).wait_for()  # its kernel started
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(answer)  # as typed, without the editor's auto-indent
+    page.keyboard.press("Control+S")
+    page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").wait_for(state="detached")
+    _shot(page, f"04-{who}-answered")
+
+
+def _validate(page) -> None:
+    page.locator(".jp-NotebookPanel:visible").get_by_role("button", name="Validate").click()
+
+
+def _verdict(page, who: str) -> str:
+    """The Validate dialog's text, once it shows; the dialog closed."""
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=150_000)
+    _shot(page, f"05-{who}-validated")
+    verdict = dialog.locator(".jp-Dialog-body").inner_text()
+    assert dialog.locator(".jp-Dialog-header").inner_text().strip() == "Validation Results", verdict
+    dialog.get_by_role("button", name=re.compile("^ok$", re.I)).click()
+    return verdict
+
+
+def _submit(page, who: str) -> None:
+    _tab(page, "Assignments")
+    page.locator("#fetched_assignments_list > .list_item", has_text=AID).get_by_role("button", name="Submit").click()
+    page.locator("#submitted_assignments_list .list_item", has_text=AID).wait_for()
+    _shot(page, f"06-{who}-submitted")
+
+
+def _feedback_score(page, name: str, who: str, port: int) -> tuple[float, str]:
+    """Fetch Feedback in the Assignments tab, follow "(view feedback)", open the page; (score, its text)."""
+    _tab(page, "Assignments")
+    page.locator("#refresh_assignments_list").click()
+    item = page.locator("#submitted_assignments_list .list_item", has_text=AID)
+    item.get_by_role("button", name="Fetch Feedback").click()
+    item.get_by_text("(view feedback)").click()  # the file browser opens the feedback's folder
+    page.locator(".jp-DirListing-item", has_text=f"{AID}.html").wait_for()
+    crumbs = page.locator(".jp-FileBrowser-crumbs").inner_text()
+    stamp = next(part.strip() for part in crumbs.split("/") if "UTC" in part)
+    path = f"exercises/{AID}/feedback/{stamp}/{AID}.html"
+    feedback = page.context.new_page()
+    feedback.goto(f"http://{name}.localhost:{port}/user/{name}/files/{urllib.parse.quote(path)}")
+    text = feedback.locator("body").inner_text()
+    feedback.screenshot(path=str(ARTIFACTS / f"08-{who}-feedback.png"))
+    feedback.close()
+    m = re.search(rf"{AID} \(Score: ([\d.]+) / ([\d.]+)\)", text)
+    assert m, f"no score on {name}'s feedback page:\n{text[:2000]}"
+    return float(m.group(1)), text
+
+
+def _isolation(page, who: str, paths: list[str]) -> dict[str, str]:
+    """Run code in the student's own kernel (their open notebook): what opening each path gives."""
+    _tab(page, f"{AID}.ipynb")
+    notebook = page.locator(".jp-NotebookPanel:visible")
+    notebook.locator(".jp-Cell").last.locator(".jp-InputPrompt").click()
+    page.keyboard.press("b")  # a new cell below, in command mode
+    new = notebook.locator(".jp-Cell").last
+    new.locator(".cm-content").click()
+    page.keyboard.insert_text(ISOLATION_CELL % (paths,))
+    page.keyboard.press("Control+Enter")
+    out = new.locator(".jp-OutputArea-output", has_text="ISOLATION")
+    out.wait_for(timeout=60_000)
+    new.scroll_into_view_if_needed()
+    _shot(page, f"10-{who}-kernel-isolation")
+    return json.loads(out.inner_text().split("ISOLATION ", 1)[1])
+
+
+def _processes_of(course: Path) -> list[str]:
+    """Processes running anything from the course clone (the hub, its proxy, servers, kernels)."""
+    found = []
+    for proc in psutil.process_iter(["username", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(course) in cmdline and proc.pid != os.getpid():
+            found.append(f"{proc.pid} {proc.info['username']} {cmdline[:120]}")
+    return found
+
+
+def _class_processes(names: list[str]) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["username", "cmdline"]):
+        if proc.info["username"] in names:
+            found.append(f"{proc.pid} {proc.info['username']} {' '.join(proc.info['cmdline'] or [])[:120]}")
+    return found
+
+
+def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for stale in ARTIFACTS.glob("*.png"):
+        stale.unlink()
+    course = clone["course"]
+    instructor, right, wrong = _names(3)
+    accounts = [instructor, right, wrong]
+    port = _free_port()
+    exchange = clone["base"] / "exchange-parent" / "exchange"
+    exchange.parent.mkdir()
+    exchange.parent.chmod(0o755)
+    dot_points = _points(AID, "dot")
+    assert dot_points > 0
+    started = time.monotonic()
+    timings = []
+
+    def mark(what: str) -> None:
+        timings.append(f"{time.monotonic() - started:6.1f} s  {what}")
+        (ARTIFACTS / "timings.txt").write_text("\n".join(timings) + "\n")
+
+    hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
+                       "--exchange", str(exchange)], clone["base"] / "hub.log")
+    stopped = None
+    try:
+        base, passwords = hub.table(accounts)
+        mark("table printed")
+        assert base == f"http://localhost:{port}/"
+        assert len(set(passwords.values())) == 3 and all(len(p) >= 12 for p in passwords.values()), passwords
+        for name in accounts:
+            assert pwd.getpwnam(name).pw_gecos.startswith("Two Primitives"), name
+        # a hub already running on the port: the second one says so and leaves the first alone
+        second = _course(course, "hub", "--students", f"{right},{wrong}", "--instructor", instructor,
+                         "--port", str(port), "--exchange", str(exchange))
+        assert second.returncode != 0 and f"port {port} on 127.0.0.1 is already in use" in second.stderr, second
+        assert hub.proc.poll() is None
+        # file permissions, as the course set them
+        for private in ("solutions", "grader"):
+            assert (course / private).stat().st_mode & 0o077 == 0, f"{private}/ is readable by others"
+        assert oct(exchange.stat().st_mode & 0o777) == "0o777"
+
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            try:
+                pages = {name: _login(browser, base, name, passwords[name]) for name in accounts}
+                ipage = pages[instructor]
+                mark("logins sent")
+                with _step("01-instructor-lab", ipage, hub):
+                    _lab_ready(ipage, instructor, port)
+                    response = ipage.goto(ipage.url)
+                    assert response.headers.get("content-security-policy") == "frame-ancestors 'self'", \
+                        response.headers
+                    ipage.locator(".jp-DirListing-item", has_text="solutions").wait_for()  # the course folder
+                    _shot(ipage, "01-instructor-lab")
+                with _step("02-formgrader-release", ipage, hub):
+                    _menu(ipage, "Formgrader")
+                    frame = ipage.frame_locator("#formgrader-iframe iframe")
+                    row = frame.locator("tr", has_text=AID).first
+                    row.wait_for(timeout=90_000)  # the formgrader renders inside JupyterLab: #1870 fixed
+                    _shot(ipage, "02-formgrader")
+                    row.locator("td.release a").click()
+                    expect(row.locator("td.status")).to_have_text("released", timeout=60_000)
+                    _shot(ipage, "02-formgrader-released")
+                    assert (exchange / "two-primitives" / "outbound" / AID / f"{AID}.ipynb").is_file()
+                mark("released from the formgrader")
+
+                for name, who, answer in ((right, "student-right", RIGHT_DOT), (wrong, "student-wrong", WRONG_DOT)):
+                    page = pages[name]
+                    with _step(f"03-{who}-fetch-answer", page, hub):
+                        _lab_ready(page, name, port)
+                        response = page.goto(page.url)
+                        assert response.headers.get("content-security-policy", "").startswith(
+                            "frame-ancestors 'none'"), f"a student's server must forbid framing: {response.headers}"
+                        page.locator("#jp-main-dock-panel").wait_for()
+                        _fetch_and_answer(page, who, answer)
+                        saved = nbformat.read(str(Path(pwd.getpwnam(name).pw_dir) / "exercises" / AID /
+                                                  f"{AID}.ipynb"), as_version=4)
+                        assert any(c.source.strip() == answer.strip() for c in saved.cells), \
+                            f"{name}'s dot did not reach their notebook"
+                        _validate(page)  # both validations run at once, as in a class
+                mark("both answered, Validate pressed")
+                verdicts = {}
+                for name, who in ((right, "student-right"), (wrong, "student-wrong")):
+                    with _step(f"05-{who}-validate-submit", pages[name], hub):
+                        verdicts[name] = _verdict(pages[name], who)
+                        _submit(pages[name], who)
+                mark("validated and submitted")
+                # Validate ran each notebook: the wrong dot's check failed, the right one's did not
+                assert "check_dot(" in verdicts[wrong] and "check_dot(" not in verdicts[right], verdicts
+
+                # the instructor's commands (as the instructor: root is told to switch)
+                as_root = _course(course, "collect", AID)
+                assert as_root.returncode != 0 and f"runuser -u {instructor} --" in as_root.stderr, as_root
+                teacher = pwd.getpwnam(instructor)
+                said = []
+                for command in ("collect", "autograde", "feedback"):
+                    proc = _course(course, command, AID, user=teacher, timeout=300)
+                    said.append(f"$ ./course {command} {AID}  (as {instructor}, exit code {proc.returncode})\n"
+                                f"{proc.stdout}{proc.stderr}")
+                    assert proc.returncode == 0, "\n".join(said)
+                    mark(f"./course {command}")
+                with (course / "grader" / "reports" / f"{AID}.csv").open() as f:
+                    graded = {row["student"]: row for row in csv.DictReader(f)}
+                assert {n: graded[n]["status"] for n in (right, wrong)} == {right: "graded", wrong: "graded"}, \
+                    (graded, "\n".join(said))
+                with _step("07-formgrader-graded", ipage, hub):
+                    tab = ipage.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Formgrader")
+                    tab.locator(".lm-TabBar-tabCloseIcon").click()
+                    _menu(ipage, "Formgrader")  # opened afresh: the table as the gradebook has it now
+                    row = ipage.frame_locator("#formgrader-iframe iframe").locator("tr", has_text=AID).first
+                    expect(row.locator("td.num-submissions")).to_have_text("2", timeout=60_000)
+                    _shot(ipage, "07-formgrader-graded")
+
+                scores = {}
+                for name, who in ((right, "student-right"), (wrong, "student-wrong")):
+                    with _step(f"08-{who}-feedback", pages[name], hub):
+                        scores[name], text = _feedback_score(pages[name], name, who, port)
+                        assert scores[name] == float(graded[name]["score"]), (name, scores[name], graded[name])
+                        assert "BEGIN HIDDEN TESTS" not in text
+                assert scores[right] - scores[wrong] == dot_points, (scores, dot_points)
+                mark("feedback read")
+
+                # neither can open the other's server or files, solutions/ or the gradebook
+                for (name, who), other in (((right, "student-right"), wrong), ((wrong, "student-wrong"), right)):
+                    page = pages[name]
+                    with _step(f"09-{who}-cannot-open-the-other", page, hub):
+                        other_page = page.context.new_page()
+                        response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/lab")
+                        assert response.status == 403 and response.url.startswith(f"{base}hub/"), \
+                            (response.status, response.url)  # the hub refuses to log them in to it
+                        other_page.screenshot(path=str(ARTIFACTS / f"09-{who}-cannot-open-the-other.png"))
+                        response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/api/contents")
+                        assert response.status == 403, response.status  # and the server refuses its API
+                        other_page.close()
+                    with _step(f"10-{who}-kernel-isolation", page, hub):
+                        home = pwd.getpwnam(other).pw_dir
+                        denied = [home, f"{home}/exercises/{AID}/{AID}.ipynb", str(course / "solutions"),
+                                  str(course / "solutions" / AID / f"{AID}.ipynb"),
+                                  str(course / "grader" / "gradebook.db")]
+                        seen = _isolation(page, who, denied + [str(course / "lessons")])
+                        assert seen[str(course / "lessons")] == "read", seen  # the probe itself works
+                        assert all(seen[p] == "PermissionError" for p in denied), seen
+                mark("isolation checked")
+            finally:
+                browser.close()
+        stopped = hub.interrupt()
+        mark("stopped")
+        assert stopped == 0, hub.tail()
+        assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), \
+            hub.tail()
+    finally:
+        if stopped is None:
+            with contextlib.suppress(Exception):
+                hub.interrupt()
+        left = _class_processes(accounts) + _processes_of(course)
+        ports = [port] + [int(p) for p in re.findall(r"Hub API listening on http://127\.0\.0\.1:(\d+)/", hub.text())]
+        still_open = [p for p in ports if _listening(p)]
+        for name in accounts:
+            delete_account(name)
+    assert not left, "processes of the class outlived the hub:\n" + "\n".join(left)
+    assert len(ports) == 2 and not still_open, f"ports {still_open} of {ports} still answer after the hub stopped"
