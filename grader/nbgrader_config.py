@@ -9,6 +9,7 @@ it), and from anywhere else through the copy of this path that `make setup` writ
 command run from the wrong folder never creates an empty gradebook somewhere else.
 """
 import os
+from pathlib import Path
 
 c = get_config()  # noqa: F821 (injected by traitlets)
 
@@ -22,7 +23,11 @@ c.CourseDirectory.release_directory = "exercises"
 c.CourseDirectory.submitted_directory = os.path.join("grader", "submitted")
 c.CourseDirectory.autograded_directory = os.path.join("grader", "autograded")
 c.CourseDirectory.feedback_directory = os.path.join("grader", "feedback")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(GRADER, "gradebook.db")
+# The gradebook: grader/gradebook.db, or the database TWOPRIM_DB names (e.g. postgresql://user@host:5432/db, the
+# password from PGPASSWORD or ~/.pgpass), so nbgrader's commands and the formgrader use what autograde writes.
+from twoprim.grading.gradebook import database_url  # noqa: E402
+
+c.CourseDirectory.db_url = database_url(Path(ROOT))
 c.CourseDirectory.assignment_id = ""
 
 # The stub a learner sees in place of each solution.
@@ -36,6 +41,7 @@ from twoprim.grading import preprocessors  # noqa: E402
 
 c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 c.Execute.on_cell_start = preprocessors.record_cell_start
+c.Execute.on_notebook_start = preprocessors.record_kernel_ready   # for the grading profile
 # nbgrader makes autograded notebooks read-only (0444); the course's grader then writes its verdicts into them
 # (twoprim/verdicts.py), which an instructor who is not root (the classroom's, ./course hub) may only do in files
 # they can write. grader/ itself stays private.

@@ -1,11 +1,18 @@
-"""Benchmark: the course's parallel autograde against plain sequential `nbgrader autograde` on a synthetic class.
+"""Benchmark: the course's autograde against plain sequential `nbgrader autograde`, side by side, on one class.
 
-    .venv/bin/python scripts/bench_autograde.py [--students 50] [--assignments ex01_dot ex04_conv] [--workers N]
+    .venv/bin/python scripts/bench_autograde.py [--students 20] [--assignments ex01_dot ...] [--workers N]
+    .venv/bin/python scripts/bench_autograde.py --scheduler tcp://HOST:8786 [--students 40]
 
-For each assignment it builds a class (60% correct, 20% blank, 20% with one wrong function), grades it twice in two
-separate copies of the course — once with `twoprim.grading.autograde`, once with one `nbgrader autograde` over the
-whole class — and times executing one graded notebook alone with nbclient. It prints seconds per submission and
-the speedup side by side, and checks that both graders gave every student the same score.
+For each assignment (all of them by default) it builds a class (60% correct, 20% blank, 20% with one wrong
+function) in two copies of the course and grades it twice, one after the other on the same machine: with
+`twoprim.grading.autograde` (sandboxed, forked warm kernels, grader-side verdicts, this machine's cores) and with
+one `nbgrader autograde` over the whole class (plain nbgrader: sequential, unisolated). It prints seconds per
+submission of each, their ratio, and whether both gave every student the same score; then the projected time of
+200 students × every assignment measured.
+
+With `--scheduler` it grades the class of each assignment on that Dask cluster twice, on its first worker alone
+and on its first two workers, and prints submissions per second of each (the ratio is the figure: it scales with
+machines).
 """
 from __future__ import annotations
 
@@ -17,15 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, solution_code, student_version, write  # noqa: E402
 from twoprim import grading  # noqa: E402
-from twoprim.course import nbgrader  # noqa: E402
-from twoprim.notebooks import execute  # noqa: E402
+from twoprim.nbgrader_cli import nbgrader  # noqa: E402
+from twoprim.notebooks import assignments  # noqa: E402
 
 
 def make_course(base: Path, aid: str, n: int) -> Path:
@@ -34,14 +39,14 @@ def make_course(base: Path, aid: str, n: int) -> Path:
     shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
     shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
     shutil.copytree(ROOT / "exercises" / aid, course / "exercises" / aid)
-    sols = [g for g in solution_code(aid)]
+    sols = list(solution_code(aid))
     for i in range(n):
         kind = i % 5
         if kind in (0, 1, 2):
             nb = answered(aid)
         elif kind == 3:
             nb = student_version(aid)
-        else:  # one wrong function: the last answer cell returns nothing
+        else:  # one wrong function: an answer cell redefines its function to return nothing
             gid = sols[i % len(sols)]
             fn = next(l.split("(")[0][4:] for l in solution_code(aid)[gid].splitlines() if l.startswith("def "))
             nb = answered(aid, {gid: solution_code(aid)[gid] + f"\n\n\ndef {fn}(*args, **kwargs):\n    return None\n"})
@@ -55,43 +60,63 @@ def make_course(base: Path, aid: str, n: int) -> Path:
 def scores(course: Path, aid: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{grading.gradebook_path(course)}", grading.COURSE_ID) as gb:
+    with Gradebook(grading.database_url(course), grading.COURSE_ID) as gb:
         return {s.student.id: s.score for s in gb.assignment_submissions(aid)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--students", type=int, default=50)
-    parser.add_argument("--assignments", nargs="+", default=["ex01_dot", "ex04_conv"])
-    parser.add_argument("--workers", type=int, default=os.cpu_count())
-    args = parser.parse_args()
+def side_by_side(args) -> int:
     print(f"{args.students} students per assignment, {args.workers} workers, {os.cpu_count()} cores")
-    print(f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s} "
-          f"{'nbclient alone s':>17s} {'worker s/sub':>13s} {'worker/nbclient':>16s}")
+    print(f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s}  scores")
+    total = 0.0
     for aid in args.assignments:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
             ours = make_course(Path(tmp) / "ours", aid, args.students)
             plain = make_course(Path(tmp) / "plain", aid, args.students)
-
             start = time.perf_counter()
-            outcomes = grading.autograde(aid, root=ours, workers=args.workers, progress=False)
+            grading.autograde(aid, root=ours, workers=args.workers, progress=False)
             t_ours = time.perf_counter() - start
-
             start = time.perf_counter()
             nbgrader(["autograde", aid, "--force"], root=plain, capture=True)
             t_plain = time.perf_counter() - start
-
-            graded = plain / "grader" / "autograded" / "s000" / aid / f"{aid}.ipynb"
-            alone = Path(tmp) / "alone.ipynb"
-            shutil.copy(graded, alone)
-            t_alone = min(execute(alone)[1] for _ in range(3))
-            worker = sum(o.seconds for o in outcomes) / len(outcomes)
-
-            mismatch = {s: (a, b) for s, a in scores(ours, aid).items() if (b := scores(plain, aid).get(s)) != a}
+            mine, theirs = scores(ours, aid), scores(plain, aid)
+            mismatch = {s: (a, theirs.get(s)) for s, a in mine.items() if theirs.get(s) != a}
             n = args.students
-            print(f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}× {t_alone:17.2f} "
-                  f"{worker:13.2f} {worker / t_alone:15.2f}×" + (f"  SCORES DIFFER: {mismatch}" if mismatch else ""))
+            total += t_ours / n
+            print(f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}×  "
+                  + (f"DIFFER: {mismatch}" if mismatch else "identical"), flush=True)
+    print(f"projected: 200 students × {len(args.assignments)} assignments = {200 * total / 60:.0f} min on this machine")
     return 0
+
+
+def on_cluster(args) -> int:
+    from distributed import Client
+
+    with Client(args.scheduler, timeout=10) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+    if len(workers) < 2:
+        raise SystemExit(f"error: the cluster at {args.scheduler} has {len(workers)} worker(s); start two")
+    print(f"{args.students} students per assignment on {args.scheduler}")
+    print(f"{'assignment':14s} {'1 worker sub/s':>15s} {'2 workers sub/s':>16s} {'ratio':>6s}")
+    for aid in args.assignments:
+        rates = []
+        for some in (workers[:1], workers[:2]):
+            with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+                course = make_course(Path(tmp) / "c", aid, args.students)
+                start = time.perf_counter()
+                grading.autograde(aid, root=course, progress=False, scheduler=args.scheduler, on_workers=some)
+                rates.append(args.students / (time.perf_counter() - start))
+        print(f"{aid:14s} {rates[0]:15.2f} {rates[1]:16.2f} {rates[1] / rates[0]:5.2f}×", flush=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, default=20)
+    parser.add_argument("--assignments", nargs="+", default=assignments())
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--scheduler", default=None, help="a Dask scheduler: compare one worker with two")
+    args = parser.parse_args()
+    return on_cluster(args) if args.scheduler else side_by_side(args)
 
 
 if __name__ == "__main__":

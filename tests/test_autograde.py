@@ -154,10 +154,8 @@ def gradebook_scores(course: Path, aid: str, student: str) -> tuple[float, float
 
 
 def reason(course: Path, aid: str, student: str) -> str:
-    """What the grader's status file says about this student (shown when a score assertion fails)."""
-    import json
-
-    status = json.loads((course / "grader" / "reports" / f"{aid}.status.json").read_text()).get(student, {})
+    """What the gradebook's status row says about this student (shown when a score assertion fails)."""
+    status = grading.statuses(aid, grading.database_url(course)).get(student, {})
     return f"{student}: {status.get('status')}: {status.get('reason')}"
 
 

@@ -9,6 +9,8 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course release ASSIGNMENT          copy the student version to the exchange for students to fetch
     ./course collect ASSIGNMENT          copy submissions from the exchange into grader/submitted/
     ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
+                                         (--scheduler tcp://HOST:8786: on a Dask cluster; --db URL: PostgreSQL)
+    ./course db-init [--db URL]          create the gradebook's tables (SQLite, or PostgreSQL for many machines)
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
@@ -157,11 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     lb.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
     for name, text in (("release", "release the student version to the exchange"),
                        ("collect", "collect submissions from the exchange into grader/submitted/"),
-                       ("feedback", "generate feedback HTML and release it to the exchange"),
-                       ("report", "rewrite grader/reports/ from the gradebook and print the summary")):
+                       ("feedback", "generate feedback HTML and release it to the exchange")):
         sub.add_parser(name, help=text).add_argument("assignment")
+    db_help = ("the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or ~/.pgpass) or sqlite:///PATH "
+               "(default: $TWOPRIM_DB, else grader/gradebook.db)")
+    rp = sub.add_parser("report", help="rewrite grader/reports/ from the gradebook and print the summary")
+    rp.add_argument("assignment")
+    rp.add_argument("--db", default=None, help=db_help)
+    di = sub.add_parser("db-init", help="create the gradebook's tables (nbgrader's and the course's)")
+    di.add_argument("--db", default=None, help=db_help)
     a = sub.add_parser("autograde", help="grade every submission of an assignment in parallel")
     a.add_argument("assignment")
+    a.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)")
+    a.add_argument("--db", default=None, help=db_help)
+    a.add_argument("--force", action="store_true",
+                   help="grade again the submissions already graded in their current form")
     a.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
     a.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
     a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)")
@@ -181,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
         refuse_root_in_classroom(argv)
     # grading and progress import torch (through the checks): only the commands that need them pay for it
-    if args.command in ("autograde", "report", "selfgrade"):
+    if args.command in ("autograde", "report", "selfgrade", "db-init"):
         from . import grading
     if args.command == "progress":
         from . import progress
@@ -213,13 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "autograde":
         grading.autograde(args.assignment, workers=args.workers, students=args.student,
                           unisolated=args.unisolated, trust=args.trust,
-                          cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT)
-        print(grading.format_summary(grading.write_reports(args.assignment)))
+                          cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
+                          scheduler=args.scheduler, db=args.db, force=args.force)
+        url = grading.database_url(ROOT, args.db)
+        print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
     elif args.command == "feedback":
         feedback(args.assignment)
         print(f"feedback for {args.assignment} generated in grader/feedback/ and released to the exchange")
     elif args.command == "report":
-        print(grading.format_summary(grading.write_reports(args.assignment)))
+        url = grading.database_url(ROOT, args.db)
+        print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
+    elif args.command == "db-init":
+        url = grading.database_url(ROOT, args.db)
+        grading.init_db(url)
+        print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
     elif args.command == "selfgrade":
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())

@@ -1,5 +1,5 @@
-"""Each graded submission's kernel runs in a sandbox: bubblewrap (Linux namespaces) with util-linux's `prlimit`
-and `setpriv`.
+"""Each graded submission's kernel runs in a sandbox: bubblewrap (Linux namespaces), with the process limits set
+in the kernel itself.
 
 What the kernel sees and may do:
 - a file system of read-only system folders (/usr, /etc), the Python it runs on, the course environment (.venv)
@@ -7,7 +7,8 @@ What the kernel sees and may do:
   private /tmp. Nothing else: not `solutions/`, the gradebook, other students' work or the grader's home.
 - no network (a network namespace with only a loopback that is down), its own process tree (a PID namespace,
   killed with the grading worker: nothing it starts outlives it), its own IPC and host name.
-- as an unprivileged user: when the grader runs as root, a uid of its own per grading worker (61000 + n) with no
+- as an unprivileged user: when the grader runs as root, a uid of its own per submission (`claimed_uid`: one of
+  61000-61999 that no other grading kernel on this machine holds, whichever grading run it belongs to) with no
   capabilities and no new privileges; otherwise the instructor's uid, mapped to `nobody` in a user namespace.
 - limits: address space, CPU seconds, file size, number of processes (a fork bomb or a memory bomb ends that
   submission only).
@@ -15,24 +16,36 @@ What the kernel sees and may do:
 The kernel talks to the grader over Unix sockets in its box (jupyter's `ipc` transport), which cross the network
 namespace; TCP ports are neither needed nor shared between workers.
 
-`python -I twoprim/sandbox.py CONNECTION_FILE` is the kernelspec's argv: it builds the sandbox around
-`ipykernel_launcher` and execs it. Where isolation is impossible (not Linux, bubblewrap missing, user namespaces
-disabled), `missing()` says what is missing and what to install.
+Kernels are forked from a warm process inside the sandbox (`twoprim.forkserver`): `forkserver_command` is the
+bubblewrap argv that starts it, once per grading worker and assignment, and `kernelspec` names the launcher that
+asks it for one kernel per submission, each with its own box, uid (`claimed_uid`) and limits (`rlimits`). Where
+isolation is impossible (not Linux, bubblewrap missing, user namespaces disabled), `missing()` says what is missing
+and what to install.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import itertools
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from functools import cache
 from pathlib import Path
+from typing import Iterator
 
 ENV_BOX = "TWOPRIM_SANDBOX_BOX"      # the submission's writable box (set by the grader per submission)
 ENV_UID = "TWOPRIM_SANDBOX_UID"      # the uid the kernel runs as when the grader is root
 BASE_UID = 61000
+UIDS = range(BASE_UID, BASE_UID + 1000)  # the uids sandboxed kernels run as when the grader is root
 KERNEL_NAME = "twoprim-sandbox"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 MEMORY_LIMIT_BYTES = 8 * 2**30       # address space: torch's import alone reserves ~1 GiB
 CPU_LIMIT_SECONDS = 600
@@ -49,7 +62,7 @@ def missing() -> str | None:
     if sys.platform != "linux":
         return (f"isolating submissions needs Linux namespaces (bubblewrap); this is {sys.platform}. Grade on a "
                 f"Linux machine, or pass --unisolated to run students' code as yourself, without isolation")
-    tools = ["bwrap", "prlimit"] + (["setpriv"] if os.geteuid() == 0 else [])
+    tools = ["bwrap"]
     absent = [t for t in tools if shutil.which(t) is None]
     if absent:
         return f"{', '.join(absent)} not found: {INSTALL}; or pass --unisolated to grade without isolation"
@@ -61,13 +74,82 @@ def missing() -> str | None:
     return None
 
 
+def python() -> str:
+    """The environment's Python, as the kernel runs it."""
+    return str(Path(sys.prefix) / "bin" / "python")
+
+
+def _uid_locks() -> Path:
+    folder = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    locks = folder / "twoprim-sandbox-uids"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    return locks
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            lines = status.read_text().splitlines()
+            uids = next(line for line in lines if line.startswith("Uid:")).split()[1:]
+            state = next(line for line in lines if line.startswith("State:")).split()[1]
+        except (OSError, StopIteration, IndexError):
+            continue
+        if str(uid) in uids and state != "Z":
+            found.append(int(status.parent.name))
+    return found
+
+
+def _kill_uid(uid: int, wait_s: float = 10.0) -> None:
+    """SIGKILL every process running as `uid` (what a submission left behind) and wait until they are gone: the
+    next kernel of that uid must not find its process limit taken by the dying."""
+    deadline = time.monotonic() + wait_s
+    while (pids := _processes_of(uid)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
+_NEXT_UID = itertools.count(random.randrange(len(UIDS)))
+
+
+@contextlib.contextmanager
+def claimed_uid() -> Iterator[int | None]:
+    """A uid for one submission's kernel that no other grading kernel on this machine holds (a lock file per uid,
+    held while the block runs: two grading runs at once never share one). Its processes are killed before and
+    after. None when the grader is not root (the kernel then runs as `nobody` in a user namespace)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    locks = _uid_locks()
+    start = next(_NEXT_UID) % len(UIDS)  # round the range: the uid a submission just left is the last one reused
+    for uid in [*UIDS[start:], *UIDS[:start]]:
+        fd = os.open(locks / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            _kill_uid(uid)
+            yield uid
+        finally:
+            _kill_uid(uid)
+            os.close(fd)  # releases the lock
+        return
+    raise RuntimeError(f"all {len(UIDS)} sandbox uids ({UIDS.start}-{UIDS.stop - 1}) are held by running grading "
+                       f"kernels; wait for a grading run to finish")
+
+
 def kernelspec(folder: Path) -> str:
-    """Write the sandboxed kernelspec under `folder`/kernels (put `folder` on JUPYTER_PATH); return its name."""
+    """Write the sandboxed kernelspec under `folder`/kernels (put `folder` on JUPYTER_PATH); return its name. Its
+    argv is the forkserver's launcher (-I: nothing from the environment; it imports no torch)."""
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
-    # run as a plain script (-I: nothing from the environment or the script's folder): importing the package
-    # would import torch, a second or more per kernel, before the kernel imports it again
-    argv = [sys.executable, "-I", str(Path(__file__).resolve()), "{connection_file}"]
+    argv = [python(), "-I", "-m", "twoprim.forkserver", "launch", "{connection_file}"]
     # interrupts go as messages: the kernel is in a session of its own, out of reach of the grader's signals
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (graded, sandboxed)",
                                                   "language": "python", "interrupt_mode": "message"}))
@@ -79,8 +161,9 @@ def prepare_box(box: Path, uid: int | None = None) -> dict[str, Path]:
     and sockets: the grader sets KernelManager.ip to run/kernel). Owned by the sandbox's uid when the grader is
     root."""
     paths = {name: box / name for name in ("home", "capture", "run")}
+    box.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in paths.values():
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
     if os.geteuid() == 0:
         uid = uid if uid is not None else BASE_UID
         for path in [box, *paths.values()]:
@@ -96,8 +179,8 @@ def _bwrap_args(binds: list[tuple[str, Path]], box: Path, *, probe: bool = False
     """bubblewrap's argv: namespaces, then the read-only system, the binds ("ro" | "rw", path), the box."""
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    if os.geteuid() == 0:
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # only for setpriv, which drops them all
+    if os.geteuid() == 0:  # only for the forkserver, whose kernels drop them all with their uid
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
         args += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
     args += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
@@ -154,14 +237,21 @@ def _process_limit() -> int:
     return mine + PROCESS_LIMIT
 
 
+def rlimits() -> dict[str, tuple[int, int]]:
+    """The limits of a submission's processes, by `resource` name (set in each forked kernel)."""
+    return {"RLIMIT_AS": (MEMORY_LIMIT_BYTES,) * 2, "RLIMIT_CPU": (CPU_LIMIT_SECONDS,) * 2,
+            "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES,) * 2, "RLIMIT_NPROC": (_process_limit(),) * 2,
+            "RLIMIT_CORE": (0, 0)}
+
+
 def limits() -> list[str]:
-    """`prlimit` with the limits of a submission's processes, as an argv prefix (also for unisolated grading)."""
+    """The same limits as a `prlimit` argv prefix (for `--unisolated` grading, which has no forkserver)."""
     return ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}", f"--fsize={FILE_SIZE_LIMIT_BYTES}",
             f"--nproc={_process_limit()}", "--core=0", "--"]
 
 
-def command(connection_file: Path, box: Path, uid: int) -> list[str]:
-    """The argv that starts ipykernel on `connection_file` inside the sandbox."""
+def kernel_env(box: Path) -> dict[str, str]:
+    """The environment of a submission's kernel: its box as home, nothing of the grader's."""
     env = {
         "HOME": box / "home", "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
         "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "TMPDIR": "/tmp",
@@ -169,41 +259,22 @@ def command(connection_file: Path, box: Path, uid: int) -> list[str]:
         "TWOPRIM_INDUCTOR_CACHE": box / "home" / ".cache" / "inductor", "PYTHONDONTWRITEBYTECODE": "1",
         "TWOPRIM_CAPTURE_DIR": box / "capture",
     }
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for name in THREAD_VARIABLES:
         if name in os.environ:
             env[name] = os.environ[name]
-    argv = limits() + _bwrap_args(_readable_binds(), box) + ["--chdir", str(box / "home"), "--clearenv"]
+    return {k: str(v) for k, v in env.items()}
+
+
+def forkserver_command(boxes: Path, control: Path, modules: list[str]) -> list[str]:
+    """The argv that starts a forkserver inside the sandbox: it sees what a kernel may read, `boxes` (where each
+    submission's box is made) and `control` (its socket; 0700, out of its kernels' reach when the grader is root),
+    imports `modules` and waits for the launcher's requests."""
+    env = {"LANG": "C.UTF-8", "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "TMPDIR": "/tmp",
+           "HOME": str(boxes), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "agg"}
+    for name in THREAD_VARIABLES:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    argv = _bwrap_args([*_readable_binds(), ("rw", control)], boxes) + ["--chdir", str(boxes), "--clearenv"]
     for name, value in env.items():
-        argv += ["--setenv", name, str(value)]
-    argv.append("--")
-    if os.geteuid() == 0:
-        argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs", "--"]
-    argv += [str(Path(sys.prefix) / "bin" / "python"), "-m", "ipykernel_launcher", "-f", str(connection_file)]
-    return argv
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        raise SystemExit("usage: python -I twoprim/sandbox.py CONNECTION_FILE (started by the grader's kernelspec)")
-    connection_file = Path(argv[0]).resolve()
-    box = os.environ.get(ENV_BOX)
-    if not box:
-        raise SystemExit(f"twoprim.sandbox: {ENV_BOX} is not set; only the grader starts this kernel")
-    box = Path(box)
-    uid = int(os.environ.get(ENV_UID, BASE_UID))
-    info = json.loads(connection_file.read_text())
-    if info.get("transport") != "ipc" or box / "run" not in Path(info.get("ip", "")).parents:
-        raise SystemExit(f"twoprim.sandbox: the kernel must listen on Unix sockets in {box / 'run'} (transport "
-                         f"'ipc', ip under that folder); got transport {info.get('transport')!r}, ip "
-                         f"{info.get('ip')!r}. The grader configures KernelManager.transport and .ip")
-    inside = box / "run" / "connection.json"  # a copy the sandbox user can read, in the one folder it shares
-    inside.write_text(json.dumps(info))
-    if os.geteuid() == 0:
-        os.chown(inside, uid, uid)
-    args = command(inside, box, uid)
-    os.execvp(args[0], args)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+        argv += ["--setenv", name, value]
+    return argv + ["--", python(), "-I", "-m", "twoprim.forkserver", "serve", str(control / "socket"), *modules]

@@ -1,17 +1,19 @@
 """Classroom grading: parallel, isolated autograde on top of nbgrader, with reports an instructor can act on.
 
-`autograde(aid)` grades every submission under grader/submitted/<student>/<aid>/:
+`autograde(aid)` grades every submission under grader/submitted/<student>/<aid>/ as tasks on a Dask cluster
+(this machine's cores by default, `--scheduler` for many machines; `cluster`):
 
-- each submission in its own throw-away course folder (a copy of the source, a snapshot of the gradebook, and only
-  the assignment's notebooks from the submission: a stray `numpy.py` is never importable), by a grading worker
-  process, `workers` at a time (`workers`);
+- each submission is one task carrying its files, graded in a throw-away course folder on a worker (a copy of the
+  source and an assignment-only gradebook; only the assignment's notebooks from the submission: a stray `numpy.py`
+  is never importable) (`submission`);
 - its notebook repaired first where students break nbgrader's cells (`realign`), its code audited before anything
   runs (`twoprim.audit`), its kernel sandboxed (`twoprim.sandbox`) under resource limits, every cell under the same
   time limit and the whole submission under a wall-clock limit, so an infinite loop, a memory bomb or a crashed
-  kernel ends that submission only (`submission`);
+  kernel ends that submission only;
 - every test cell scored in the grader from what the kernel recorded (`twoprim.verdicts`), never by the kernel;
-- then, one at a time, merged into the course gradebook and its autograded notebook copied to grader/autograded/
-  (`gradebook`), so running it again gives the same grades and never touches grader/submitted/.
+- then, as results arrive, merged by the instructor's process alone into the gradebook (SQLite or PostgreSQL) and
+  its autograded notebook written to grader/autograded/ (`gradebook`), one submission per transaction, so running it
+  again gives the same grades, finishes a run that stopped, and never touches grader/submitted/.
 
 Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor) or `failed` (with a
 reason in words); the batch always finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen
@@ -21,10 +23,10 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | --- | --- |
 | `preprocessors` | the nbgrader preprocessors and hooks named in grader/nbgrader_config.py |
 | `realign` | repairing a submission's nbgrader cells against the released notebook |
-| `submission` | grading one submission: `Outcome`, `grade_submission` |
-| `workers` | the worker processes and the batch: `autograde` |
-| `gradebook` | the gradebook: released notebooks, submissions, `merge` |
-| `reports` | CSV, chart, statuses and the summary |
+| `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
+| `cluster` | the batch on a Dask cluster: `autograde` |
+| `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
+| `reports` | CSV, chart and the summary |
 | `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |
 """
 from __future__ import annotations
@@ -35,15 +37,17 @@ import importlib
 # and JupyterLab process, and must not pay for torch, which `submission` imports through the checks.
 _WHERE = {
     "COURSE_ID": "..nbgrader_cli",
-    "gradebook_path": ".gradebook", "merge": ".gradebook", "released_notebooks": ".gradebook",
-    "submitted_students": ".gradebook",
+    "autograde": ".cluster", "connect": ".cluster",
+    "DB_ENV": ".gradebook", "GradebookUnavailable": ".gradebook", "database_url": ".gradebook", "display_url": ".gradebook",
+    "gradebook_path": ".gradebook", "init_db": ".gradebook", "merge": ".gradebook", "released_notebooks": ".gradebook",
+    "statuses": ".gradebook", "submitted_students": ".gradebook",
     "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
     "realign": ".realign",
-    "format_summary": ".reports", "record_status": ".reports", "summary": ".reports", "write_reports": ".reports",
+    "format_summary": ".reports", "summary": ".reports", "write_reports": ".reports",
     "SelfGrade": ".learner", "selfgrade": ".learner",
     "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
-    "Outcome": ".submission", "grade_submission": ".submission",
-    "SUBMISSION_WALL_SECONDS": ".workers", "autograde": ".workers",
+    "SUBMISSION_WALL_SECONDS": ".submission", "Outcome": ".submission", "grade_task": ".submission",
+    "make_task": ".submission",
 }
 __all__ = sorted(_WHERE)
 

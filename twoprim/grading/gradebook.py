@@ -1,54 +1,179 @@
-"""The course gradebook (nbgrader's, SQLite under grader/): which assignments and submissions it knows, and merging
-one graded submission into it. Only the instructor's process writes it, one submission at a time."""
+"""The course gradebook: nbgrader's own schema on SQLite (grader/gradebook.db, the default) or on PostgreSQL
+(`--db postgresql://user@host:5432/dbname` or `TWOPRIM_DB`), which many machines can share; nbgrader takes any
+SQLAlchemy URL, so the formgrader and every nbgrader command use the same database.
+
+Beside nbgrader's tables the course keeps one of its own, `twoprim_autograde`: for every graded submission the
+digest of the files that were graded, its status (graded, failed, flagged) and reason, the worker that graded it
+and how long it took. Its row is written in the same transaction as the submission's grades, so a submission is
+either committed whole or not at all: a run that stops half way (a database that went away) is finished by running
+it again, which grades only what is not committed in its current form.
+
+Only the instructor's process writes the gradebook, one submission per transaction; grading workers never open it
+(they get an assignment-only SQLite `snapshot` to run nbgrader in).
+
+Credentials never live in a file of the course: a PostgreSQL URL names the user and host, and libpq finds the
+password in `PGPASSWORD` or `~/.pgpass`.
+"""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
-import nbformat
+from ..nbgrader_cli import COURSE_ID, CourseError
 
-from ..nbgrader_cli import COURSE_ID, nbgrader
-from .submission import Outcome
+__all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
+           "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "digest", "snapshot",
+           "committed", "statuses", "merge"]
 
-__all__ = ["COURSE_ID", "gradebook_path", "released_notebooks", "submitted_students", "merge"]
+DB_ENV = "TWOPRIM_DB"
+TABLE = "twoprim_autograde"
 
+
+class GradebookUnavailable(CourseError):
+    """The database cannot be reached (or went away); the message names it and what to do."""
 
 
 def gradebook_path(root: Path) -> Path:
-    """The course gradebook; nbgrader's Gradebook shells out to `alembic`, so this environment's bin/ goes on PATH."""
+    """The default SQLite gradebook; nbgrader shells out to `alembic`, so this environment's bin/ goes on PATH."""
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     return root / "grader" / "gradebook.db"
 
 
-def released_notebooks(aid: str, root: Path) -> dict[str, nbformat.NotebookNode]:
+def database_url(root: Path, db: str | None = None) -> str:
+    """The gradebook's SQLAlchemy URL: `db`, else $TWOPRIM_DB, else grader/gradebook.db. PostgreSQL URLs are given
+    psycopg 3 as their driver (`postgresql://` alone would ask SQLAlchemy for psycopg2)."""
+    url = (db or os.environ.get(DB_ENV) or "").strip()
+    if not url:
+        return f"sqlite:///{gradebook_path(root)}"
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if scheme == "sqlite":
+        return url
+    raise CourseError(f"the gradebook URL {display_url(url)!r} is neither SQLite nor PostgreSQL: pass "
+                      f"--db postgresql://USER@HOST:5432/DBNAME (the password from PGPASSWORD or ~/.pgpass) or "
+                      f"sqlite:///PATH, or unset {DB_ENV} to use grader/gradebook.db")
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url).replace("postgresql+psycopg://", "postgresql://")
+
+
+def _explain(url: str, err: Exception) -> GradebookUnavailable:
+    detail = " ".join(str(getattr(err, "orig", None) or err).split())[:300]
+    return GradebookUnavailable(f"the gradebook at {display_url(url)} cannot be reached ({type(err).__name__}: "
+                                f"{detail}). Start the database or check the URL; for PostgreSQL the password comes "
+                                f"from PGPASSWORD or ~/.pgpass, and `./course db-init --db URL` creates the tables")
+
+
+@contextlib.contextmanager
+def gradebook(url: str) -> Iterator:
+    """nbgrader's Gradebook on `url`, with a connection problem raised as `GradebookUnavailable`."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    try:
+        gb = Gradebook(url, COURSE_ID)
+    except (OperationalError, DBAPIError) as err:
+        raise _explain(url, err) from err
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy's autoflush notes in nbgrader's API
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            yield gb
+    except (OperationalError, DBAPIError) as err:
+        raise _explain(url, err) from err
+    finally:
+        with contextlib.suppress(Exception):
+            gb.close()
+
+
+def _table():
+    from sqlalchemy import Column, Float, MetaData, String, Table, Text
+
+    return Table(TABLE, MetaData(),
+                 Column("assignment", String(128), primary_key=True), Column("student", String(128), primary_key=True),
+                 Column("digest", String(64), nullable=False), Column("status", String(16), nullable=False),
+                 Column("reason", Text, nullable=False), Column("score", Float), Column("max_score", Float),
+                 Column("seconds", Float), Column("worker", String(256)), Column("graded_at", String(32)))
+
+
+def init_db(url: str) -> None:
+    """Create nbgrader's schema and the course's table where they are missing (idempotent)."""
+    with gradebook(url) as gb:
+        _table().metadata.create_all(gb.engine)
+
+
+def released_notebooks(aid: str, root: Path, url: str | None = None) -> dict:
     """The student version of each notebook of `aid`, as the gradebook knows it.
 
     The assignment is registered in the gradebook first if needed (generated into a scratch folder, leaving
     exercises/ alone); the released notebooks come from exercises/ when it has them, else from that generation.
     """
-    from nbgrader.api import Gradebook, MissingEntry
+    import nbformat
+    from nbgrader.api import MissingEntry
+
+    url = url or database_url(root)
 
     def known() -> list[str]:
-        try:
-            with Gradebook(f"sqlite:///{gradebook_path(root)}", COURSE_ID) as gb:
+        with gradebook(url) as gb:
+            try:
                 return [nb.name for nb in gb.find_assignment(aid).notebooks]
-        except MissingEntry:
-            return []
+            except MissingEntry:
+                return []
 
     names = known()
     released = root / "exercises" / aid
     with tempfile.TemporaryDirectory() as scratch:
         if not names or not all((released / f"{n}.ipynb").is_file() for n in names):
-            nbgrader(["generate_assignment", aid, "--force", f"--CourseDirectory.release_directory={scratch}"],
-                     root=root, capture=True)
+            _generate(aid, root, url, Path(scratch))
             names, released = known(), Path(scratch) / aid
         return {n: nbformat.read(str(released / f"{n}.ipynb"), as_version=4) for n in names}
+
+
+def _generate(aid: str, root: Path, url: str, release: Path) -> None:
+    """nbgrader generate_assignment `aid` into `release`, registering it in the gradebook at `url` (in this
+    process: nbgrader is already imported here)."""
+    from nbgrader.apps.api import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    gradebook_path(root)  # PATH for alembic
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.db_url = url
+    config.CourseDirectory.release_directory = str(release)
+    config.CourseDirectory.log_level = "WARN"
+    cwd = os.getcwd()
+    os.chdir(root / "grader")
+    try:
+        result = NbGraderAPI(config=config).generate_assignment(aid, force=True, create=True)
+    finally:
+        os.chdir(cwd)
+    if not result.get("success"):
+        raise CourseError(f"nbgrader could not generate {aid} from solutions/{aid}: "
+                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+
+
+def snapshot(aid: str, root: Path, url: str, dest: Path) -> Path:
+    """An SQLite gradebook holding only assignment `aid` (its notebooks and cells, no student), for workers to run
+    nbgrader's autograde in: they never see the course gradebook or any other student's grades."""
+    with tempfile.TemporaryDirectory() as scratch:
+        db = dest / f"{aid}-snapshot.db"
+        db.unlink(missing_ok=True)
+        _generate(aid, root, f"sqlite:///{db}", Path(scratch))
+    return db
 
 
 def submitted_students(aid: str, root: Path) -> list[str]:
@@ -56,26 +181,69 @@ def submitted_students(aid: str, root: Path) -> list[str]:
     return sorted(p.name for p in base.iterdir() if (p / aid).is_dir()) if base.is_dir() else []
 
 
-def merge(aid: str, outcome: Outcome, root: Path) -> None:
-    """Write one outcome into the course gradebook and grader/autograded (idempotent)."""
-    from nbgrader.api import Gradebook, MissingEntry
+def submission_files(aid: str, student: str, root: Path) -> dict[str, bytes]:
+    """The files of a student's submission folder (top level only: nbgrader submits a flat folder)."""
+    folder = root / "grader" / "submitted" / student / aid
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
 
+
+def digest(files: dict[str, bytes], *extra: bytes) -> str:
+    """What was graded, as one hash: the submission's files and the assignment's source (`extra`)."""
+    h = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    for data in extra:
+        h.update(b"\1" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def committed(aid: str, url: str) -> dict[str, str]:
+    """student -> digest of the submission committed for `aid` (graded or failed; a flagged one is not done)."""
+    from sqlalchemy import select
+
+    init_db(url)
+    table = _table()
+    with gradebook(url) as gb:
+        rows = gb.db.execute(select(table.c.student, table.c.digest, table.c.status)
+                             .where(table.c.assignment == aid)).all()
+    return {student: d for student, d, status in rows if status != "flagged"}
+
+
+def statuses(aid: str, url: str) -> dict[str, dict]:
+    """student -> the course's row for their last graded submission of `aid` (status, reason, worker, ...)."""
+    from sqlalchemy import select
+
+    table = _table()
+    with gradebook(url) as gb:
+        if not gb.engine.dialect.has_table(gb.db.connection(), TABLE):
+            return {}
+        rows = gb.db.execute(select(table).where(table.c.assignment == aid)).mappings().all()
+    return {row["student"]: dict(row) for row in rows}
+
+
+def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: str = "") -> None:
+    """Write one outcome: its autograded notebooks into grader/autograded/<student>/<aid>/, then its grades and the
+    course's row into the gradebook, in one transaction (idempotent: merging again overwrites)."""
+    from nbgrader.api import MissingEntry
+    from nbgrader.utils import parse_utc
+    from sqlalchemy import delete
+
+    url = url or database_url(root)
     dest = root / "grader" / "autograded" / outcome.student / aid
     if dest.exists():
         shutil.rmtree(dest)
-    if outcome.autograded_dir is not None:
-        shutil.copytree(outcome.autograded_dir, dest)
-    with Gradebook(f"sqlite:///{gradebook_path(root)}", COURSE_ID) as gb, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy's autoflush notes inside nbgrader's API
-        warnings.filterwarnings("ignore", message=".*not in session.*")
+    if outcome.autograded:
+        dest.mkdir(parents=True)
+        for name, data in outcome.autograded.items():
+            (dest / name).write_bytes(data)
+    table = _table()
+    with gradebook(url) as gb:
         gb.update_or_create_student(outcome.student)
         try:
             sub = gb.find_submission(aid, outcome.student)
         except MissingEntry:
             sub = gb.add_submission(aid, outcome.student)
         if outcome.timestamp:
-            from nbgrader.utils import parse_utc
-
             sub.timestamp = parse_utc(outcome.timestamp)
         for nb in sub.notebooks:
             for grade in nb.grades:
@@ -84,4 +252,9 @@ def merge(aid: str, outcome: Outcome, root: Path) -> None:
                 grade.needs_manual_grade = outcome.status == "graded" and score is None
             for comment in nb.comments:
                 comment.auto_comment = outcome.comments.get((nb.name, comment.name))
+        gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == outcome.student))
+        gb.db.execute(table.insert().values(
+            assignment=aid, student=outcome.student, digest=digest_of, status=outcome.status,
+            reason=outcome.reason, score=outcome.score, max_score=outcome.max_score, seconds=outcome.seconds,
+            worker=outcome.worker, graded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
         gb.db.commit()

@@ -14,7 +14,7 @@ from ..nbgrader_cli import nbgrader
 from ..notebooks import ROOT
 from .reports import number
 from .submission import Outcome
-from .workers import autograde
+from .cluster import autograde
 
 __all__ = ["SelfGrade", "selfgrade"]
 
@@ -78,18 +78,21 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
         shutil.copy(notebook, target / f"{aid}.ipynb")
 
         (target / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()))
-        # the learner's own code: isolated where possible, never held by the audit
+        # the learner's own code: isolated where possible, never held by the audit; graded into the throw-away
+        # course's own SQLite gradebook, whatever TWOPRIM_DB names
         [outcome] = autograde(aid, root=course, workers=1, progress=False, unisolated=sandbox.missing() is not None,
-                              trust=["learner"])
+                              trust=["learner"], db=f"sqlite:///{course / 'grader' / 'gradebook.db'}", force=True)
         feedback = None
         if outcome.status == "graded":
-            nbgrader(["generate_feedback", aid, "--student", "learner", "--force"], root=course, capture=True)
+            nbgrader(["generate_feedback", aid, "--student", "learner", "--force",
+                      f"--CourseDirectory.db_url=sqlite:///{course / 'grader' / 'gradebook.db'}"], root=course,
+                     capture=True)
             html = course / "grader" / "feedback" / "learner" / aid / f"{aid}.html"
             if html.is_file():
                 feedback = root / "grader" / "selfgrade" / f"{aid}.html"
                 feedback.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(html, feedback)
-        outcome.autograded_dir = None
+        outcome.autograded = {}
         result = SelfGrade(aid, outcome, feedback)
         result.save(root / "grader" / "selfgrade" / f"{aid}.json", notebook)
         return result

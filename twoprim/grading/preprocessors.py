@@ -10,22 +10,32 @@ Every cell has the same time limit, `DEFAULT_CELL_TIMEOUT` unless the grader pas
 from __future__ import annotations
 
 import os
+import time
 
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
-__all__ = ["DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "grade_id", "record_cell_start", "StderrIsNotFailure",
+__all__ = ["DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "grade_id", "record_cell_start", "record_kernel_ready",
+           "StderrIsNotFailure",
            "HideHiddenTestSource", "TruncateOutputs"]
 
 # Cold imports of torch and a first Dynamo trace are the slowest legitimate cells (a few seconds on 2 cores).
 DEFAULT_CELL_TIMEOUT = 60
 MAX_OUTPUT_CHARS = 20_000           # per output in the autograded notebook and the feedback
 CELL_LOG_ENV = "TWOPRIM_CELL_LOG"   # where `record_cell_start` writes (set by the grader around each run)
+TIMING_ENV = "TWOPRIM_TIMING_LOG"   # where the hooks note when the kernel was ready and each cell started
 
 
 def grade_id(cell) -> str | None:
     """The nbgrader grade id of a cell, or None."""
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _timing(event: str, label: str = "") -> None:
+    path = os.environ.get(TIMING_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{time.monotonic():.6f}\t{event}\t{label}\n")
 
 
 def record_cell_start(cell, cell_index, **_):
@@ -35,6 +45,15 @@ def record_cell_start(cell, cell_index, **_):
         label = grade_id(cell) or "a cell of the student's own"
         with open(path, "w") as f:
             f.write(f"{label} (cell {cell_index + 1})")
+    if cell.get("cell_type") == "code" and cell.get("source", "").strip():
+        _timing("cell", grade_id(cell) or f"cell {cell_index + 1}")
+
+
+def record_kernel_ready(**_):
+    """nbclient's on_notebook_start hook (the kernel answers): for the grading profile."""
+    _timing("ready")
+
+
 
 
 class StderrIsNotFailure(Preprocessor):
@@ -66,9 +85,14 @@ class HideHiddenTestSource(Preprocessor):
 
 
 class TruncateOutputs(Preprocessor):
-    """Cut any single output to MAX_OUTPUT_CHARS (nbgrader's LimitOutput counts lines, so one 20 MB line stays)."""
+    """Cut any single output to MAX_OUTPUT_CHARS (nbgrader's LimitOutput counts lines, so one 20 MB line stays).
+    It runs just after the notebook was executed: the grading profile's end of the last cell."""
 
     enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        _timing("end")
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:

@@ -1,38 +1,34 @@
 """Reports an instructor can act on: grader/reports/<aid>.csv (one row per student with status and reason), a
-per-test chart <aid>_tests.png, the last status of each submission, and a one-screen summary."""
+per-test chart <aid>_tests.png and a one-screen summary, all read from the gradebook (nbgrader's scores and the
+course's `twoprim_autograde` row of each submission: its status, reason and worker)."""
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from pathlib import Path
 
 from ..notebooks import ROOT
-from ..nbgrader_cli import COURSE_ID
-from .gradebook import gradebook_path
-from .submission import Outcome
+from .gradebook import database_url, gradebook, statuses
 
-__all__ = ["write_reports", "record_status", "summary", "format_summary", "number"]
+__all__ = ["write_reports", "summary", "format_summary", "number"]
 
 REPORT_FIELDS = ["student", "score", "max_score", "status", "reason"]
 
 
-def _status_file(aid: str, root: Path) -> Path:
-    return root / "grader" / "reports" / f"{aid}.status.json"
-
-
-def write_reports(aid: str, *, root: Path = ROOT, outcomes: list[Outcome] | None = None) -> dict:
-    """grader/reports/<aid>.csv, <aid>_tests.png and the summary, from the gradebook and the last statuses."""
-    from nbgrader.api import Gradebook
-
+def write_reports(aid: str, *, root: Path = ROOT, url: str | None = None) -> dict:
+    """grader/reports/<aid>.csv, <aid>_tests.png and the summary, from the gradebook at `url` (default: the
+    course's)."""
+    url = url or database_url(root)
     reports = root / "grader" / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    status_path = _status_file(aid, root)
-    statuses = json.loads(status_path.read_text()) if status_path.exists() else {}
+    known = statuses(aid, url)
     rows, per_test = [], {}
-    with Gradebook(f"sqlite:///{gradebook_path(root)}", COURSE_ID) as gb:
+    workers: dict[str, int] = {}
+    with gradebook(url) as gb:
         for sub in sorted(gb.assignment_submissions(aid), key=lambda s: s.student.id):
-            st = statuses.get(sub.student.id, {"status": "graded", "reason": ""})
+            st = known.get(sub.student.id, {"status": "graded", "reason": ""})
+            if st.get("worker"):
+                workers[st["worker"]] = workers.get(st["worker"], 0) + 1
             rows.append({"student": sub.student.id, "score": number(sub.score), "max_score": number(sub.max_score),
                          "status": st["status"], "reason": st["reason"]})
             for nb in sub.notebooks:
@@ -43,19 +39,11 @@ def write_reports(aid: str, *, root: Path = ROOT, outcomes: list[Outcome] | None
         writer.writeheader()
         writer.writerows(rows)
     _histogram(aid, per_test, reports / f"{aid}_tests.png")
-    return summary(aid, rows)
+    return {**summary(aid, rows), "workers": workers}
 
 
 def number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(float(x), 3)
-
-
-def record_status(aid: str, outcome: Outcome, root: Path) -> None:
-    path = _status_file(aid, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[outcome.student] = {"status": outcome.status, "reason": outcome.reason}
-    path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
 def _histogram(aid: str, per_test: dict, path: Path) -> None:
@@ -81,6 +69,7 @@ def summary(aid: str, rows: list[dict]) -> dict:
     graded = [r for r in rows if r["status"] == "graded"]
     scores = [float(r["score"]) for r in graded]
     return {"assignment": aid, "submissions": len(rows), "graded": len(graded), "failed": len(rows) - len(graded),
+            "flagged": sum(r["status"] == "flagged" for r in rows),
             "mean": statistics.mean(scores) if scores else None, "median": statistics.median(scores) if scores else None,
             "max_score": rows[0]["max_score"] if rows else None}
 
@@ -89,6 +78,10 @@ def format_summary(s: dict, root: Path = ROOT) -> str:
     mean = "-" if s["mean"] is None else f"{s['mean']:.2f}"
     median = "-" if s["median"] is None else f"{s['median']:.2f}"
     reports = (root / "grader" / "reports").relative_to(root)
-    return (f"{s['assignment']}: {s['submissions']} submissions, {s['graded']} graded, {s['failed']} failed; "
-            f"mean {mean}, median {median} of {s['max_score']}\n"
+    held = f" ({s['flagged']} held for review)" if s.get("flagged") else ""
+    workers = s.get("workers") or {}
+    by = (f"\ngraded by {len(workers)} workers: " + ", ".join(f"{w} ({n})" for w, n in sorted(workers.items()))
+          if len(workers) > 1 else "")
+    return (f"{s['assignment']}: {s['submissions']} submissions, {s['graded']} graded, {s['failed']} failed{held}; "
+            f"mean {mean}, median {median} of {s['max_score']}{by}\n"
             f"reports: {reports}/{s['assignment']}.csv, {reports}/{s['assignment']}_tests.png")

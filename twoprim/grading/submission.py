@@ -1,45 +1,82 @@
-"""Grading one submission: check its files, realign its notebook, audit the code the student wrote, run nbgrader's
-autograde on it in its own throw-away course folder with a sandboxed kernel, then score every test cell in the
-grader from what the kernel recorded (`twoprim.verdicts`). Returns an `Outcome`; never raises for a bad submission.
+"""Grading one submission, as a task a worker runs: check its files, realign its notebook, audit the code the
+student wrote, run nbgrader's autograde on it in a throw-away course folder with a sandboxed kernel, then score
+every test cell here, in the grader, from what the kernel recorded (`twoprim.verdicts`).
+
+A task (`make_task`) carries everything it needs as data: the submission's files, the released and source
+notebooks, the course's nbgrader configuration and an assignment-only SQLite gradebook to run nbgrader in. So a
+worker on another machine needs the course's environment and the sandbox's tools, and nothing of the course
+folder: not the gradebook, not the other students' work. `grade_task` returns an `Outcome` (with the autograded
+notebooks as bytes) and never raises for a bad submission; only the instructor's process writes the results.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
+import socket
+import tempfile
+import threading
 import time
+import uuid
+import warnings
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import nbformat
 
-from .. import sandbox, verdicts
+from .. import forkserver, sandbox, verdicts
 from ..audit import audit
-from ..nbgrader_cli import COURSE_ID
-from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT
+from ..catalog import checks_module_name
+from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
 from .realign import realign
 
-__all__ = ["Outcome", "grade_submission", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES"]
+__all__ = ["Outcome", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES",
+           "SUBMISSION_WALL_SECONDS"]
 
 # Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
 MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
 CPU_LIMIT_SECONDS = sandbox.CPU_LIMIT_SECONDS
 FILE_SIZE_LIMIT_BYTES = sandbox.FILE_SIZE_LIMIT_BYTES
+SUBMISSION_WALL_SECONDS = 900       # one submission, all its cells; past that its kernel is killed
+# What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
+WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets",
+                "twoprim.record", "twoprim.checks", "twoprim.verdicts", "twoprim.guards", "twoprim.hints")
 
 
 @dataclass
 class Outcome:
     student: str
-    status: str = "failed"                  # "graded" or "failed"
+    status: str = "failed"                  # "graded", "failed" or "flagged" (held by the audit)
     reason: str = ""
     score: float = 0.0
     max_score: float = 0.0
     grades: dict = field(default_factory=dict)     # (notebook, grade_id) -> auto_score
     comments: dict = field(default_factory=dict)   # (notebook, grade_id) -> auto_comment
     timestamp: str | None = None
-    autograded_dir: Path | None = None
+    autograded: dict = field(default_factory=dict)  # file name -> bytes of grader/autograded/<student>/<aid>/
     seconds: float = 0.0
+    worker: str = ""                        # which worker graded it (host and process)
+    phases: dict = field(default_factory=dict)      # seconds per phase of grading (`scripts/profile_grading.py`)
+
+
+def make_task(aid: str, student: str, files: dict[str, bytes], *, root: Path, released: dict,
+              cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
+              trusted: bool = False, unisolated: bool = False, kernel_threads: int | None = None) -> dict:
+    """One submission as a task for `grade_task` (plain data, sent to any worker). The snapshot gradebook is
+    added by the batch, once for every task (`snapshot`)."""
+    source = root / "solutions" / aid
+    return {"aid": aid, "student": student, "files": files,
+            "released": {n: nbformat.writes(nb) for n, nb in released.items()},
+            "source": {str(p.relative_to(source)): p.read_bytes() for p in sorted(source.rglob("*"))
+                       if p.is_file() and ".ipynb_checkpoints" not in p.parts},
+            "config": (root / "grader" / "nbgrader_config.py").read_text(),
+            "cell_timeout": cell_timeout, "wall_seconds": wall_seconds, "trusted": trusted,
+            "unisolated": unisolated, "kernel_threads": kernel_threads}
 
 
 def _parse_timestamp(text: str):
@@ -71,22 +108,115 @@ def _notebook_problem(path: Path) -> str | None:
     return None
 
 
-def _course_config(root: Path) -> str:
-    return (root / "grader" / "nbgrader_config.py").read_text()
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
-                     released: dict[str, nbformat.NotebookNode], scratch: Path,
-                     cell_timeout: int = DEFAULT_CELL_TIMEOUT) -> Outcome:
-    """Grade one student's submission of `aid` in its own course folder under `scratch`; each cell may run for
-    `cell_timeout` seconds."""
+@cache
+def _scratch() -> Path:
+    """This worker process's scratch folder (the kernelspecs; one course folder and box per submission), on a
+    short path: the kernel's Unix sockets live in the box, and a socket's path must fit in 107 bytes."""
+    scratch = Path(tempfile.mkdtemp(prefix="tpg-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    atexit.register(shutil.rmtree, scratch, True)
+    return scratch
+
+
+def _kernel(unisolated: bool) -> str | None:
+    """The kernelspec that grades (written once per worker process into its scratch, which goes on
+    JUPYTER_PATH): the sandbox's forkserver launcher, or for `--unisolated` a plain kernel under the sandbox's
+    `prlimit` limits (None without prlimit)."""
+    scratch = _scratch()
+    if not unisolated:
+        name = sandbox.kernelspec(scratch)
+    elif shutil.which("prlimit") is None:
+        return None
+    else:
+        name = "twoprim-grading"
+        spec = scratch / "kernels" / name
+        spec.mkdir(parents=True, exist_ok=True)
+        argv = sandbox.limits() + [sandbox.python(), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)",
+                                                      "language": "python"}))
+    paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
+    if str(scratch) not in paths:
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(scratch), *paths]))
+    return name
+
+
+_WARM: dict[tuple, forkserver.Forkserver] = {}
+
+
+def _forkserver(aid: str, threads: int | None) -> forkserver.Forkserver:
+    """This worker's forkserver for `aid`, started on first use with the modules its kernels import (one at a
+    time: grading another assignment, or with another thread count, replaces it)."""
+    key = (aid, threads)
+    server = _WARM.get(key)
+    if server is not None and server.alive():
+        return server
+    for old in _WARM.values():
+        old.stop()
+    _WARM.clear()
+    saved = {v: os.environ.get(v) for v in sandbox.THREAD_VARIABLES}
+    if threads:
+        os.environ.update({v: str(threads) for v in sandbox.THREAD_VARIABLES})
+    try:
+        modules = [*WARM_MODULES, f"twoprim.{checks_module_name(aid)}"]
+        server = forkserver.Forkserver(_scratch() / "boxes", _scratch() / "control", modules).start()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    atexit.register(server.stop)
+    _WARM[key] = server
+    return server
+
+
+def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
+    """Grade one submission (a task from `make_task`; `snapshot`: the assignment-only SQLite gradebook nbgrader
+    runs in, sent once to every worker) in this worker process; never raises for a bad submission."""
+    if snapshot is not None:
+        task = {**task, "snapshot": snapshot}
     start = time.monotonic()
+    try:
+        # nbgrader's log and SQLAlchemy's notes stay out of the instructor's terminal: what matters is in the outcome
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            out = _grade(task)
+    except Exception as err:  # noqa: BLE001 - reported for this student; the batch carries on
+        out = Outcome(task["student"], reason=f"the grader itself failed: {type(err).__name__}: {err}")
+    out.worker = _worker_name()
+    out.seconds = time.monotonic() - start
+    return out
+
+
+def _grade(task: dict) -> Outcome:
+    aid, student = task["aid"], task["student"]
+    released = {n: nbformat.reads(t, as_version=4) for n, t in task["released"].items()}
     notebooks = list(released)
     out = Outcome(student)
     notes: list[str] = []
-    sub_dir = root / "grader" / "submitted" / student / aid
+    name = uuid.uuid4().hex[:8]  # not the student's name: any length, any characters
+    work, box = _scratch() / "work" / name, _scratch() / "boxes" / name
+    try:
+        return _grade_in(work, box, task, aid, student, released, notebooks, out, notes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
 
-    present = sorted(p.name for p in sub_dir.iterdir()) if sub_dir.is_dir() else []
+
+def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str], out: Outcome,
+              notes: list[str]) -> Outcome:
+    phase = time.monotonic()
+    sub_dir = work / "received"
+    sub_dir.mkdir(parents=True)
+    for name, data in task["files"].items():
+        (sub_dir / Path(name).name).write_bytes(data)
+    present = sorted(task["files"])
     missing = [f"{nb}.ipynb" for nb in notebooks if f"{nb}.ipynb" not in present]
     if missing:
         found = ", ".join(present) or "nothing"
@@ -103,13 +233,16 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
     if extra:
         notes.append(f"ignored extra files: {', '.join(extra)}")
 
-    course = scratch / student
+    course = work / "course"
     grader = course / "grader"
     target = grader / "submitted" / student / aid
     target.mkdir(parents=True)
-    (grader / "nbgrader_config.py").write_text(_course_config(root))
-    shutil.copytree(root / "solutions" / aid, course / "solutions" / aid)
-    shutil.copy(gradebook, grader / "gradebook.db")
+    (grader / "nbgrader_config.py").write_text(task["config"])
+    for rel, data in task["source"].items():
+        path = course / "solutions" / aid / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (grader / "gradebook.db").write_bytes(task["snapshot"])
     for nb in notebooks:
         submitted = nbformat.read(str(sub_dir / f"{nb}.ipynb"), as_version=4)
         repaired, repairs = realign(submitted, released[nb])
@@ -129,42 +262,60 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
         notes.append("no timestamp.txt; graded without a submission time")
 
     findings = _audit(target, notebooks, released)
-    if findings and student not in _trusted():
+    out.phases["prepare"] = time.monotonic() - phase
+    if findings and not task["trusted"]:
         out.status = "flagged"
         out.reason = (f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
                       f"Read the code; if it is honest, grade it with --trust {student}")
-        out.seconds = time.monotonic() - start
         return out
     if findings:
         notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
 
-    box = scratch / "boxes" / student
-    paths = sandbox.prepare_box(box, int(os.environ.get(sandbox.ENV_UID, sandbox.BASE_UID)))
-    cell_log = scratch / f"{student}.cell"
-    box_env = {sandbox.ENV_BOX: str(box), verdicts.CAPTURE_ENV: str(paths["capture"])}
-    os.environ.update(box_env)
-    try:
-        status, log_text = _run_nbgrader(grader, aid, student, cell_log, cell_timeout)
-    finally:
-        for name in box_env:
-            os.environ.pop(name, None)
-    returncode = 0 if status == "ok" else 1
+    phase = time.monotonic()
+    kernel = _kernel(task["unisolated"])
+    warm = None if task["unisolated"] else _forkserver(aid, task.get("kernel_threads"))
+    out.phases["forkserver"] = time.monotonic() - phase
+    phase = time.monotonic()
+    cell_log = work / "cell.log"
+    with sandbox.claimed_uid() as uid:
+        paths = sandbox.prepare_box(box, uid)
+        box_env = {verdicts.CAPTURE_ENV: str(paths["capture"])}
+        if warm is not None:
+            box_env.update({sandbox.ENV_BOX: str(box), sandbox.ENV_UID: str(uid or ""),
+                            forkserver.ENV_SOCKET: str(warm.socket)})
+        if task.get("kernel_threads"):
+            box_env.update({v: str(task["kernel_threads"]) for v in sandbox.THREAD_VARIABLES})
+        saved = {k: os.environ.get(k) for k in box_env}
+        os.environ.update(box_env)
+        watchdog = _Watchdog(task["wall_seconds"], spare=warm.pids() if warm else set())
+        try:
+            status, log_text = _run_nbgrader(grader, aid, student, cell_log, task["cell_timeout"], kernel,
+                                             box if warm is not None else None)
+        finally:
+            watchdog.cancel()
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    capture = paths["capture"]
+    out.phases.update(_timings(work / "timing.log", phase, time.monotonic()))
 
     autograded = grader / "autograded" / student / aid
     db = grader / "gradebook.db"
     last_cell = cell_log.read_text() if cell_log.exists() else None
-    if returncode != 0 or not autograded.is_dir():
-        out.reason = _nbgrader_failure(log_text, returncode, last_cell)
-        out.seconds = time.monotonic() - start
+    if watchdog.fired:
+        out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
+                      f"look for an infinite loop in the notebook")
+        return out
+    if status != "ok" or not autograded.is_dir():
+        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell)
         return out
 
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
+    with Gradebook(f"sqlite:///{db}", "two-primitives") as gb:
         try:
             sub = gb.find_submission(aid, student)
         except MissingEntry:
-            out.reason = _nbgrader_failure(log_text, returncode, last_cell)
+            out.reason = _nbgrader_failure(log_text, 1, last_cell)
             return out
         max_points = {}
         for nb in sub.notebooks:
@@ -174,14 +325,55 @@ def grade_submission(aid: str, student: str, *, root: Path, gradebook: Path,
             for comment in nb.comments:
                 out.comments[(nb.name, comment.name)] = comment.auto_comment
         out.max_score = float(sub.max_score)
-    notes[:0] = _judge_in_grader(aid, root, autograded, notebooks, paths["capture"], out, max_points)
+    phase = time.monotonic()
+    notes[:0] = _judge_in_grader(aid, course, autograded, notebooks, capture, out, max_points)
+    out.phases["verdicts"] = time.monotonic() - phase
     out.score = float(sum(v for v in out.grades.values() if v is not None))
     notes[:0] = _execution_notes(autograded, notebooks)
     out.status = "graded"
     out.reason = "; ".join(notes) or "all cells ran"
-    out.autograded_dir = autograded
-    out.seconds = time.monotonic() - start
+    out.autograded = {p.name: p.read_bytes() for p in sorted(autograded.iterdir()) if p.is_file()}
     return out
+
+
+def _timings(log: Path, start: float, stop: float) -> dict:
+    """Where nbgrader's run went: until the kernel answered, each cell, and nbgrader's own work around them."""
+    events = []
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        stamp, event, label = line.split("\t")
+        events.append((float(stamp), event, label))
+    ready = next((s for s, e, _ in events if e == "ready"), None)
+    end = next((s for s, e, _ in reversed(events) if e == "end"), None)
+    if ready is None or end is None:
+        return {"nbgrader": stop - start}
+    cells = [(s, label) for s, e, label in events if e == "cell"]
+    durations = {label: (cells[i + 1][0] if i + 1 < len(cells) else end) - s for i, (s, label) in enumerate(cells)}
+    return {"kernel start": ready - start, "cells": durations, "nbgrader bookkeeping": (stop - start) - (end - start)
+            + (cells[0][0] - ready if cells else 0.0)}
+
+
+class _Watchdog:
+    """Kills this worker's kernels (every process it started but the forkserver's, `spare`) when a submission runs
+    past `seconds`."""
+
+    def __init__(self, seconds: float, spare: set[int] = frozenset()):
+        self.fired = False
+        self.spare = set(spare)
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self):
+        import psutil
+
+        self.fired = True
+        for child in psutil.Process().children(recursive=True):
+            if child.pid not in self.spare:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+
+    def cancel(self):
+        self._timer.cancel()
 
 
 def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.NotebookNode]) -> list[str]:
@@ -199,17 +391,13 @@ def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.Note
     return findings
 
 
-def _trusted() -> set[str]:
-    return set(filter(None, os.environ.get("TWOPRIM_TRUSTED", "").split(",")))
-
-
-def _judge_in_grader(aid: str, root: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
+def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
                      max_points: dict) -> list[str]:
     """Score every graded test cell by running its trusted source here, in the grader, on what the kernel
     recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs."""
     replay = verdicts.Replay(capture)
     for name in notebooks:
-        source = nbformat.read(str(root / "solutions" / aid / f"{name}.ipynb"), as_version=4)
+        source = nbformat.read(str(course / "solutions" / aid / f"{name}.ipynb"), as_version=4)
         learner: set[str] = set()
         for cell in source.cells:
             if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
@@ -234,22 +422,24 @@ def _judge_in_grader(aid: str, root: Path, autograded: Path, notebooks: list[str
     return replay.problems[:3]
 
 
-def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_timeout: int) -> tuple[str, str]:
+def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_timeout: int, kernel: str | None,
+                  box: Path | None) -> tuple[str, str]:
     """Autograde one student in the course folder above `grader`, in this process (a grading worker: nbgrader is
-    imported once per worker, not once per student). Returns ("ok" | "error", the log)."""
+    imported once per worker, not once per student), on the snapshot gradebook there. Returns ("ok" | "error",
+    the log)."""
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
+    config.CourseDirectory.db_url = f"sqlite:///{grader / 'gradebook.db'}"
     config.Execute.timeout = cell_timeout
-    kernel = os.environ.get("TWOPRIM_GRADING_KERNEL")
     if kernel:
         config.Execute.kernel_name = kernel
-    box = os.environ.get(sandbox.ENV_BOX)
     if box:  # Unix sockets in the box: they reach into the sandbox, and no TCP ports are raced for between workers
         config.KernelManager.transport = "ipc"
-        config.KernelManager.ip = str(Path(box) / "run" / "kernel")
+        config.KernelManager.ip = str(box / "run" / "kernel")
     os.environ[CELL_LOG_ENV] = str(cell_log)
+    os.environ[TIMING_ENV] = str(cell_log.with_name("timing.log"))
     cwd = os.getcwd()
     os.chdir(grader)
     try:
@@ -257,6 +447,7 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     finally:
         os.chdir(cwd)
         os.environ.pop(CELL_LOG_ENV, None)
+        os.environ.pop(TIMING_ENV, None)
     log = result.get("log", "") + "\n" + result.get("error", "")
     return ("ok" if result.get("success") else "error"), log
 

@@ -1,0 +1,220 @@
+"""Grading beyond one machine: the same class graded on a Dask cluster (a scheduler and two `dask worker`
+processes) into a PostgreSQL gradebook gets exactly the grades local SQLite grading gives, also when a worker dies
+in the middle of a submission or PostgreSQL goes down half way; an unreachable scheduler is refused before
+anything is written. Every server is real, started here on loopback."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from nbgrader.api import Gradebook
+
+from twoprim import grading
+from twoprim.nbgrader_cli import CourseError
+from twoprim.notebooks import ROOT
+
+from .classroom import answered, prepend, solution_code, student_version, write
+from .servers import DaskCluster, Postgres, free_port
+
+AID = "ex01_dot"
+SOL = {fn: f"{AID}-{fn}-solution" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")}
+CRASHING = ["crash_exit", "crash_segfault"]
+
+
+def _class(course: Path) -> None:
+    """12 students: 3 correct, 2 blank, one wrong function each for 5, 2 whose kernels crash."""
+    submitted = course / "grader" / "submitted"
+    for i in range(3):
+        write(submitted, f"correct{i}", AID, answered(AID))
+    for i in range(2):
+        write(submitted, f"blank{i}", AID, student_version(AID))
+    for fn, gid in SOL.items():
+        write(submitted, f"wrong_{fn}", AID, answered(AID, {gid: solution_code(AID)[gid] +
+                                                           f"\n\ndef {fn}(*args, **kwargs):\n    return None\n"}))
+    write(submitted, "crash_exit", AID, prepend(AID, SOL["cosine_similarity"], "import os\nos._exit(3)"))
+    write(submitted, "crash_segfault", AID, prepend(AID, SOL["top_k"], "import ctypes\nctypes.string_at(0)"))
+
+
+def _course(base: Path) -> Path:
+    (base / "grader").mkdir(parents=True)
+    shutil.copy(ROOT / "grader" / "nbgrader_config.py", base / "grader")
+    shutil.copytree(ROOT / "solutions" / AID, base / "solutions" / AID)
+    shutil.copytree(ROOT / "exercises" / AID, base / "exercises" / AID)
+    _class(base)
+    return base
+
+
+def _grades(url: str) -> dict[str, dict[str, float]]:
+    with Gradebook(grading.database_url(Path("/"), url), grading.COURSE_ID) as gb:
+        return {s.student.id: {g.name: g.score for nb in s.notebooks for g in nb.grades}
+                for s in gb.assignment_submissions(AID)}
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The class graded locally, into SQLite: the grades every other way of grading must give."""
+    course = _course(tmp_path_factory.mktemp("local"))
+    outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=CRASHING)
+    grades = _grades(f"sqlite:///{course / 'grader' / 'gradebook.db'}")
+    assert len(grades) == 12 and {o.student for o in outcomes} == set(grades)
+    assert sum(grades["correct0"].values()) == 15 and sum(grades["blank0"].values()) == 0
+    assert {o.student: o.status for o in outcomes}["crash_exit"] == "failed"
+    return grades
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, monkeypatch_module):
+    base = tmp_path_factory.mktemp("servers")
+    pg = Postgres(base / "pg").init().start()
+    monkeypatch_module.setenv("PGPASSWORD", pg.password)  # how libpq gets it: never a file, never the URL
+    dask = DaskCluster(base / "dask", workers=2)
+    try:
+        dask.start()
+        yield pg, dask
+    finally:
+        dask.stop()
+        pg.stop("immediate")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]:
+    """Students whose submission `worker` is grading, once one of its kernels is running."""
+    from distributed import Client
+
+    pid = dask.procs[worker].pid
+    deadline = time.monotonic() + timeout
+    with Client(dask.address, timeout=10) as client:
+        while time.monotonic() < deadline:
+            kernels = [p for p in psutil.Process(pid).children(recursive=True)
+                       if "twoprim.forkserver" in " ".join(p.cmdline()) and "launch" in p.cmdline()]
+            keys = client.processing(workers=[dask.workers[worker]]).get(dask.workers[worker], [])
+            if kernels and keys:
+                return {k.removeprefix(f"grade-{AID}-").rsplit("-", 1)[0] for k in keys}
+            time.sleep(0.1)
+    raise AssertionError(f"{worker} started no kernel within {timeout:.0f} s:\n{dask.logs()}")
+
+
+def test_a_worker_killed_mid_submission_loses_and_doubles_nothing(tmp_path, servers, reference):
+    pg, dask = servers
+    course = _course(tmp_path / "course")
+    url = pg.createdb("killed_worker")
+    done: dict = {}
+
+    def run():
+        try:
+            done["outcomes"] = grading.autograde(AID, root=course, progress=False, trust=CRASHING,
+                                                 scheduler=dask.address, db=url)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            done["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    victims = _in_flight(dask, "worker0")
+    dask.kill("worker0")
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "grading did not finish after a worker died"
+    try:
+        assert "error" not in done, done.get("error")
+        outcomes = done["outcomes"]
+        assert sorted(o.student for o in outcomes) == sorted(reference), "each submission graded exactly once"
+        assert _grades(url) == reference
+        by = {o.student: o.worker for o in outcomes}
+        assert victims and all(by[s] == dask.workers["worker1"] for s in victims), (victims, by)
+        rows = grading.statuses(AID, grading.database_url(course, url))
+        assert set(rows) == set(reference) and rows["correct0"]["worker"]
+    finally:
+        dask.restart("worker0")
+
+
+def test_postgres_down_mid_run_keeps_what_was_committed_and_a_rerun_finishes(tmp_path, servers, reference):
+    pg, dask = servers
+    course = _course(tmp_path / "course")
+    url = pg.createdb("went_away")
+    full = grading.database_url(course, url)
+    stop = threading.Event()
+
+    def stop_postgres_after(n: int):
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(full)
+        while not stop.is_set():
+            try:
+                with engine.connect() as conn:
+                    count = conn.execute(text("select count(*) from twoprim_autograde")).scalar()
+            except Exception:  # noqa: BLE001 - the table does not exist yet
+                count = 0
+            if count >= n:
+                engine.dispose()
+                pg.stop("immediate")
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=stop_postgres_after, args=(4,))
+    watcher.start()
+    try:
+        with pytest.raises(grading.GradebookUnavailable) as info:
+            grading.autograde(AID, root=course, progress=False, trust=CRASHING, scheduler=dask.address, db=url)
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+        if not pg.running:
+            pg.start()
+    message = str(info.value)
+    assert "cannot be reached" in message and "run the same command again to grade the other" in message, message
+    assert pg.password not in message
+    before = grading.statuses(AID, full)
+    assert 4 <= len(before) < 12, f"{len(before)} committed"
+    assert f"{len(before)} of 12 submissions were committed" in message, message
+
+    outcomes = grading.autograde(AID, root=course, progress=False, trust=CRASHING, scheduler=dask.address, db=url)
+    assert sorted(o.student for o in outcomes) == sorted(set(reference) - set(before)), "only the rest is graded"
+    after = grading.statuses(AID, full)
+    assert {s: after[s]["graded_at"] for s in before} == {s: row["graded_at"] for s, row in before.items()}
+    assert _grades(url) == reference
+    report = (course / "grader" / "reports" / f"{AID}.csv").read_text()
+    assert report.count("\n") == 13  # the header and one row per student
+
+
+def test_an_unreachable_scheduler_is_refused_before_anything_is_written(tmp_path):
+    course = _course(tmp_path / "course")
+    before = _digest(course)
+    address = f"tcp://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(CourseError) as info:
+        grading.autograde(AID, root=course, progress=False, scheduler=address)
+    assert time.monotonic() - start < 30
+    message = str(info.value)
+    assert f"cannot reach the Dask scheduler at {address}" in message and "nothing was graded or written" in message
+    assert _digest(course) == before and not (course / "grader" / "gradebook.db").exists()
+
+
+def test_db_init_creates_the_schema_and_a_bad_url_says_what_to_pass(servers, tmp_path):
+    pg, _ = servers
+    url = pg.createdb("initialised")
+    grading.init_db(grading.database_url(tmp_path, url))
+    from sqlalchemy import create_engine, inspect
+
+    tables = set(inspect(create_engine(grading.database_url(tmp_path, url))).get_table_names())
+    assert {"assignment", "submitted_assignment", "grade", "twoprim_autograde", "alembic_version"} <= tables
+    with pytest.raises(CourseError, match=r"neither SQLite nor PostgreSQL: pass --db postgresql://USER@HOST"):
+        grading.database_url(tmp_path, "mysql://root:hunter2@db/grades")
+    with pytest.raises(CourseError) as info:
+        grading.database_url(tmp_path, "mysql://root:hunter2@db/grades")
+    assert "hunter2" not in str(info.value)
