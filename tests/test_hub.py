@@ -160,16 +160,18 @@ def test_not_root_is_refused(clone):
              user=pwd.getpwnam("nobody"), names=tuple(names))
 
 
-@pytest.mark.parametrize("students, expected", [
-    ("root", "'root' is an existing account that the course did not create"),
-    ("www-data", "'www-data' is an existing account that the course did not create"),
-    ("Alice Smith", "'Alice Smith' is not a valid Unix user name"),
+@pytest.mark.parametrize("students, expected, advice", [
+    ("root", "'root' is an existing account that the course did not create", "name the student differently"),
+    ("www-data", "'www-data' is an existing account that the course did not create", "name the student differently"),
+    ("Alice Smith", "'Alice Smith' is not a valid Unix user name", "correct it in --students"),
 ])
-def test_unknown_or_invalid_student_is_refused(clone, students, expected):
+def test_unknown_or_invalid_student_is_refused(clone, students, expected, advice):
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
-    output = _refused(clone, ["--students", students, "--port", str(_free_port())], expected)
-    assert "--students" in output or "differently" in output
+    names = _names(1)
+    output = _refused(clone, ["--students", f"{names[0]},{students}", "--port", str(_free_port())], expected,
+                      names=tuple(names))
+    assert advice in output, output
 
 
 def test_roster_missing_or_without_id_column_is_refused(clone):
@@ -302,7 +304,7 @@ def _login(browser, base: str, name: str, password: str):
     page.goto(f"{base}hub/login")
     page.fill("#username_input", name)
     page.fill("#password_input", password)
-    page.click("#login_submit")
+    page.click("#login_submit", no_wait_after=True)  # the three servers start at once
     return page
 
 
@@ -351,6 +353,7 @@ def _verdict(page, who: str) -> str:
     dialog.wait_for(timeout=150_000)
     _shot(page, f"05-{who}-validated")
     verdict = dialog.locator(".jp-Dialog-body").inner_text()
+    (ARTIFACTS / f"05-{who}-validated.txt").write_text(verdict)
     assert dialog.locator(".jp-Dialog-header").inner_text().strip() == "Validation Results", verdict
     dialog.get_by_role("button", name=re.compile("^ok$", re.I)).click()
     return verdict
@@ -401,6 +404,27 @@ def _isolation(page, who: str, paths: list[str]) -> dict[str, str]:
     return json.loads(out.inner_text().split("ISOLATION ", 1)[1])
 
 
+def _check_lessons_at_home(course: Path, student: pwd.struct_passwd) -> None:
+    """The student's ~/lessons holds every lesson, theirs; setting the home up again adds what is missing and
+    keeps what the student changed."""
+    from twoprim import hub_config
+    from twoprim.hub import furnish_home
+
+    lessons = Path(student.pw_dir) / "lessons"
+    names = sorted(p.name for p in (course / "lessons").glob("*.ipynb"))
+    assert names and sorted(p.name for p in lessons.glob("*.ipynb")) == names
+    assert all((lessons / n).stat().st_uid == student.pw_uid for n in names)
+    mine, gone = lessons / names[0], lessons / names[1]
+    mine.write_text("the student's own edit")
+    gone.unlink()
+    plan = hub_config.Plan(course=course, venv=course / ".venv", proxy=Path("/"), exchange=Path("/"), instructor="",
+                           students=(student.pw_name,), port=0, hub_port=0, proxy_api_port=0)
+    furnish_home(plan, student)
+    assert mine.read_text() == "the student's own edit"
+    assert gone.read_bytes() == (course / "lessons" / names[1]).read_bytes()
+    assert gone.stat().st_uid == student.pw_uid
+
+
 def _processes_of(course: Path) -> list[str]:
     """Processes running anything from the course clone (the hub, its proxy, servers, kernels)."""
     found = []
@@ -425,7 +449,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for stale in ARTIFACTS.glob("*.png"):
+    for stale in [*ARTIFACTS.glob("*.png"), *ARTIFACTS.glob("*.txt")]:
         stale.unlink()
     course = clone["course"]
     instructor, right, wrong = _names(3)
@@ -572,6 +596,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         assert stopped == 0, hub.tail()
         assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), \
             hub.tail()
+        _check_lessons_at_home(course, pwd.getpwnam(right))
     finally:
         if stopped is None:
             with contextlib.suppress(Exception):

@@ -79,18 +79,33 @@ def ensure_account(name: str, role: str) -> tuple[pwd.struct_passwd, str | None]
     return account, password
 
 
-def _copy_missing(src: Path, dest: Path, account: pwd.struct_passwd) -> None:
-    """Copy the files under `src` to `dest` that are not there yet (a student's own files are never replaced)."""
-    for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        target = dest / Path(dirpath).relative_to(src)
-        if not target.exists():
-            target.mkdir(parents=True)
-            os.chown(target, account.pw_uid, account.pw_gid)
-        for name in filenames:
-            if not (target / name).exists() and not (target / name).is_symlink():
-                shutil.copyfile(Path(dirpath) / name, target / name)
-                os.chown(target / name, account.pw_uid, account.pw_gid)
+COPY_AS_STUDENT = r"""
+import os, shutil, sys
+src, home = sys.argv[1:3]
+os.makedirs(os.path.join(home, "exercises"), exist_ok=True)
+for dirpath, dirnames, filenames in os.walk(src):
+    dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    target = os.path.join(home, "lessons", os.path.relpath(dirpath, src))
+    os.makedirs(target, exist_ok=True)
+    for name in filenames:
+        if not os.path.lexists(os.path.join(target, name)):
+            shutil.copyfile(os.path.join(dirpath, name), os.path.join(target, name))
+"""
+
+
+def furnish_home(plan: Plan, account: pwd.struct_passwd) -> None:
+    """~/exercises and the lessons missing from ~/lessons (a student's own files are never replaced), written as
+    the student: root never writes into a home its owner controls (a symlink there could point anywhere)."""
+    try:
+        probe = as_user(account.pw_uid, account.pw_gid, [str(plan.venv / "bin" / "python"), "-I", "-S", "-c",
+                                                         COPY_AS_STUDENT, str(plan.course / "lessons"),
+                                                         account.pw_dir], timeout=120)
+        problem = probe.stderr.strip().splitlines()[-1] if probe.returncode else ""
+    except OSError as e:
+        problem = str(e)
+    if problem:
+        print(f"note: could not copy the lessons into {account.pw_dir}/lessons ({problem}); {account.pw_name} can "
+              f"open them in {plan.course / 'lessons'}", flush=True)
 
 
 def give_course(course: Path, owner: pwd.struct_passwd) -> None:
@@ -186,13 +201,10 @@ def prepare(plan: Plan) -> dict[str, str | None]:
     for name in plan.students:
         account, passwords[name] = ensure_account(name, "student")
         accounts.append(account)
-        _copy_missing(plan.course / "lessons", Path(account.pw_dir) / "lessons", account)
-        exercises = Path(account.pw_dir) / "exercises"
-        if not exercises.exists():
-            exercises.mkdir()
-            os.chown(exercises, account.pw_uid, account.pw_gid)
     give_course(plan.course, instructor)
     prepare_exchange(plan.exchange, instructor)
+    for account in accounts:
+        furnish_home(plan, account)
     record = plan.course / "grader" / CLASSROOM_FILE
     record.write_text(json.dumps({"exchange": str(plan.exchange), "instructor": plan.instructor,
                                   "students": list(plan.students), "url": plan.url}, indent=1) + "\n")
@@ -308,11 +320,13 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
         signal.signal(sig, stop)
     tracker = _Tracker(proc.pid, {pwd.getpwnam(n).pw_uid for n in plan.students})
     deadline = time.monotonic() + READY_S
+    never_ready = False
     while proc.poll() is None and not stopping and not _ready(plan):
         tracker.poll()
         if time.monotonic() > deadline:
             print(f"error: JupyterHub did not answer on {plan.url} within {READY_S} s; stopping it (its messages "
                   f"above say why)", file=sys.stderr, flush=True)
+            never_ready = True
             stop(signal.SIGTERM, None)
             break
         time.sleep(0.3)
@@ -348,6 +362,8 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
     print(f"stopped: the hub, the proxy and the {len(servers)} server(s) it started"
           f"{' (' + ', '.join(servers) + ')' if servers else ''}{extra}. Nothing of the classroom is running.",
           flush=True)
+    if never_ready:
+        return 1
     return 0 if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else code
 
 
