@@ -17,7 +17,7 @@ from types import ModuleType
 
 from .notebooks import ROOT, assignments
 
-__all__ = ["package_modules", "checks_module_name", "checks_module", "assignment_ids", "hints_of"]
+__all__ = ["package_modules", "checks_module_name", "checks_module", "assignment_ids", "hints_of", "all_hints"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _ASSIGNMENT = re.compile(r"^(ex\d\d)_\w+$")
@@ -51,6 +51,23 @@ def assignment_ids(root: Path | None = None) -> list[str]:
     return assignments(root or ROOT)
 
 
+def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
+    """The `HINTS` literal of one checks module's source, {} when it defines none."""
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) \
+            else None
+        if isinstance(target, ast.Name) and target.id == "HINTS":
+            return ast.literal_eval(node.value)
+    return {}
+
+
+@cache
+def all_hints() -> dict[str, tuple[str, ...]]:
+    """Every assignment's hints, from the package's own checks modules (`twoprim/exNN.py`): found where only the
+    package is, as in a graded kernel's sandbox or a learner's copy without solutions/."""
+    return {gid: texts for path in sorted(_PACKAGE.glob("ex[0-9][0-9].py")) for gid, texts in _hints_in(path).items()}
+
+
 @cache
 def hints_of(aid: str) -> dict[str, tuple[str, ...]]:
     """The `HINTS` table of assignment `aid`'s checks module, read from its source as a literal: showing a hint in
@@ -58,13 +75,8 @@ def hints_of(aid: str) -> dict[str, tuple[str, ...]]:
     path = _PACKAGE / f"{checks_module_name(aid)}.py"
     if not path.is_file():
         return {}
-    for node in ast.parse(path.read_text()).body:
-        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) \
-            else None
-        if isinstance(target, ast.Name) and target.id == "HINTS":
-            table = ast.literal_eval(node.value)
-            wrong = [gid for gid in table if not gid.startswith(f"{aid}-")]
-            if wrong:
-                raise ValueError(f"{path.name}: hint ids {wrong} do not start with {aid}-")
-            return table
-    return {}
+    table = _hints_in(path)
+    wrong = [gid for gid in table if not gid.startswith(f"{aid}-")]
+    if wrong:
+        raise ValueError(f"{path.name}: hint ids {wrong} do not start with {aid}-")
+    return table

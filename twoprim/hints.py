@@ -12,14 +12,15 @@ import os
 import re
 from pathlib import Path
 
-from .catalog import assignment_ids, hints_of
+from .catalog import all_hints
 from .notebooks import ROOT
 from .state import load_state, update_state
 
 __all__ = ["HINTS", "hint", "hints", "resolve", "used"]
 
 # grade id of the visible check -> hints, least detailed first: every assignment's `HINTS`, kept beside its checks.
-HINTS: dict[str, tuple[str, ...]] = {gid: texts for aid in assignment_ids() for gid, texts in hints_of(aid).items()}
+# Read from the package alone: a graded kernel's sandbox and a learner's copy have no solutions/ to list them from.
+HINTS: dict[str, tuple[str, ...]] = all_hints()
 
 
 def resolve(name: str) -> str:
