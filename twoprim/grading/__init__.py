@@ -24,6 +24,7 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | `preprocessors` | the nbgrader preprocessors and hooks named in grader/nbgrader_config.py |
 | `realign` | repairing a submission's nbgrader cells against the released notebook |
 | `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
+| `kernels` | a worker's kernels: scratch, kernelspec, warm forkserver, watchdog, the grading profile |
 | `cluster` | the batch on a Dask cluster: `autograde` |
 | `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
 | `reports` | CSV, chart and the summary |

@@ -10,28 +10,23 @@ notebooks as bytes) and never raises for a bad submission; only the instructor's
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import json
 import os
 import re
 import shutil
-import socket
-import tempfile
-import threading
 import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import nbformat
 
 from .. import forkserver, sandbox, verdicts
 from ..audit import audit
-from ..catalog import checks_module_name
+from . import kernels
 from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
 from .realign import realign
 
@@ -43,9 +38,6 @@ MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
 CPU_LIMIT_SECONDS = sandbox.CPU_LIMIT_SECONDS
 FILE_SIZE_LIMIT_BYTES = sandbox.FILE_SIZE_LIMIT_BYTES
 SUBMISSION_WALL_SECONDS = 900       # one submission, all its cells; past that its kernel is killed
-# What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
-WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets",
-                "twoprim.record", "twoprim.checks", "twoprim.verdicts", "twoprim.guards", "twoprim.hints")
 
 
 @dataclass
@@ -108,73 +100,6 @@ def _notebook_problem(path: Path) -> str | None:
     return None
 
 
-def _worker_name() -> str:
-    try:
-        from distributed import get_worker
-
-        return get_worker().address
-    except (ImportError, ValueError):
-        return f"{socket.gethostname()}:{os.getpid()}"
-
-
-@cache
-def _scratch() -> Path:
-    """This worker process's scratch folder (the kernelspecs; one course folder and box per submission), on a
-    short path: the kernel's Unix sockets live in the box, and a socket's path must fit in 107 bytes."""
-    scratch = Path(tempfile.mkdtemp(prefix="tpg-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    atexit.register(shutil.rmtree, scratch, True)
-    return scratch
-
-
-def _kernel(unisolated: bool) -> str | None:
-    """The kernelspec that grades (written once per worker process into its scratch, which goes on
-    JUPYTER_PATH): the sandbox's forkserver launcher, or for `--unisolated` a plain kernel under the sandbox's
-    `prlimit` limits (None without prlimit)."""
-    scratch = _scratch()
-    if not unisolated:
-        name = sandbox.kernelspec(scratch)
-    elif shutil.which("prlimit") is None:
-        return None
-    else:
-        name = "twoprim-grading"
-        spec = scratch / "kernels" / name
-        spec.mkdir(parents=True, exist_ok=True)
-        argv = sandbox.limits() + [sandbox.python(), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)",
-                                                      "language": "python"}))
-    paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
-    if str(scratch) not in paths:
-        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(scratch), *paths]))
-    return name
-
-
-_WARM: dict[tuple, forkserver.Forkserver] = {}
-
-
-def _forkserver(aid: str, threads: int | None) -> forkserver.Forkserver:
-    """This worker's forkserver for `aid`, started on first use with the modules its kernels import (one at a
-    time: grading another assignment, or with another thread count, replaces it)."""
-    key = (aid, threads)
-    server = _WARM.get(key)
-    if server is not None and server.alive():
-        return server
-    for old in _WARM.values():
-        old.stop()
-    _WARM.clear()
-    saved = {v: os.environ.get(v) for v in sandbox.THREAD_VARIABLES}
-    if threads:
-        os.environ.update({v: str(threads) for v in sandbox.THREAD_VARIABLES})
-    try:
-        modules = [*WARM_MODULES, f"twoprim.{checks_module_name(aid)}"]
-        server = forkserver.Forkserver(_scratch() / "boxes", _scratch() / "control", modules).start()
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    atexit.register(server.stop)
-    _WARM[key] = server
-    return server
-
-
 def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
     """Grade one submission (a task from `make_task`; `snapshot`: the assignment-only SQLite gradebook nbgrader
     runs in, sent once to every worker) in this worker process; never raises for a bad submission."""
@@ -189,7 +114,7 @@ def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
             out = _grade(task)
     except Exception as err:  # noqa: BLE001 - reported for this student; the batch carries on
         out = Outcome(task["student"], reason=f"the grader itself failed: {type(err).__name__}: {err}")
-    out.worker = _worker_name()
+    out.worker = kernels.worker_name()
     out.seconds = time.monotonic() - start
     return out
 
@@ -201,7 +126,7 @@ def _grade(task: dict) -> Outcome:
     out = Outcome(student)
     notes: list[str] = []
     name = uuid.uuid4().hex[:8]  # not the student's name: any length, any characters
-    work, box = _scratch() / "work" / name, _scratch() / "boxes" / name
+    work, box = kernels.scratch() / "work" / name, kernels.scratch() / "boxes" / name
     try:
         return _grade_in(work, box, task, aid, student, released, notebooks, out, notes)
     finally:
@@ -272,8 +197,8 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
 
     phase = time.monotonic()
-    kernel = _kernel(task["unisolated"])
-    warm = None if task["unisolated"] else _forkserver(aid, task.get("kernel_threads"))
+    kernel = kernels.kernelspec_name(task["unisolated"])
+    warm = None if task["unisolated"] else kernels.warm_forkserver(aid, task.get("kernel_threads"))
     out.phases["forkserver"] = time.monotonic() - phase
     phase = time.monotonic()
     cell_log = work / "cell.log"
@@ -287,7 +212,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
             box_env.update({v: str(task["kernel_threads"]) for v in sandbox.THREAD_VARIABLES})
         saved = {k: os.environ.get(k) for k in box_env}
         os.environ.update(box_env)
-        watchdog = _Watchdog(task["wall_seconds"], spare=warm.pids() if warm else set())
+        watchdog = kernels.Watchdog(task["wall_seconds"], spare=warm.pids() if warm else set())
         try:
             status, log_text = _run_nbgrader(grader, aid, student, cell_log, task["cell_timeout"], kernel,
                                              box if warm is not None else None)
@@ -296,7 +221,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     capture = paths["capture"]
-    out.phases.update(_timings(work / "timing.log", phase, time.monotonic()))
+    out.phases.update(kernels.timings(work / "timing.log", phase, time.monotonic()))
 
     autograded = grader / "autograded" / student / aid
     db = grader / "gradebook.db"
@@ -334,46 +259,6 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     out.reason = "; ".join(notes) or "all cells ran"
     out.autograded = {p.name: p.read_bytes() for p in sorted(autograded.iterdir()) if p.is_file()}
     return out
-
-
-def _timings(log: Path, start: float, stop: float) -> dict:
-    """Where nbgrader's run went: until the kernel answered, each cell, and nbgrader's own work around them."""
-    events = []
-    for line in log.read_text().splitlines() if log.is_file() else []:
-        stamp, event, label = line.split("\t")
-        events.append((float(stamp), event, label))
-    ready = next((s for s, e, _ in events if e == "ready"), None)
-    end = next((s for s, e, _ in reversed(events) if e == "end"), None)
-    if ready is None or end is None:
-        return {"nbgrader": stop - start}
-    cells = [(s, label) for s, e, label in events if e == "cell"]
-    durations = {label: (cells[i + 1][0] if i + 1 < len(cells) else end) - s for i, (s, label) in enumerate(cells)}
-    return {"kernel start": ready - start, "cells": durations, "nbgrader bookkeeping": (stop - start) - (end - start)
-            + (cells[0][0] - ready if cells else 0.0)}
-
-
-class _Watchdog:
-    """Kills this worker's kernels (every process it started but the forkserver's, `spare`) when a submission runs
-    past `seconds`."""
-
-    def __init__(self, seconds: float, spare: set[int] = frozenset()):
-        self.fired = False
-        self.spare = set(spare)
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self):
-        import psutil
-
-        self.fired = True
-        for child in psutil.Process().children(recursive=True):
-            if child.pid not in self.spare:
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-
-    def cancel(self):
-        self._timer.cancel()
 
 
 def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.NotebookNode]) -> list[str]:
