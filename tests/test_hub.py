@@ -231,6 +231,14 @@ def test_environment_other_accounts_cannot_run_is_refused(clone):
 # --- the whole cycle ----------------------------------------------------------------------------------------------
 
 
+def _ctrl_c_when_orphaned() -> None:
+    """In the hub's process, before it runs: if the test process dies (killed by a timeout, say), the hub gets the
+    Ctrl-C that stops it and everything it started, instead of serving on with nobody to stop it."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+
+
 class Hub:
     """`./course hub` in a process group of its own, its output in a log file."""
 
@@ -238,7 +246,7 @@ class Hub:
         self.log_path = log
         self.log = log.open("w")
         self.proc = subprocess.Popen([str(course / "course"), "hub", *args], cwd=course, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ctrl_c_when_orphaned,
                                      env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"})
 
     def text(self) -> str:
@@ -579,6 +587,8 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         other_page.screenshot(path=str(ARTIFACTS / f"09-{who}-cannot-open-the-other.png"))
                         response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/api/contents")
                         assert response.status == 403, response.status  # and the server refuses its API
+                        response = other_page.goto(f"http://{name}.localhost:{port}/user/{name}/formgrader")
+                        assert response.status == 404, response.status  # no formgrader on a student's own server
                         other_page.close()
                     with _step(f"10-{who}-kernel-isolation", page, hub):
                         home = pwd.getpwnam(other).pw_dir
