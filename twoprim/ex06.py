@@ -15,6 +15,7 @@ models and messages it needs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import numbers
 from collections import Counter
@@ -213,14 +214,35 @@ def graph_cases(specs: Sequence[Spec], *, seed: int = 0) -> list[Case]:
     """Cases (graph_module,) for count_ops: every graph the grader captures for each spec, captured now."""
     cases = []
     for i, spec in enumerate(specs):
-        model, x = build(spec, seed + i)
-        cap = _ground_truth(model, x, spec.level, spec.train)
-        kinds = [("Dynamo graph" if spec.level == "dynamo" else "ATen forward graph", gm) for gm in cap.forward]
-        kinds += [("ATen backward graph", gm) for gm in cap.backward]
+        model_repr, forward, backward = _graphs_of(spec, seed + i)
+        kinds = [("Dynamo graph" if spec.level == "dynamo" else "ATen forward graph", gm) for gm in forward]
+        kinds += [("ATen backward graph", gm) for gm in backward]
         for j, (kind, gm) in enumerate(kinds):
-            text = f"{kind} {j + 1} of {len(kinds)} of {model!r}, {'training' if spec.train else 'no_grad'}"
+            text = f"{kind} {j + 1} of {len(kinds)} of {model_repr}, {'training' if spec.train else 'no_grad'}"
             cases.append(Case(text, (_named(gm, text),)))
     return cases
+
+
+def _graphs_of(spec: Spec, seed: int) -> tuple[str, list, list]:
+    """The graphs captured for one seeded spec. In the grader they are the same for every submission, so a grading
+    worker captures each once (a copy per case: nothing a judge does to one reaches the next submission)."""
+    from . import verdicts
+
+    if verdicts.current_replay() is None:
+        return _capture_spec(spec, seed)
+    model_repr, forward, backward = _captured(spec, seed)
+    return model_repr, [copy.deepcopy(g) for g in forward], [copy.deepcopy(g) for g in backward]
+
+
+def _capture_spec(spec: Spec, seed: int) -> tuple[str, list, list]:
+    model, x = build(spec, seed)
+    cap = _ground_truth(model, x, spec.level, spec.train)
+    return repr(model), list(cap.forward), list(cap.backward)
+
+
+@functools.lru_cache(maxsize=64)
+def _captured(spec: Spec, seed: int) -> tuple[str, list, list]:
+    return _capture_spec(spec, seed)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import collections
 import contextlib
+import hashlib
 import importlib
 import io
 import os
@@ -270,10 +271,17 @@ def start_capture(task: str, fn_name: str, labels: list[str]) -> Capture | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 _REPLAY: ContextVar["Replay | None"] = ContextVar("twoprim_replay", default=None)
+_CELL: ContextVar["str | None"] = ContextVar("twoprim_cell", default=None)
 
 
 def current_replay() -> "Replay | None":
     return _REPLAY.get()
+
+
+def current_cell() -> str | None:
+    """While the grader judges a test cell: the digest of that cell's source (its cases, and so their expected
+    values, are the same for every submission)."""
+    return _CELL.get()
 
 
 class Recorded:
@@ -383,6 +391,7 @@ def judge_cell(grade_id: str, code: str, replay: Replay, learner: set[str]) -> V
     """Run one graded test cell's trusted `code` in the grader against the kernel's recorded results; `learner`
     names the functions and answers the learner defines (`defined_names` of the solution cells)."""
     out = io.StringIO()
+    token = _CELL.set(hashlib.sha256(f"{grade_id}\0{code}".encode()).hexdigest())
     try:
         ns = _namespace(code, learner)
         with replay.active(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -392,4 +401,6 @@ def judge_cell(grade_id: str, code: str, replay: Replay, learner: set[str]) -> V
     except Exception as err:  # noqa: BLE001 - anything else fails the cell, with what happened
         return Verdict(grade_id, False, f"✘ {grade_id}: the grader could not check this cell: "
                                         f"{type(err).__name__}: {err}")
+    finally:
+        _CELL.reset(token)
     return Verdict(grade_id, True, out.getvalue())
