@@ -35,7 +35,7 @@ def cold_imports(aid: str) -> dict[str, float]:
              "twoprim checks": f"import twoprim.checks, twoprim.{checks_module_name(aid)}"}
     out, before = {}, []
     for name, stmt in steps.items():
-        code = ";".join(before) + ";import time;t=time.perf_counter();" + stmt + ";print(time.perf_counter()-t)"
+        code = "; ".join([*before, "import time", "t = time.perf_counter()", stmt, "print(time.perf_counter() - t)"])
         runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                       .stdout.split()[-1]) for _ in range(3)]
         out[name] = min(runs)

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,10 +37,11 @@ class Postgres:
     PGPASSWORD (never a file), listening on 127.0.0.1:`port`. As root the server runs as the `postgres` account
     (PostgreSQL refuses to run as root)."""
 
-    def __init__(self, base: Path):
+    def __init__(self):
         self.bin = _pg_bin()
-        self.base = base
-        self.data = base / "data"
+        # its own folder under /tmp (pytest's is 0700 to everyone but root, and the server runs as `postgres`)
+        self.base = Path(tempfile.mkdtemp(prefix="twoprim-pg-", dir="/tmp"))
+        self.data = self.base / "data"
         self.port = free_port()
         self.password = secrets.token_urlsafe(16)
         self.user = None
@@ -52,11 +54,14 @@ class Postgres:
 
     def _run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         ids = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[]) if self.user else {}
-        return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check, timeout=timeout,
+        proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PGPASSWORD": self.password}, **ids)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{Path(str(argv[0])).name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n"
+                                 f"{self.log()}")
+        return proc
 
     def init(self) -> "Postgres":
-        self.base.mkdir(parents=True, exist_ok=True)
         self.base.chmod(0o755)
         pwfile = self.base / "pw"
         pwfile.write_text(self.password)
@@ -87,6 +92,11 @@ class Postgres:
     def log(self) -> str:
         path = self.base / "server.log"
         return path.read_text()[-3000:] if path.exists() else ""
+
+    def remove(self) -> None:
+        if self.running:
+            self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 class DaskCluster:

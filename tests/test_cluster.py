@@ -76,7 +76,7 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, monkeypatch_module):
     base = tmp_path_factory.mktemp("servers")
-    pg = Postgres(base / "pg").init().start()
+    pg = Postgres().init().start()
     monkeypatch_module.setenv("PGPASSWORD", pg.password)  # how libpq gets it: never a file, never the URL
     dask = DaskCluster(base / "dask", workers=2)
     try:
@@ -84,7 +84,7 @@ def servers(tmp_path_factory, monkeypatch_module):
         yield pg, dask
     finally:
         dask.stop()
-        pg.stop("immediate")
+        pg.remove()
 
 
 @pytest.fixture(scope="module")
