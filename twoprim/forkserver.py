@@ -42,6 +42,7 @@ ENV_SOCKET = "TWOPRIM_FORKSERVER"
 READY = "twoprim-forkserver-ready"
 START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
+_SET_BY_IMPORTS: dict[str, str] = {}
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -77,9 +78,14 @@ def _warm_up() -> None:
 
 
 def serve(socket_path: str, modules: list[str]) -> None:
+    before = dict(os.environ)
     for name in modules:
         importlib.import_module(name)
     _warm_up()
+    # what the imports set in the environment (e.g. ex08 turns on Triton's interpreter) each kernel keeps, as if it
+    # had imported them itself; the rest of its environment is the submission's own
+    global _SET_BY_IMPORTS
+    _SET_BY_IMPORTS = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import gc
 
     gc.collect()
@@ -214,6 +220,7 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
         os.chdir(box / "home")
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.update(_SET_BY_IMPORTS)
         threads = request["env"].get("OMP_NUM_THREADS")
         if threads and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
