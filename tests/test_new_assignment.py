@@ -89,7 +89,7 @@ def new_assignment():
         module.write_text(CHECKS)
         (ROOT / "solutions" / AID).mkdir()
         nbformat.write(_source_notebook(), str(ROOT / "solutions" / AID / f"{AID}.ipynb"))
-        catalog.package_modules.cache_clear()
+        catalog.all_hints.cache_clear()
         catalog.hints_of.cache_clear()
         generate([AID], into=ROOT / "exercises")  # a throw-away gradebook: the course's is never touched
         yield
@@ -103,7 +103,7 @@ def new_assignment():
             stale.unlink()
         if not had_selfgrade and written[3].exists():
             shutil.rmtree(written[3])
-        catalog.package_modules.cache_clear()
+        catalog.all_hints.cache_clear()
         catalog.hints_of.cache_clear()
 
 
