@@ -159,12 +159,13 @@ class DaskCluster:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.base.glob("*.log")))
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL what is still running after 5 s (a test's cluster holds nothing worth a wait)."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)

@@ -17,7 +17,7 @@ from types import ModuleType
 
 from .notebooks import ROOT, assignments
 
-__all__ = ["package_modules", "checks_module_name", "checks_module", "assignment_ids", "hints_of", "all_hints"]
+__all__ = ["package_modules", "checks_module_name", "checks_modules", "checks_module", "assignment_ids", "hints_of", "all_hints"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _ASSIGNMENT = re.compile(r"^(ex\d\d)_\w+$")
@@ -35,6 +35,11 @@ def checks_module_name(aid: str) -> str:
     if not match:
         raise ValueError(f"{aid!r} is not an assignment id: ids are exNN_name, e.g. ex01_dot")
     return match.group(1)
+
+
+def checks_modules() -> list[str]:
+    """Every assignment's checks module in this package (`ex01`, `ex02`, ...)."""
+    return sorted(m for m in package_modules() if re.fullmatch(r"ex\d\d", m))
 
 
 def checks_module(aid: str) -> ModuleType:

@@ -31,9 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
-
-from .nbgrader_cli import CourseError, nbgrader
+from .nbgrader_cli import CourseError, generate_assignment, nbgrader
 from .notebooks import ROOT, assignments, clean, execute, lessons
 
 LESSON_BUDGET_S = 60.0
@@ -50,15 +48,14 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
     unknown = sorted(set(ids) - set(known))
     if unknown:
         raise CourseError(f"no assignment {', '.join(unknown)} in {root / 'solutions'}; known: {', '.join(known)}.")
+    import nbformat
+
     out_dir = into or root / "exercises"
     written = []
     with tempfile.TemporaryDirectory() as scratch:
-        extra = []
-        if into is not None:
-            extra = [f"--CourseDirectory.release_directory={out_dir}",
-                     f"--CourseDirectory.db_url=sqlite:///{Path(scratch) / 'gradebook.db'}"]
-        for aid in ids:
-            nbgrader(["generate_assignment", aid, "--force", "--log-level=WARN", *extra], root=root, capture=True)
+        throwaway = f"sqlite:///{Path(scratch) / 'gradebook.db'}" if into is not None else None
+        for aid in ids:  # in this process: nbgrader is imported once, not once per assignment
+            generate_assignment(aid, root=root, release=into, db_url=throwaway)
             for path in sorted((out_dir / aid).glob("*.ipynb")):
                 nb = nbformat.read(str(path), as_version=4)
                 nbformat.write(clean(nb), str(path))
@@ -84,6 +81,8 @@ def feedback(aid: str, *, root: Path = ROOT) -> None:
 
 def clean_files(paths: list[Path]) -> list[Path]:
     """Clean notebooks in place; returns those that changed."""
+    import nbformat
+
     changed = []
     for path in paths:
         before = path.read_text()

@@ -1,8 +1,8 @@
-"""Warm kernels for grading: a forkserver inside the sandbox imports torch, ipykernel and the assignment's checks
-once, and forks a fresh kernel from that state for every submission.
+"""Warm kernels for grading: a forkserver inside the sandbox imports torch, Dynamo, ipykernel and every
+assignment's checks once, and forks a fresh kernel from that state for every submission.
 
-A cold kernel spends seconds of CPU importing the same modules for every submission (torch alone ~1.5 s on the
-course's 2-core machine). Here one process per grading worker and assignment pays that once. It never runs a
+A cold kernel spends seconds of CPU importing the same modules for every submission (torch and Dynamo ~2 s on the
+course's 2-core machine). Here one process per grading worker pays that once. It never runs a
 student's code itself: each submission's kernel is a new child forked from it, which then
 
 - takes the submission's own uid (when the grader is root: `sandbox.claimed_uid`), drops every capability and sets
@@ -29,6 +29,7 @@ import ctypes
 import importlib
 import json
 import os
+import re
 import resource
 import selectors
 import signal
@@ -39,10 +40,11 @@ import time
 from pathlib import Path
 
 ENV_SOCKET = "TWOPRIM_FORKSERVER"
+ENV_MODULE = "TWOPRIM_CHECKS_MODULE"    # the assignment's checks module: its kernel keeps what its import set
 READY = "twoprim-forkserver-ready"
 START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
-_SET_BY_IMPORTS: dict[str, str] = {}
+_SET_BY: dict[str, dict[str, str]] = {}   # module -> what importing it set in the environment
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -78,14 +80,13 @@ def _warm_up() -> None:
 
 
 def serve(socket_path: str, modules: list[str]) -> None:
-    before = dict(os.environ)
+    # what each import sets in the environment (ex08 turns on Triton's interpreter), a kernel keeps for the modules
+    # it uses (all but the assignments' checks, and its own assignment's), as if it had imported them itself
     for name in modules:
+        before = dict(os.environ)
         importlib.import_module(name)
+        _SET_BY[name] = {k: v for k, v in os.environ.items() if before.get(k) != v}
     _warm_up()
-    # what the imports set in the environment (e.g. ex08 turns on Triton's interpreter) each kernel keeps, as if it
-    # had imported them itself; the rest of its environment is the submission's own
-    global _SET_BY_IMPORTS
-    _SET_BY_IMPORTS = {k: v for k, v in os.environ.items() if before.get(k) != v}
     import gc
 
     gc.collect()
@@ -220,7 +221,9 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
         os.chdir(box / "home")
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ.update(_SET_BY_IMPORTS)
+        for module, changes in _SET_BY.items():
+            if not re.fullmatch(r"twoprim\.ex\d\d", module) or module == request.get("module"):
+                os.environ.update(changes)
         threads = request["env"].get("OMP_NUM_THREADS")
         if threads and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
@@ -326,7 +329,7 @@ def launch(connection_file: str) -> int:
     conn.connect(server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # closing the connection ends the kernel
     _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
-                 "limits": sandbox.rlimits()})
+                 "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, "")})
     while True:
         message = _read_line(conn)
         if message is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .notebooks import ROOT
 
-__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader"]
+__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader", "generate_assignment"]
 
 COURSE_ID = "two-primitives"    # nbgrader's course id (grader/nbgrader_config.py sets the same)
 
@@ -56,3 +56,32 @@ def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture:
         detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
         raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
     return proc
+
+
+def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
+    """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
+    the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
+    (default: the course's)."""
+    from nbgrader.apps.api import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    grader = root / "grader"
+    env = environment()
+    preflight(env)
+    os.environ["PATH"] = env["PATH"]  # nbgrader shells out to alembic when it creates a gradebook
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
+    config.CourseDirectory.root = str(root)
+    if db_url:
+        config.CourseDirectory.db_url = db_url
+    if release:
+        config.CourseDirectory.release_directory = str(release)
+    config.CourseDirectory.log_level = "WARN"
+    cwd = os.getcwd()
+    os.chdir(grader)
+    try:
+        result = NbGraderAPI(config=config).generate_assignment(aid, force=True, create=True)
+    finally:
+        os.chdir(cwd)
+    if not result.get("success"):
+        raise CourseError(f"nbgrader could not generate {aid} from solutions/{aid}: "
+                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")

@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from ..nbgrader_cli import COURSE_ID, CourseError
+from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment
 
 __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
            "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "digest", "snapshot",
@@ -144,26 +144,9 @@ def released_notebooks(aid: str, root: Path, url: str | None = None) -> dict:
 
 
 def _generate(aid: str, root: Path, url: str, release: Path) -> None:
-    """nbgrader generate_assignment `aid` into `release`, registering it in the gradebook at `url` (in this
-    process: nbgrader is already imported here)."""
-    from nbgrader.apps.api import NbGraderAPI
-    from traitlets.config.loader import PyFileConfigLoader
-
+    """nbgrader generate_assignment `aid` into `release`, registering it in the gradebook at `url`."""
     gradebook_path(root)  # PATH for alembic
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config()
-    config.CourseDirectory.root = str(root)
-    config.CourseDirectory.db_url = url
-    config.CourseDirectory.release_directory = str(release)
-    config.CourseDirectory.log_level = "WARN"
-    cwd = os.getcwd()
-    os.chdir(root / "grader")
-    try:
-        result = NbGraderAPI(config=config).generate_assignment(aid, force=True, create=True)
-    finally:
-        os.chdir(cwd)
-    if not result.get("success"):
-        raise CourseError(f"nbgrader could not generate {aid} from solutions/{aid}: "
-                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+    generate_assignment(aid, root=root, release=release, db_url=url)
 
 
 def snapshot(aid: str, root: Path, url: str, dest: Path) -> Path:

@@ -1,5 +1,5 @@
-"""A grading worker's kernels: its scratch folder, the kernelspec it grades with, its warm forkserver (one per
-assignment, `twoprim.forkserver`), the watchdog that stops a submission past its wall-clock limit, and the profile
+"""A grading worker's kernels: its scratch folder, the kernelspec it grades with, its warm forkserver
+(`twoprim.forkserver`), the watchdog that stops a submission past its wall-clock limit, and the profile
 of where a submission's time went. State of the worker process, kept between the tasks it runs."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from .. import forkserver, sandbox
-from ..catalog import checks_module_name
+from ..catalog import checks_modules
 
 __all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "Watchdog", "timings"]
 
@@ -64,14 +64,14 @@ def kernelspec_name(unisolated: bool) -> str | None:
     return name
 
 
-_WARM: dict[tuple, forkserver.Forkserver] = {}
+_WARM: dict[int | None, forkserver.Forkserver] = {}
 
 
-def warm_forkserver(aid: str, threads: int | None) -> forkserver.Forkserver:
-    """This worker's forkserver for `aid`, started on first use with the modules its kernels import (one at a
-    time: grading another assignment, or with another thread count, replaces it)."""
-    key = (aid, threads)
-    server = _WARM.get(key)
+def warm_forkserver(threads: int | None) -> forkserver.Forkserver:
+    """This worker's forkserver, started on first use with the modules every graded kernel imports and every
+    assignment's checks (half a second more than one assignment's: one warm process serves them all). Another
+    thread count replaces it."""
+    server = _WARM.get(threads)
     if server is not None and server.alive():
         return server
     for old in _WARM.values():
@@ -81,13 +81,13 @@ def warm_forkserver(aid: str, threads: int | None) -> forkserver.Forkserver:
     if threads:
         os.environ.update({v: str(threads) for v in sandbox.THREAD_VARIABLES})
     try:
-        modules = [*WARM_MODULES, f"twoprim.{checks_module_name(aid)}"]
+        modules = [*WARM_MODULES, *(f"{__package__.rsplit('.', 1)[0]}.{m}" for m in checks_modules())]
         server = forkserver.Forkserver(scratch() / "boxes", scratch() / "control", modules).start()
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     atexit.register(server.stop)
-    _WARM[key] = server
+    _WARM[threads] = server
     return server
 
 

@@ -26,6 +26,7 @@ import nbformat
 
 from .. import forkserver, sandbox, verdicts
 from ..audit import audit
+from ..catalog import checks_module_name
 from . import kernels
 from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
 from .realign import realign
@@ -198,7 +199,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
 
     phase = time.monotonic()
     kernel = kernels.kernelspec_name(task["unisolated"])
-    warm = None if task["unisolated"] else kernels.warm_forkserver(aid, task.get("kernel_threads"))
+    warm = None if task["unisolated"] else kernels.warm_forkserver(task.get("kernel_threads"))
     out.phases["forkserver"] = time.monotonic() - phase
     phase = time.monotonic()
     cell_log = work / "cell.log"
@@ -207,7 +208,8 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         box_env = {verdicts.CAPTURE_ENV: str(paths["capture"])}
         if warm is not None:
             box_env.update({sandbox.ENV_BOX: str(box), sandbox.ENV_UID: str(uid or ""),
-                            forkserver.ENV_SOCKET: str(warm.socket)})
+                            forkserver.ENV_SOCKET: str(warm.socket),
+                            forkserver.ENV_MODULE: f"twoprim.{checks_module_name(aid)}"})
         if task.get("kernel_threads"):
             box_env.update({v: str(task["kernel_threads"]) for v in sandbox.THREAD_VARIABLES})
         saved = {k: os.environ.get(k) for k in box_env}
