@@ -55,9 +55,8 @@ def shared_python(dest: Path) -> str:
 
     Usually it is pyenv's, in root's private home: then it is hard-linked into `dest` (without its site-packages)
     and the interpreter is a patched copy that finds libpython beside itself ($ORIGIN/../lib, in place of its
-    RUNPATH under the private home). Debian's python3.11 would not do for a whole class: 3.11.2 mis-handles regular
-    expressions with possessive quantifiers (CPython gh-106052, fixed in 3.11.5), which breaks nbconvert's HTML
-    export (soupsieve) and with it nbgrader's feedback.
+    RUNPATH under the private home). The very interpreter .venv was built with keeps the test about the classroom,
+    not about a second Python (tests/test_lab.py tries Debian's python3.11 for a learner).
     """
     base = Path(sys.base_prefix).resolve()
     exe = base / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"

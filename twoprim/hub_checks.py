@@ -160,22 +160,19 @@ try:  # what nbconvert's HTML export (nbgrader's feedback) runs first
     soupsieve.compile("img:not([alt])")
 except Exception:
     sys.exit("Python %s mis-handles regular expressions with possessive quantifiers (CPython gh-106052, fixed in "
-             "3.11.5), so nbconvert's HTML export, and with it nbgrader's feedback, fails" % sys.version.split()[0])
+             "3.11.5) and this soupsieve uses them, so nbconvert's HTML export, and with it nbgrader's feedback, "
+             "fails: keep the soupsieve pyproject.toml pins, or use Python 3.11.5 or later" % sys.version.split()[0])
 """
 
 
 def _rebuild_hint(venv: Path, course: Path, args_hint: str) -> str:
-    """How to rebuild .venv from a Python every account can run: the system's when it is recent enough."""
+    """How to rebuild .venv from a Python every account can run: the system's when there is one."""
     python = shutil.which("python3.11", path=SYSTEM_PATH)
     if python:
-        version = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
-                                 text=True).stdout.split()
-        if version and [int(v) for v in version] >= [3, 11, 5]:
-            return f"Rebuild .venv from a Python every account can run: rm -rf {venv} && make -C {course} hub " \
-                   f"PYTHON={python}{args_hint}"
-    return (f"Rebuild .venv from a Python 3.11 (3.11.5 or later) that every account can run, installed outside any "
-            f"private home (e.g. under /opt): rm -rf {venv} && make -C {course} hub "
-            f"PYTHON=/opt/python3.11/bin/python3.11{args_hint}")
+        return f"Rebuild .venv from a Python every account can run: rm -rf {venv} && make -C {course} hub " \
+               f"PYTHON={python}{args_hint}"
+    return (f"Rebuild .venv from a Python 3.11 that every account can run, installed outside any private home (e.g. "
+            f"under /opt): rm -rf {venv} && make -C {course} hub PYTHON=/opt/python3.11/bin/python3.11{args_hint}")
 
 
 def check_environment(course: Path, venv: Path, args_hint: str) -> None:
