@@ -305,7 +305,9 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
                                       if verdict.passed else
                                       nbformat.v4.new_output("error", ename="CheckFailure", evalue=verdict.text,
                                                              traceback=verdict.text.splitlines())]
-        nbformat.write(nb, str(path))
+        fresh = path.with_name(f".{path.name}.verdicts")  # nbgrader leaves the autograded file read-only
+        nbformat.write(nb, str(fresh))
+        os.replace(fresh, path)
     return replay.problems[:3]
 
 
