@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -27,18 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.classroom import answered, solution_code, student_version, write  # noqa: E402
+from tests.classroom import answered, course_copy, solution_code, student_version, write  # noqa: E402
 from twoprim import grading  # noqa: E402
 from twoprim.nbgrader_cli import nbgrader  # noqa: E402
 from twoprim.notebooks import assignments  # noqa: E402
 
 
 def make_course(base: Path, aid: str, n: int) -> Path:
-    course = base
-    (course / "grader").mkdir(parents=True)
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
-    shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
-    shutil.copytree(ROOT / "exercises" / aid, course / "exercises" / aid)
+    course = course_copy(base, aid)
     sols = list(solution_code(aid))
     for i in range(n):
         kind = i % 5

@@ -12,7 +12,6 @@ interpreter: the cost the forkserver takes out of every submission.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.classroom import answered, write  # noqa: E402
+from tests.classroom import answered, course_copy, write  # noqa: E402
 from twoprim import grading, sandbox  # noqa: E402
 from twoprim.catalog import checks_module_name  # noqa: E402
 from twoprim.notebooks import assignments  # noqa: E402
@@ -56,11 +55,7 @@ def sandbox_start() -> float:
 
 def profile(aid: str) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
-        course = Path(tmp)
-        (course / "grader").mkdir()
-        shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
-        shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
-        shutil.copytree(ROOT / "exercises" / aid, course / "exercises" / aid)
+        course = course_copy(Path(tmp) / "course", aid)
         for i in range(3):
             write(course / "grader" / "submitted", f"s{i}", aid, answered(aid))
         outcomes = grading.autograde(aid, root=course, workers=1, progress=False)

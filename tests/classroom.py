@@ -3,6 +3,7 @@ every kind of bad submission an instructor meets. Used by the grading tests and 
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -10,6 +11,17 @@ import nbformat
 from twoprim.notebooks import ROOT
 
 TIMESTAMP = "2026-11-30 09:00:00.000000 UTC"
+
+
+def course_copy(base: Path, *aids: str) -> Path:
+    """A throw-away course at `base`: the grader's configuration and, for each of `aids`, its source and its
+    student version (what grading an assignment needs; the repository's own grader/ is never touched)."""
+    (base / "grader").mkdir(parents=True)
+    shutil.copy(ROOT / "grader" / "nbgrader_config.py", base / "grader")
+    for aid in aids:
+        shutil.copytree(ROOT / "solutions" / aid, base / "solutions" / aid)
+        shutil.copytree(ROOT / "exercises" / aid, base / "exercises" / aid)
+    return base
 
 
 def solution_code(aid: str) -> dict[str, str]:

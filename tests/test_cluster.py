@@ -5,8 +5,6 @@ anything is written. Every server is real, started here on loopback."""
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -17,9 +15,8 @@ from nbgrader.api import Gradebook
 
 from twoprim import grading
 from twoprim.nbgrader_cli import CourseError
-from twoprim.notebooks import ROOT
 
-from .classroom import answered, prepend, solution_code, student_version, write
+from .classroom import answered, course_copy, prepend, solution_code, student_version, write
 from .servers import DaskCluster, Postgres, free_port
 
 AID = "ex01_dot"
@@ -42,11 +39,7 @@ def _class(course: Path) -> None:
 
 
 def _course(base: Path) -> Path:
-    (base / "grader").mkdir(parents=True)
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", base / "grader")
-    shutil.copytree(ROOT / "solutions" / AID, base / "solutions" / AID)
-    shutil.copytree(ROOT / "exercises" / AID, base / "exercises" / AID)
-    _class(base)
+    _class(course_copy(base, AID))
     return base
 
 

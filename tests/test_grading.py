@@ -6,16 +6,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from twoprim import grading
-from twoprim.notebooks import ROOT
 
-from .classroom import answered, bad_ex01_class, student_version
+from .classroom import answered, bad_ex01_class, course_copy, student_version
 
 AID = "ex01_dot"
 FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
@@ -66,11 +64,7 @@ EXPECTED = {
 
 
 def _course(tmp: Path) -> Path:
-    (tmp / "grader").mkdir(parents=True)
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", tmp / "grader")
-    shutil.copytree(ROOT / "solutions" / AID, tmp / "solutions" / AID)
-    shutil.copytree(ROOT / "exercises" / AID, tmp / "exercises" / AID)
-    return tmp
+    return course_copy(tmp, AID)
 
 
 def _digest(folder: Path) -> dict[str, str]:

@@ -6,15 +6,16 @@ scores full marks, the blank version zero, and its hints are found by name. Noth
 """
 from __future__ import annotations
 
-import shutil
+import json
+import subprocess
 import textwrap
 
 import nbformat
 import pytest
 
-from twoprim import catalog, grading, hints
-from twoprim.course import generate
 from twoprim.notebooks import ROOT
+
+from .accounts import clone_for
 
 AID, MODULE = "ex98_axpy", "ex98"
 
@@ -79,48 +80,54 @@ def _source_notebook() -> nbformat.NotebookNode:
 
 
 @pytest.fixture(scope="module")
-def new_assignment():
-    """The author's files, written into the course and removed afterwards (whatever happens)."""
-    module = ROOT / "twoprim" / f"{MODULE}.py"
-    written = [module, ROOT / "solutions" / AID, ROOT / "exercises" / AID, ROOT / "grader" / "selfgrade"]
-    assert not any(p.exists() for p in written[:3]), f"{AID} exists already: remove it"
-    had_selfgrade = written[3].exists()
-    try:
-        module.write_text(CHECKS)
-        (ROOT / "solutions" / AID).mkdir()
-        nbformat.write(_source_notebook(), str(ROOT / "solutions" / AID / f"{AID}.ipynb"))
-        catalog.all_hints.cache_clear()
-        catalog.hints_of.cache_clear()
-        generate([AID], into=ROOT / "exercises")  # a throw-away gradebook: the course's is never touched
-        yield
-    finally:
-        for path in written[:3]:
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-        for stale in (written[3].glob(f"{AID}.*") if had_selfgrade else []):
-            stale.unlink()
-        if not had_selfgrade and written[3].exists():
-            shutil.rmtree(written[3])
-        catalog.all_hints.cache_clear()
-        catalog.hints_of.cache_clear()
+def new_assignment(tmp_path_factory) -> dict:
+    """The author's files, written into a clone of the course (the repository itself is never changed, so tests
+    running beside this one never see ex98 come and go); then the clone's own commands and package, as an author
+    would use them: `./course generate`, the catalog, the hints, and a self-grade of the solution and of the blank
+    student version. Returns what they reported."""
+    clone = tmp_path_factory.mktemp("author") / "course"
+    clone.mkdir()
+    venv = clone_for(clone)
+    (clone / "twoprim" / f"{MODULE}.py").write_text(CHECKS)
+    (clone / "solutions" / AID).mkdir()
+    nbformat.write(_source_notebook(), str(clone / "solutions" / AID / f"{AID}.ipynb"))
+    generate = subprocess.run([str(clone / "course"), "generate", AID], capture_output=True, text=True, timeout=300,
+                              cwd=ROOT)  # from another course folder: the clone still runs its own package
+    assert generate.returncode == 0, generate.stdout + generate.stderr
+    probe = textwrap.dedent(f"""
+        import json
+        from twoprim import catalog, grading, hints
+        from twoprim.notebooks import ROOT
+        released = ROOT / "exercises" / {AID!r} / "{AID}.ipynb"
+        full = grading.selfgrade({AID!r}, notebook=ROOT / "solutions" / {AID!r} / "{AID}.ipynb")
+        blank = grading.selfgrade({AID!r}, notebook=released)
+        print(json.dumps({{
+            "root": str(ROOT), "ids": catalog.assignment_ids(), "module": catalog.checks_module({AID!r}).__name__,
+            "hints_of": catalog.hints_of({AID!r}), "all_hints": sorted(hints.HINTS),
+            "every_table": sorted(g for a in catalog.assignment_ids() for g in catalog.hints_of(a)),
+            "released": released.read_text(),
+            "full": [full.outcome.status, full.outcome.score, full.outcome.max_score, full.describe()],
+            "blank": [blank.outcome.status, blank.outcome.score, blank.outcome.max_score, blank.describe()]}}))
+    """)
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=clone, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return {"clone": clone, **json.loads(run.stdout.strip().splitlines()[-1])}
 
 
 def test_a_new_assignment_is_found_and_graded_from_its_own_files(new_assignment):
-    assert AID in catalog.assignment_ids()
-    assert catalog.checks_module(AID).__name__ == f"twoprim.{MODULE}"
-    assert catalog.hints_of(AID) == {f"{AID}-axpy": ("Scale x first.", "Then add y element by element.")}
-    released = ROOT / "exercises" / AID / f"{AID}.ipynb"
-    assert "raise NotImplementedError()" in released.read_text() and "BEGIN HIDDEN" not in released.read_text()
-
-    full = grading.selfgrade(AID, notebook=ROOT / "solutions" / AID / f"{AID}.ipynb")
-    assert full.outcome.status == "graded", full.outcome.reason
-    assert (full.outcome.score, full.outcome.max_score) == (2.0, 2.0), full.describe()
-    blank = grading.selfgrade(AID, notebook=released)
-    assert (blank.outcome.score, blank.outcome.max_score) == (0.0, 2.0), blank.describe()
+    found = new_assignment
+    assert found["root"] == str(found["clone"]), "the probe must run on the clone's own package"
+    assert AID in found["ids"] and found["module"] == f"twoprim.{MODULE}"
+    assert found["hints_of"] == {f"{AID}-axpy": ["Scale x first.", "Then add y element by element."]}
+    assert "raise NotImplementedError()" in found["released"] and "BEGIN HIDDEN" not in found["released"]
+    status, score, max_score, said = found["full"]
+    assert (status, score, max_score) == ("graded", 2.0, 2.0), said
+    status, score, max_score, said = found["blank"]
+    assert (score, max_score) == (0.0, 2.0), said
+    assert not (ROOT / "twoprim" / f"{MODULE}.py").exists() and not (ROOT / "solutions" / AID).exists()
 
 
 def test_hints_of_a_module_are_read_without_importing_it(new_assignment):
-    table = {gid: texts for aid in catalog.assignment_ids() for gid, texts in catalog.hints_of(aid).items()}
-    assert f"{AID}-axpy" in table and set(hints.HINTS) <= set(table)
+    assert f"{AID}-axpy" in new_assignment["every_table"]
+    assert set(new_assignment["all_hints"]) <= set(new_assignment["every_table"])

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from twoprim.notebooks import ROOT
 
-from .classroom import answered, write
+from .classroom import answered, course_copy, write
 
 AID = "ex01_dot"
 # a cell of the student's own: which uid the kernel runs as, and when (each kernel holds it for 4 s)
@@ -29,18 +26,10 @@ def _with_probe() -> nbformat.NotebookNode:
     return nb
 
 
-def _course(base: Path) -> Path:
-    (base / "grader").mkdir(parents=True)
-    shutil.copy(ROOT / "grader" / "nbgrader_config.py", base / "grader")
-    shutil.copytree(ROOT / "solutions" / AID, base / "solutions" / AID)
-    shutil.copytree(ROOT / "exercises" / AID, base / "exercises" / AID)
-    return base
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a grader running as root gives each kernel a uid of its own "
                                                "(otherwise every kernel is `nobody` in a user namespace)")
 def test_an_autograde_beside_a_selfgrade_never_shares_a_uid(tmp_path):
-    instructor, learner = _course(tmp_path / "instructor"), _course(tmp_path / "learner")
+    instructor, learner = course_copy(tmp_path / "instructor", AID), course_copy(tmp_path / "learner", AID)
     for student in ("s0", "s1"):
         write(instructor / "grader" / "submitted", student, AID, _with_probe())
     mine = tmp_path / "mine.ipynb"

@@ -177,21 +177,13 @@ def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector) -
             _kill_everything_else()
 
 
-def _kill_everything_else(wait_s: float = 10.0) -> None:
-    """Every process of this PID namespace but its init and this forkserver (what kernels left behind), waiting
-    until they are gone: the next kernel's process limit counts them while they die."""
+def _kill_everything_else() -> None:
+    """Every process of this PID namespace but its init and this forkserver (what kernels left behind), gone."""
+    from .sandbox import kill_until_gone
+
     keep = {1, os.getpid()}
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        others = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) not in keep]
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.02)
+    kill_until_gone(lambda: [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                             and int(e.name) not in keep])
 
 
 def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:

@@ -38,7 +38,7 @@ import tempfile
 import time
 from functools import cache
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 ENV_BOX = "TWOPRIM_SANDBOX_BOX"      # the submission's writable box (set by the grader per submission)
 ENV_UID = "TWOPRIM_SANDBOX_UID"      # the uid the kernel runs as when the grader is root
@@ -100,17 +100,22 @@ def _processes_of(uid: int) -> list[int]:
     return found
 
 
-def _kill_uid(uid: int, wait_s: float = 10.0) -> None:
-    """SIGKILL every process running as `uid` (what a submission left behind) and wait until they are gone: the
-    next kernel of that uid must not find its process limit taken by the dying."""
+def kill_until_gone(find: Callable[[], list[int]], wait_s: float = 10.0) -> None:
+    """SIGKILL the processes `find()` lists until it lists none (at most `wait_s`): the next kernel must not find
+    its process limit taken by the dying."""
     deadline = time.monotonic() + wait_s
-    while (pids := _processes_of(uid)) and time.monotonic() < deadline:
+    while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         time.sleep(0.02)
+
+
+def _kill_uid(uid: int) -> None:
+    """Every process running as `uid` (what a submission left behind), gone."""
+    kill_until_gone(lambda: _processes_of(uid))
 
 
 _NEXT_UID = itertools.count(random.randrange(len(UIDS)))
