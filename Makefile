@@ -8,6 +8,9 @@ VENV   := .venv
 BIN    := $(CURDIR)/$(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_ARGS ?=
+# make test runs the suite in this many processes (pytest-xdist), a test file each at a time: most tests wait on
+# kernels and servers, so two keep two cores busy
+TEST_PROCESSES ?= 2
 HUB_ARGS ?=
 # The classroom's proxy (npm's configurable-http-proxy, pinned in package-lock.json); make lab never needs it
 NODE_STAMP := node_modules/.installed
@@ -57,7 +60,7 @@ $(NODE_STAMP): package-lock.json
 
 test: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile
 
 exercises: $(STAMP)
 	$(CURDIR)/course generate

@@ -47,6 +47,18 @@ def root() -> Path:
     return ROOT
 
 
+# The files that take longest, run first: `make test` hands whole files to its processes (pytest-xdist, loadfile),
+# and a long file started last would leave the other process idle at the end.
+LONG_FIRST = ("test_hub.py", "test_autograde.py", "test_cluster.py", "test_grading.py", "test_notebooks.py",
+              "test_sandbox.py", "test_progress.py", "test_new_assignment.py", "test_moved_course.py", "test_uids.py",
+              "test_browser.py", "test_lab.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: each file's order kept
+
+
 def pytest_terminal_summary(terminalreporter):
     rows = []
     for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
