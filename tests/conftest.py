@@ -24,6 +24,13 @@ def fails(check, *args, **kwargs) -> str:
     return str(info.value)
 
 
+def check_of(aid: str, fn: str):
+    """The visible check of graded function `fn` of assignment `aid`: `check_<fn>` in the assignment's module."""
+    from twoprim import catalog
+
+    return getattr(catalog.checks_module(aid), f"check_{fn}")
+
+
 def solution_namespace(assignment: str) -> dict:
     """Execute the non-test code cells of solutions/<assignment> (imports and solution functions)."""
     ns: dict = {"__name__": f"solution_{assignment}"}

@@ -6,7 +6,7 @@ import torch
 
 from twoprim import checks, ex01
 
-from .conftest import fails
+from .conftest import check_of, fails
 
 
 # ---- wrong answers
@@ -153,42 +153,7 @@ def test_recorder_sees_functions_and_aten_ops():
     assert "torch.Tensor.matmul" in log.functions
 
 
-# ---- every ex01 check, systematically: a wrong value, a wrong shape, a wrong dtype, a forbidden call
-
-def _wrong(sol01, name: str, how: str):
-    right = sol01[name]
-
-    def wrong(*args):
-        out = right(*args)
-        if name == "dot_loop":
-            return {"value": out * 1.5 + 1.0, "shape": torch.tensor([out]), "dtype": torch.tensor(out)}[how]
-        if name == "top_k":
-            return {"value": out.flip(0) if out.numel() > 1 else out + 1, "shape": out[None],
-                    "dtype": out.to(torch.float32)}[how]
-        return {"value": out * 1.5 + 1.0, "shape": out[None], "dtype": out.to(torch.float16)}[how]
-    wrong.__name__ = name
-    return wrong
-
-
-CHECKS = {"dot_loop": ex01.check_dot_loop, "dot": ex01.check_dot, "neuron": ex01.check_neuron,
-          "cosine_similarity": ex01.check_cosine_similarity, "top_k": ex01.check_top_k}
-EXPECTED = {
-    ("dot_loop", "value"): "error:", ("dot_loop", "shape"): "but dot_loop returns a Python float",
-    ("dot_loop", "dtype"): "but dot_loop returns a Python float",
-    ("top_k", "value"): "at rank 0", ("top_k", "shape"): "expected (3,): one index per requested key",
-    ("top_k", "dtype"): "returns a 1-D integer tensor",
-}
-
-
-@pytest.mark.parametrize("how", ["value", "shape", "dtype"])
-@pytest.mark.parametrize("name", list(CHECKS))
-def test_each_check_explains_wrong_value_shape_and_dtype(sol01, name, how):
-    msg = fails(CHECKS[name], _wrong(sol01, name, how))
-    assert msg.startswith(f"✘ ex01_dot-{name}: wrong result.")
-    assert "case:" in msg and "tried:" in msg and "expected:" in msg and "next:" in msg
-    default = {"value": "error:", "shape": "expected shape", "dtype": "(the input's dtype)"}[how]
-    assert EXPECTED.get((name, how), default) in msg
-
+# ---- every ex01 rule catches its forbidden call (a wrong value, shape or dtype: tests/test_check_messages.py)
 
 FORBIDDEN = {
     "dot_loop": lambda x, w: float(torch.dot(x, w)),
@@ -201,7 +166,7 @@ FORBIDDEN = {
 
 @pytest.mark.parametrize("name", list(FORBIDDEN))
 def test_each_stated_rule_catches_its_forbidden_call(name):
-    msg = fails(CHECKS[name], FORBIDDEN[name])
+    msg = fails(check_of("ex01_dot", name), FORBIDDEN[name])
     assert f"✘ ex01_dot-{name}: the answer breaks a rule of this exercise" in msg
     assert "found:    it called" in msg and "next:" in msg
 

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim import checks, ex03, layers
 
-from .conftest import fails, solution_namespace
+from .conftest import check_of, fails, solution_namespace
 
 matplotlib.use("Agg")
 
@@ -23,49 +23,7 @@ def sol():
     return solution_namespace("ex03_layers")
 
 
-CHECKS = {"linear": ex03.check_linear, "qkv_projection": ex03.check_qkv_projection, "mlp": ex03.check_mlp,
-          "embedding_as_gemm": ex03.check_embedding_as_gemm, "rnn_cell": ex03.check_rnn_cell,
-          "gnn_layer": ex03.check_gnn_layer}
-
-
-# ---- the solutions pass, and say what they proved
-
-@pytest.mark.parametrize("name", list(CHECKS))
-def test_solution_passes_and_pass_message_names_hidden_checks(sol, name, capsys):
-    CHECKS[name](sol[name], hidden=7)
-    out = capsys.readouterr().out
-    assert out.startswith(f"✔ ex03_layers-{name}: ") and "Grading runs 7 more hidden checks" in out
-
-
-# ---- a wrong value, a wrong shape, a wrong dtype: each explained
-
-def _wrong(sol, name: str, how: str):
-    right = sol[name]
-
-    def spoil(t):
-        return {"value": t * 1.5 + 1.0, "shape": t[None], "dtype": t.to(torch.float16)}[how]
-
-    def wrong(*args):
-        out = right(*args)
-        if name == "qkv_projection":
-            q, k, v = out
-            return spoil(q), k, v
-        return spoil(out)
-
-    wrong.__name__ = name
-    return wrong
-
-
-@pytest.mark.parametrize("how", ["value", "shape", "dtype"])
-@pytest.mark.parametrize("name", list(CHECKS))
-def test_each_check_explains_wrong_value_shape_and_dtype(sol, name, how):
-    msg = fails(CHECKS[name], _wrong(sol, name, how))
-    assert msg.startswith(f"✘ ex03_layers-{name}: wrong result.")
-    assert "case:" in msg and "tried:" in msg and "expected:" in msg and "got:" in msg and "next:" in msg
-    assert {"value": "tolerance abs", "shape": "expected shape", "dtype": "(the input's dtype)"}[how] in msg
-    if name == "qkv_projection":
-        assert "got:      q: " in msg and "expected: (q, k, v): float32 tensor of shape" in msg
-
+# (the solutions pass; a wrong value, shape or dtype is explained: tests/test_check_messages.py)
 
 def test_qkv_must_return_three_tensors(sol):
     msg = fails(ex03.check_qkv_projection, lambda x, Wq, Wk, Wv: torch.cat(sol["qkv_projection"](x, Wq, Wk, Wv), -1))
@@ -99,7 +57,7 @@ FORBIDDEN = {
 @pytest.mark.parametrize("name", list(FORBIDDEN))
 def test_each_forbidden_shortcut_is_caught(name):
     fn, rule = FORBIDDEN[name]
-    msg = fails(CHECKS[name], fn)
+    msg = fails(check_of("ex03_layers", name), fn)
     assert f"✘ ex03_layers-{name}: the answer breaks a rule of this exercise" in msg and rule in msg
     assert "found:    it called" in msg and "next:" in msg
 

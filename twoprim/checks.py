@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import verdicts
+from .cases import dtype_name
 from .failures import ANSWERED, CheckFailure, Mismatch
 from .record import GEMM_ATEN, GEMM_FUNCTIONS, CallLog, record_calls
 
@@ -81,14 +82,10 @@ def forbid(what: str, functions: Iterable[str] = (), aten: Iterable[str] = (), *
 # Describing values
 # ----------------------------------------------------------------------------------------------------------------
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def describe(value: Any) -> str:
     """A short description: dtype and shape for tensors (plus strides when not contiguous)."""
     if isinstance(value, torch.Tensor):
-        text = f"{_dtype_name(value.dtype)} tensor of shape {tuple(value.shape)}"
+        text = f"{dtype_name(value.dtype)} tensor of shape {tuple(value.shape)}"
         if not value.is_contiguous():
             text += f" (non-contiguous, strides {value.stride()})"
         return text
@@ -184,7 +181,7 @@ def judge_tensor(got: Any, expected: torch.Tensor, *, atol: float, rtol: float, 
     dimension holds, so that a wrong element is named by its meaning and a reordering of axes is recognised."""
     if not isinstance(got, torch.Tensor):
         raise Mismatch(
-            f"{describe(got)}, but {what} should be a {_dtype_name(expected.dtype)} tensor of shape "
+            f"{describe(got)}, but {what} should be a {dtype_name(expected.dtype)} tensor of shape "
             f"{tuple(expected.shape)}",
             next_step="return a torch tensor (not a Python number, list or NumPy array)")
     if got.shape != expected.shape:
@@ -198,7 +195,7 @@ def judge_tensor(got: Any, expected: torch.Tensor, *, atol: float, rtol: float, 
                       "broadcasts a dimension")
     if got.dtype != expected.dtype:
         raise Mismatch(
-            f"dtype {_dtype_name(got.dtype)}, expected {_dtype_name(expected.dtype)} (the input's dtype)",
+            f"dtype {dtype_name(got.dtype)}, expected {dtype_name(expected.dtype)} (the input's dtype)",
             next_step="keep the computation in the input's dtype: avoid creating tensors with a fixed dtype, "
                       "or build them with dtype=x.dtype")
     return judge_values(got, expected, atol=atol, rtol=rtol, axes=axes)

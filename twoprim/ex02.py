@@ -20,6 +20,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import guards
+from .cases import dtype_name, matrix
 from .checks import (
     GEMM_ATEN, GEMM_FUNCTIONS, Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor,
     reduction_tolerance, run_check,
@@ -40,14 +41,7 @@ _DTYPES = (torch.float32, torch.float64)
 # Guards: the first line of every ex02 function
 # ----------------------------------------------------------------------------------------------------------------
 
-def guard_matmul(fn: str, A, B) -> None:
-    """A (M, K) and B (K, N): 2-D floating tensors of one dtype whose inner sizes agree."""
-    guards.tensor(fn, "A", A, ndim=2)
-    guards.tensor(fn, "B", B, ndim=2)
-    if A.shape[1] != B.shape[0]:
-        raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
-                         f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]}).")
-    guards.same_dtype(fn, A=A, B=B)
+guard_matmul = guards.matmul  # A (M, K) and B (K, N): 2-D floating tensors of one dtype, inner sizes equal
 
 
 def guard_gemm(fn: str, alpha, A, B, beta, C) -> None:
@@ -92,20 +86,6 @@ _LAYOUTS = {
 }
 
 
-def _matrix(rows: int, cols: int, dtype: torch.dtype, gen: torch.Generator, layout: str) -> torch.Tensor:
-    if layout == "transposed":  # the transpose of a contiguous (cols, rows) matrix: strides (1, rows)
-        return torch.randn(cols, rows, generator=gen, dtype=torch.float64).to(dtype).T
-    if layout == "strided":  # every other column of a (rows, 2·cols) matrix: strides (2·cols, 2)
-        return torch.randn(rows, 2 * cols, generator=gen, dtype=torch.float64).to(dtype)[:, ::2]
-    if layout == "contiguous":
-        return torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(dtype)
-    raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _shape_label(M: int, N: int, K: int) -> str:
     return f"M={M}, N={N}, K={K} (A {M}×{K}, B {K}×{N})"
 
@@ -117,8 +97,8 @@ def matmul_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[torch.
     cases = []
     for dtype in dtypes:
         for M, N, K in shapes:
-            A, B = _matrix(M, K, dtype, gen, layout), _matrix(K, N, dtype, gen, layout)
-            cases.append(Case(f"{_shape_label(M, N, K)}, {_name(dtype)}{_LAYOUTS[layout]}", (A, B)))
+            A, B = matrix(M, K, dtype, gen, layout), matrix(K, N, dtype, gen, layout)
+            cases.append(Case(f"{_shape_label(M, N, K)}, {dtype_name(dtype)}{_LAYOUTS[layout]}", (A, B)))
     return cases
 
 
@@ -129,8 +109,8 @@ def tiled_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequence[to
     cases = []
     for dtype in dtypes:
         for M, N, K, tile in shapes:
-            A, B = _matrix(M, K, dtype, gen, layout), _matrix(K, N, dtype, gen, layout)
-            cases.append(Case(f"{_shape_label(M, N, K)}, tile={tile}, {_name(dtype)}{_LAYOUTS[layout]}", (A, B, tile)))
+            A, B = matrix(M, K, dtype, gen, layout), matrix(K, N, dtype, gen, layout)
+            cases.append(Case(f"{_shape_label(M, N, K)}, tile={tile}, {dtype_name(dtype)}{_LAYOUTS[layout]}", (A, B, tile)))
     return cases
 
 
@@ -151,9 +131,9 @@ def gemm_cases(specs: Sequence[tuple[int, int, int, float, float]], dtypes: Sequ
     cases = []
     for dtype in dtypes:
         for M, N, K, alpha, beta in specs:
-            A, B = _matrix(M, K, dtype, gen, layout), _matrix(K, N, dtype, gen, layout)
-            C = _matrix(M, N, dtype, gen, layout)
-            notes = [_shape_label(M, N, K), f"alpha={alpha!r}", f"beta={beta!r}", _name(dtype)]
+            A, B = matrix(M, K, dtype, gen, layout), matrix(K, N, dtype, gen, layout)
+            C = matrix(M, N, dtype, gen, layout)
+            notes = [_shape_label(M, N, K), f"alpha={alpha!r}", f"beta={beta!r}", dtype_name(dtype)]
             if fill_c is not None:
                 C.fill_(float(fill_c))
                 notes.append(f"C full of {fill_c}")

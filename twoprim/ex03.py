@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import guards
+from .cases import dtype_name
 from .checks import (
     Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check,
 )
@@ -168,10 +169,6 @@ _LAYOUTS = {"": "", "T": "transposed view", "lead": "first two dims swapped, non
             "stride": "every other element, stride 2"}
 
 
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _layout(t: torch.Tensor, layout: str = "") -> torch.Tensor:
     """The same values as `t`, laid out in memory as `layout` says (see _LAYOUTS)."""
     if layout == "T" and t.dim() < 2 or layout == "lead" and t.dim() < 3:
@@ -208,7 +205,7 @@ def linear_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
             x = _randn(x_shape, dtype, gen, x_layout)
             W = _randn((n_out, x_shape[-1]), dtype, gen, w_layout)
             b = _randn((n_out,), dtype, gen)
-            label = f"{_note('x', x, x_layout)}, {_note('W', W, w_layout)}, b ({n_out},), {_name(dtype)}"
+            label = f"{_note('x', x, x_layout)}, {_note('W', W, w_layout)}, b ({n_out},), {dtype_name(dtype)}"
             cases.append(Case(label, (x, W, b)))
     return cases
 
@@ -225,7 +222,7 @@ def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             Ws = [_randn((d, x_shape[-1]), dtype, gen, w_layout) for d in dims]
             widths = "dq = dk = dv = %d" % dims[0] if len(set(dims)) == 1 else "dq, dk, dv = %d, %d, %d" % tuple(dims)
             w_note = f", weights {_LAYOUTS[w_layout]}" if w_layout and not Ws[0].is_contiguous() else ""
-            cases.append(Case(f"{_note('x', x, x_layout)}, {widths}{w_note}, {_name(dtype)}", (x, *Ws)))
+            cases.append(Case(f"{_note('x', x, x_layout)}, {widths}{w_note}, {dtype_name(dtype)}", (x, *Ws)))
     return cases
 
 
@@ -241,7 +238,7 @@ def mlp_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             W1, b1 = _randn((hidden, x_shape[-1]), dtype, gen), _randn((hidden,), dtype, gen)
             W2, b2 = _randn((n_out, hidden), dtype, gen), _randn((n_out,), dtype, gen)
             cases.append(Case(f"{_note('x', x, x_layout)}, in {x_shape[-1]} -> hidden {hidden} -> out {n_out}, "
-                              f"{_name(dtype)}", (x, W1, b1, W2, b2)))
+                              f"{dtype_name(dtype)}", (x, W1, b1, W2, b2)))
     return cases
 
 
@@ -269,8 +266,8 @@ def embedding_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (tor
             table = _randn((V, D), dtype, gen, t_layout)
             what = "ids ()" if ids.dim() == 0 else f"ids {tuple(ids.shape)}"
             t_note = f" {_LAYOUTS[t_layout]}" if t_layout and not table.is_contiguous() else ""
-            cases.append(Case(f"{what} {_name(ids_dtype)}{', ' + ', '.join(notes) if notes else ''}, "
-                              f"table ({V}, {D}){t_note}, {_name(dtype)}", (ids, table)))
+            cases.append(Case(f"{what} {dtype_name(ids_dtype)}{', ' + ', '.join(notes) if notes else ''}, "
+                              f"table ({V}, {D}){t_note}, {dtype_name(dtype)}", (ids, table)))
     return cases
 
 
@@ -288,7 +285,7 @@ def rnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             W_hh = _randn((hidden, hidden), dtype, gen) / math.sqrt(hidden)
             b = _randn((hidden,), dtype, gen)
             cases.append(Case(f"{_note('x', x, layout)}, {_note('h', h, layout)}, in {x_shape[-1]}, hidden "
-                              f"{hidden}, {_name(dtype)}", (x, h, W_ih, W_hh, b)))
+                              f"{hidden}, {dtype_name(dtype)}", (x, h, W_ih, W_hh, b)))
     return cases
 
 
@@ -315,7 +312,7 @@ def gnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
                      else "cheaper: (adj @ X) @ W")
             a_note = f" {_LAYOUTS[a_layout]}" if a_layout and not adj.is_contiguous() else ""
             cases.append(Case(f"N={n} nodes, adj ({n}, {n}){a_note}, {_note('X', X, x_layout)}, W ({f_in}, {f_out}) "
-                              f"[{order}], {_name(dtype)}", (adj, X, W)))
+                              f"[{order}], {dtype_name(dtype)}", (adj, X, W)))
     return cases
 
 

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from . import guards
+from .cases import dtype_name
 from .checks import (
     GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, run_check,
 )
@@ -140,10 +141,6 @@ def conv_shape_args(fn: str, x_shape: Any, w_shape: Any, stride: Any, padding: A
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _input(shape, dtype, gen, layout: str | None) -> torch.Tensor:
     """A random tensor of `shape`; layout None (contiguous), "channels_last", "sliced" (a crop of a larger tensor,
     every other column: x.view(-1) fails on it) or "transposed" (H and W swapped in memory)."""
@@ -172,7 +169,7 @@ def im2col_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torc
     for dtype in dtypes:
         for x_shape, kernel_size, kwargs in configs:
             x = _input(x_shape, dtype, gen, layout)
-            label = f"x {tuple(x_shape)}, kernel_size {kernel_size}, {_settings(kwargs)}, {_dtype(dtype)}"
+            label = f"x {tuple(x_shape)}, kernel_size {kernel_size}, {_settings(kwargs)}, {dtype_name(dtype)}"
             if layout:
                 label += f", {layout} (non-contiguous) input"
             cases.append(Case(label, (x, kernel_size), dict(kwargs)))
@@ -193,7 +190,7 @@ def conv_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
             if bias:
                 kw = {"bias": torch.randn(w_shape[0], generator=gen, dtype=torch.float64).to(dtype), **kw}
             label = (f"x {tuple(x_shape)}, weight {tuple(w_shape)}, {'bias' if bias else 'no bias'}, "
-                     f"{_settings(kwargs)}, {_dtype(dtype)}")
+                     f"{_settings(kwargs)}, {dtype_name(dtype)}")
             if layout:
                 label += f", {layout} (non-contiguous) input"
             cases.append(Case(label, (x, w), kw))

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from . import guards
 from .attention import count_flops, gemm_and_other, two_gemm_attention
+from .cases import dtype_name
 from .checks import (
     Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check,
 )
@@ -47,10 +48,6 @@ __all__ = [
 ]
 
 TASK = "ex05_attention"
-
-
-def _dt(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _shape(t: torch.Tensor) -> tuple:
@@ -194,9 +191,9 @@ def softmax_cases(specs: Sequence[tuple[tuple[int, ...], int]], dtypes: Sequence
     for dtype in dtypes:
         for shape, dim in specs:
             x = _randn(shape, dtype, gen, scale)
-            notes = [f"x {tuple(shape)}", f"dim={dim}", _dt(dtype)]
+            notes = [f"x {tuple(shape)}", f"dim={dim}", dtype_name(dtype)]
             if scale >= 50:
-                notes.append(f"values of order ±{scale:g} (exp overflows {_dt(dtype)} above "
+                notes.append(f"values of order ±{scale:g} (exp overflows {dtype_name(dtype)} above "
                              f"{math.log(torch.finfo(dtype).max):.0f})")
             if neg_inf:
                 hide = torch.rand(shape, generator=gen) < 0.25
@@ -221,7 +218,7 @@ def layer_norm_cases(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.d
             x = (offset + torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)
             w = (1 + 0.5 * torch.randn(E, generator=gen, dtype=torch.float64)).to(dtype)
             b = (0.5 * torch.randn(E, generator=gen, dtype=torch.float64)).to(dtype)
-            notes = [f"x {tuple(shape)}", f"E={E}", _dt(dtype)]
+            notes = [f"x {tuple(shape)}", f"E={E}", dtype_name(dtype)]
             if offset:
                 notes.append(f"every row near {offset:g} with spread 1")
             kwargs = {}
@@ -284,7 +281,7 @@ def attention_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequenc
     for dtype in dtypes:
         for B, H, S, D in shapes:
             q, k, v = _qkv_tensors((B, H, S, D), dtype, gen, scale)
-            notes = [f"(B, H, S, D) = {(B, H, S, D)}", _dt(dtype)]
+            notes = [f"(B, H, S, D) = {(B, H, S, D)}", dtype_name(dtype)]
             kwargs: dict = {}
             if causal:
                 kwargs["causal"] = True
@@ -308,7 +305,7 @@ def mha_cases(specs: Sequence[tuple[int, int, int, int]], dtypes: Sequence[torch
             x = _randn((B, S, E), dtype, gen)
             W_qkv = _randn((3 * E, E), dtype, gen, 1 / math.sqrt(E))
             W_o = _randn((E, E), dtype, gen, 1 / math.sqrt(E))
-            notes = [f"x (B, S, E) = {(B, S, E)}", f"n_heads={H} (D = {E // H})", _dt(dtype)]
+            notes = [f"x (B, S, E) = {(B, S, E)}", f"n_heads={H} (D = {E // H})", dtype_name(dtype)]
             kwargs = {"causal": True} if causal else {}
             if causal:
                 notes.append("causal")
@@ -324,7 +321,7 @@ def tiled_cases(specs: Sequence[tuple[int, int, int, int, int]], dtypes: Sequenc
     for dtype in dtypes:
         for B, H, S, D, block in specs:
             q, k, v = _qkv_tensors((B, H, S, D), dtype, gen, scale)
-            notes = [f"(B, H, S, D) = {(B, H, S, D)}", f"block_size={block}", _dt(dtype)]
+            notes = [f"(B, H, S, D) = {(B, H, S, D)}", f"block_size={block}", dtype_name(dtype)]
             if S % block and block < S:
                 notes.append(f"S is not a multiple of block_size (last block {S % block})")
             kwargs = {"causal": True} if causal else {}
@@ -484,7 +481,7 @@ def _no_square() -> Rule:
         big = [a for a in allocations if a.storage_elements >= S * S]
         if big:
             a = big[0]
-            return (f"aten.{a.op} returned a {_dt(a.dtype)} tensor of shape {a.shape} whose storage holds "
+            return (f"aten.{a.op} returned a {dtype_name(a.dtype)} tensor of shape {a.shape} whose storage holds "
                     f"{a.storage_elements:,} elements, at least S² = {S * S:,} (S = {S}): the S×S scores or mask. "
                     f"A tiling needs at most (B, H, S, max(block_size, D)) = {honest:,} elements")
         return None

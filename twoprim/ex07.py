@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import mlx_tools
+from .cases import dtype_name
 from .checks import ANSWERED, Case, CallLog, CheckResult, Mismatch, Rule, judge_values, run_check
 
 try:
@@ -51,10 +52,6 @@ TASK = "ex07_mlx"
 def _need_mlx() -> None:
     if mx is None:
         raise ImportError("ex07_mlx needs MLX: `mlx` on Apple silicon, `mlx[cpu]` on Linux (the course environment).")
-
-
-def _name(dtype: Any) -> str:
-    return str(dtype).replace("mlx.core.", "")
 
 
 _FLOATING = ("float16", "bfloat16", "float32", "float64")
@@ -82,9 +79,9 @@ def _array(fn: str, name: str, value: Any, *, ndim: int | None = None, floating:
     if ndim is not None and value.ndim != ndim:
         what = {1: "a 1-D vector", 2: "a 2-D matrix"}.get(ndim, f"{ndim}-D")
         raise ValueError(f"{fn}: {name} must be {what}, got shape {tuple(value.shape)} ({value.ndim}-D).")
-    if floating and _name(value.dtype) not in _FLOATING:
+    if floating and dtype_name(value.dtype) not in _FLOATING:
         raise TypeError(f"{fn}: {name} must be floating point (float16, bfloat16, float32 or float64), got "
-                        f"{_name(value.dtype)}; convert it with {name}.astype(mx.float32).")
+                        f"{dtype_name(value.dtype)}; convert it with {name}.astype(mx.float32).")
     return value
 
 
@@ -93,7 +90,7 @@ def _same_dtype(fn: str, **arrays) -> None:
     n0, a0 = items[0]
     for name, a in items[1:]:
         if a.dtype != a0.dtype:
-            raise TypeError(f"{fn}: {n0} is {_name(a0.dtype)} but {name} is {_name(a.dtype)}; convert one so both "
+            raise TypeError(f"{fn}: {n0} is {dtype_name(a0.dtype)} but {name} is {dtype_name(a.dtype)}; convert one so both "
                             f"match.")
 
 
@@ -459,7 +456,7 @@ def op_count_cases(names: Sequence[str]) -> list[Case]:
         description, build = OP_COUNT_SUBJECTS[name]
         subject = Function(name, description, build)
         _, example = build()
-        shown = tuple(MLX(np.zeros(a.shape), _name(a.dtype)) for a in example)  # only for the "tried" line
+        shown = tuple(MLX(np.zeros(a.shape), dtype_name(a.dtype)) for a in example)  # only for the "tried" line
         cases.append(Case(f"{name}: {description}", (subject,) + shown))
     return cases
 
@@ -526,7 +523,7 @@ class Expected:
 
 def _describe_value(value: Any) -> str:
     if mx is not None and isinstance(value, mx.array):
-        return f"{_name(value.dtype)} MLX array of shape {tuple(value.shape)}"
+        return f"{dtype_name(value.dtype)} MLX array of shape {tuple(value.shape)}"
     if isinstance(value, torch.Tensor):
         return f"a torch {str(value.dtype)[6:]} tensor of shape {tuple(value.shape)}"
     if isinstance(value, np.ndarray):
@@ -536,7 +533,7 @@ def _describe_value(value: Any) -> str:
 
 def _to_torch(a) -> torch.Tensor:
     """An MLX array's values as a torch tensor of the same dtype (evaluates it)."""
-    name = _name(a.dtype)
+    name = dtype_name(a.dtype)
     if name == "bfloat16":
         return torch.from_numpy(np.array(a.astype(mx.float32))).to(torch.bfloat16)
     return torch.from_numpy(np.array(a))
@@ -552,8 +549,8 @@ def _judge_array(got: Any, want: Expected, case: Case) -> str:
         raise Mismatch(f"shape {tuple(got.shape)}, expected shape {shape}",
                        next_step="write the shape of every intermediate in a comment and check which step adds, "
                                  "drops or broadcasts a dimension")
-    if _name(got.dtype) != want.dtype:
-        raise Mismatch(f"dtype {_name(got.dtype)}, expected {want.dtype} (the input's dtype)",
+    if dtype_name(got.dtype) != want.dtype:
+        raise Mismatch(f"dtype {dtype_name(got.dtype)}, expected {want.dtype} (the input's dtype)",
                        next_step="keep the computation in the input's dtype: build any new array with "
                                  "dtype=x.dtype, and use Python numbers (they adopt the array's dtype)")
     try:

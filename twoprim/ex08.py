@@ -20,6 +20,8 @@ triton_tools.setup()  # before the learner's @triton.jit: the assignment always 
 import torch  # noqa: E402
 
 from . import guards  # noqa: E402
+from .cases import dtype_name, matrix  # noqa: E402
+from .ex02 import matmul_cases  # noqa: E402  (lesson 02's (A, B) cases: seeded shapes, dtypes and layouts)
 from .checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, CheckResult, Mismatch, Rule, forbid, judge_tensor, run_check  # noqa: E402
 
 __all__ = [
@@ -58,35 +60,14 @@ def guard_softmax(fn: str, x) -> None:
 
 
 def guard_matmul(fn: str, A, B) -> None:
-    """A (M, K) and B (K, N): 2-D floating tensors of one dtype whose inner sizes agree."""
-    guards.tensor(fn, "A", A, ndim=2)
-    guards.tensor(fn, "B", B, ndim=2)
-    if A.shape[1] != B.shape[0]:
-        raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
-                         f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]}).")
-    guards.same_dtype(fn, A=A, B=B)
+    """A (M, K) and B (K, N): 2-D floating CPU tensors of one dtype whose inner sizes agree."""
+    guards.matmul(fn, A, B)
     _on_cpu(fn, A=A, B=B)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
-
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _matrix(rows: int, cols: int, dtype, gen, layout: str, scale: float = 1.0) -> torch.Tensor:
-    """A (rows, cols) matrix: contiguous, "transposed" (column-major, strides (1, rows)) or "strided" (every other
-    column of a twice-as-wide buffer, strides (2·cols, 2))."""
-    if layout == "transposed":
-        return (scale * torch.randn(cols, rows, generator=gen, dtype=torch.float64)).to(dtype).T
-    if layout == "strided":
-        return (scale * torch.randn(rows, 2 * cols, generator=gen, dtype=torch.float64)).to(dtype)[:, ::2]
-    if layout != "contiguous":
-        raise ValueError(f"layout must be 'contiguous', 'transposed' or 'strided', got {layout!r}")
-    return (scale * torch.randn(rows, cols, generator=gen, dtype=torch.float64)).to(dtype)
-
 
 _LAYOUT_NOTE = {"contiguous": "", "transposed": ", column-major (transposed, non-contiguous)",
                 "strided": ", every other column (stride 2, non-contiguous)"}
@@ -104,7 +85,7 @@ def add_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.flo
             else:
                 x, y = (torch.randn(n, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
             note = ", every other element (stride 2, non-contiguous)" if strided else ""
-            cases.append(Case(f"length {n}, {_dtype(dtype)}{note}", (x, y)))
+            cases.append(Case(f"length {n}, {dtype_name(dtype)}{note}", (x, y)))
     return cases
 
 
@@ -115,21 +96,9 @@ def softmax_cases(shapes: Sequence[tuple[int, int]], dtypes: Sequence[torch.dtyp
     cases = []
     for dtype in dtypes:
         for m, n in shapes:
-            x = _matrix(m, n, dtype, gen, layout, scale)
+            x = matrix(m, n, dtype, gen, layout, scale)
             note = f", values × {scale:g} (exp overflows without subtracting the row max)" if scale > 10 else ""
-            cases.append(Case(f"x ({m}, {n}), {_dtype(dtype)}{_LAYOUT_NOTE[layout]}{note}", (x,)))
-    return cases
-
-
-def matmul_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 layout: str = "contiguous", seed: int = 0) -> list[Case]:
-    """(A (M, K), B (K, N)) for every (M, N, K) × dtype; `layout` applies to A and B."""
-    gen = torch.Generator().manual_seed(seed)
-    cases = []
-    for dtype in dtypes:
-        for m, n, k in shapes:
-            A, B = _matrix(m, k, dtype, gen, layout), _matrix(k, n, dtype, gen, layout)
-            cases.append(Case(f"M={m}, N={n}, K={k}, {_dtype(dtype)}{_LAYOUT_NOTE[layout]}", (A, B)))
+            cases.append(Case(f"x ({m}, {n}), {dtype_name(dtype)}{_LAYOUT_NOTE[layout]}{note}", (x,)))
     return cases
 
 
@@ -143,7 +112,7 @@ def accumulation_cases(dtypes: Sequence[torch.dtype] = HALF, *, K: int = 1024, s
         A = (0.01 * (1 + torch.arange(M, dtype=torch.float64) / 100))[:, None].repeat(1, K)
         A[:, 0] = 64.0
         B = torch.ones(K, N, dtype=torch.float64)
-        cases.append(Case(f"M={M}, N={N}, K={K}, {_dtype(dtype)}: one term 64 and {K - 1} terms near 0.01 per "
+        cases.append(Case(f"M={M}, N={N}, K={K}, {dtype_name(dtype)}: one term 64 and {K - 1} terms near 0.01 per "
                           f"output (float32 accumulation needed)", (A.to(dtype), B.to(dtype))))
     return cases
 

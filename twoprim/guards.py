@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensor", "vector", "same_length", "same_dtype", "query_keys", "top_k_count", "scalar"]
+__all__ = ["tensor", "vector", "matmul", "same_length", "same_dtype", "query_keys", "top_k_count", "scalar"]
 
 
 def _shape(t: torch.Tensor) -> tuple:
@@ -82,3 +82,13 @@ def top_k_count(fn: str, k: Any, n_keys: int) -> None:
         raise TypeError(f"{fn}: k must be an int, got {type(k).__name__}.")
     if not 1 <= k <= n_keys:
         raise ValueError(f"{fn}: k={k} but there are {n_keys} keys; ask for 1 <= k <= {n_keys}.")
+
+
+def matmul(fn: str, A: Any, B: Any) -> None:
+    """A (M, K) and B (K, N): 2-D floating tensors of one dtype whose inner sizes agree."""
+    tensor(fn, "A", A, ndim=2)
+    tensor(fn, "B", B, ndim=2)
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
+                         f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]}).")
+    same_dtype(fn, A=A, B=B)

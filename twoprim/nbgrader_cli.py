@@ -4,6 +4,7 @@ Shared by the course commands (`course`) and grading (`grading`), neither of whi
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from .notebooks import ROOT
 
-__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader", "generate_assignment"]
+__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader", "in_process_alembic",
+           "generate_assignment", "generate_feedback"]
 
 COURSE_ID = "two-primitives"    # nbgrader's course id (grader/nbgrader_config.py sets the same)
 
@@ -58,30 +60,65 @@ def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture:
     return proc
 
 
-def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
-    """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
-    the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
-    (default: the course's)."""
+@functools.cache
+def _alembic_head() -> str:
+    from alembic.script import ScriptDirectory
+    from nbgrader import dbutil
+
+    return ScriptDirectory(dbutil.ALEMBIC_DIR).get_current_head()
+
+
+def in_process_alembic() -> None:
+    """nbgrader asks a new `alembic heads` process (3-4 s, most of it imports) for its schema revision each time it
+    creates a gradebook; in this process it reads the same revision from nbgrader's migration scripts, once."""
+    import nbgrader.api
+
+    nbgrader.api.get_alembic_version = _alembic_head
+
+
+def _api(root: Path, *, db_url: str | None = None, release: Path | None = None):
+    """nbgrader's Python API with the course's configuration (read from `root`/grader), quiet but for warnings."""
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
-    grader = root / "grader"
     env = environment()
     preflight(env)
-    os.environ["PATH"] = env["PATH"]  # nbgrader shells out to alembic when it creates a gradebook
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
+    os.environ["PATH"] = env["PATH"]
+    in_process_alembic()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config()
     config.CourseDirectory.root = str(root)
     if db_url:
         config.CourseDirectory.db_url = db_url
     if release:
         config.CourseDirectory.release_directory = str(release)
     config.CourseDirectory.log_level = "WARN"
+    return NbGraderAPI(config=config)
+
+
+def _in_grader(root: Path, call):
     cwd = os.getcwd()
-    os.chdir(grader)
+    os.chdir(root / "grader")
     try:
-        result = NbGraderAPI(config=config).generate_assignment(aid, force=True, create=True)
+        return call()
     finally:
         os.chdir(cwd)
+
+
+def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
+    """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
+    the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
+    (default: the course's)."""
+    api = _api(root, db_url=db_url, release=release)
+    result = _in_grader(root, lambda: api.generate_assignment(aid, force=True, create=True))
     if not result.get("success"):
         raise CourseError(f"nbgrader could not generate {aid} from solutions/{aid}: "
+                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+
+
+def generate_feedback(aid: str, student: str, *, root: Path = ROOT, db_url: str | None = None) -> None:
+    """nbgrader generate_feedback for one student of `aid`, in this process: grader/feedback/<student>/<aid>/."""
+    api = _api(root, db_url=db_url)
+    result = _in_grader(root, lambda: api.generate_feedback(aid, student, force=True))
+    if not result.get("success"):
+        raise CourseError(f"nbgrader could not write the feedback of {student} for {aid}: "
                           f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")

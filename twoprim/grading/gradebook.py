@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment
+from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment, in_process_alembic
 
 __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
            "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "digest", "snapshot",
@@ -84,6 +84,7 @@ def gradebook(url: str) -> Iterator:
     from nbgrader.api import Gradebook
     from sqlalchemy.exc import DBAPIError, OperationalError
 
+    in_process_alembic()  # a new gradebook's schema revision, without nbgrader's `alembic heads` process
     try:
         gb = Gradebook(url, COURSE_ID)
     except (OperationalError, DBAPIError) as err:

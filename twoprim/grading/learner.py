@@ -2,6 +2,8 @@
 throw-away course; the result is saved for `./course progress` and the feedback HTML kept."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import tempfile
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sandbox
-from ..nbgrader_cli import nbgrader
+from ..nbgrader_cli import generate_feedback
 from ..notebooks import ROOT
 from .reports import number
 from .submission import Outcome
@@ -84,9 +86,8 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
                               trust=["learner"], db=f"sqlite:///{course / 'grader' / 'gradebook.db'}", force=True)
         feedback = None
         if outcome.status == "graded":
-            nbgrader(["generate_feedback", aid, "--student", "learner", "--force",
-                      f"--CourseDirectory.db_url=sqlite:///{course / 'grader' / 'gradebook.db'}"], root=course,
-                     capture=True)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                generate_feedback(aid, "learner", root=course, db_url=f"sqlite:///{course / 'grader' / 'gradebook.db'}")
             html = course / "grader" / "feedback" / "learner" / aid / f"{aid}.html"
             if html.is_file():
                 feedback = root / "grader" / "selfgrade" / f"{aid}.html"
