@@ -220,9 +220,12 @@ def test_a_changed_notebook_runs_again_and_the_originals_are_untouched(broken):
         on_disk = nbformat.read(str(root / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
         assert [c.source for c in on_disk.cells] == [c.source for c in nb.cells], aid
         assert not any(c.get("outputs") for c in on_disk.cells), f"{aid}: the learner's notebook was modified"
-    put(root, "ex01_dot", answered("ex01_dot"))  # fixed: new content, so it runs instead of coming from the cache
-    r = by_aid(progress.report(root, timeout=10))
-    assert (r["ex01_dot"].status, r["ex01_dot"].cached, set(r["ex01_dot"].checks.values())) == ("ran", False, {"pass"})
+    for aid in ("ex01_dot", "ex03_layers"):  # fixed: new content, so they run instead of coming from the cache
+        put(root, aid, answered(aid))
+    # the default cell time limit: a kernel's first cell on a loaded machine can take more than the fixture's 10 s
+    r = by_aid(progress.report(root))
+    for aid in ("ex01_dot", "ex03_layers"):
+        assert (r[aid].status, r[aid].cached, set(r[aid].checks.values())) == ("ran", False, {"pass"}), r[aid]
     assert r["ex02_gemm"].cached and r["ex02_gemm"].status == "error"
 
 
