@@ -60,7 +60,7 @@ $(NODE_STAMP): package-lock.json
 
 test: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
-	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile
+	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder
 
 exercises: $(STAMP)
 	$(CURDIR)/course generate
