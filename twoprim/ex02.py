@@ -110,7 +110,8 @@ def tiled_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequence[to
     for dtype in dtypes:
         for M, N, K, tile in shapes:
             A, B = matrix(M, K, dtype, gen, layout), matrix(K, N, dtype, gen, layout)
-            cases.append(Case(f"{_shape_label(M, N, K)}, tile={tile}, {dtype_name(dtype)}{_LAYOUTS[layout]}", (A, B, tile)))
+            label = f"{_shape_label(M, N, K)}, tile={tile}, {dtype_name(dtype)}{_LAYOUTS[layout]}"
+            cases.append(Case(label, (A, B, tile)))
     return cases
 
 

@@ -90,8 +90,8 @@ def _same_dtype(fn: str, **arrays) -> None:
     n0, a0 = items[0]
     for name, a in items[1:]:
         if a.dtype != a0.dtype:
-            raise TypeError(f"{fn}: {n0} is {dtype_name(a0.dtype)} but {name} is {dtype_name(a.dtype)}; convert one so both "
-                            f"match.")
+            raise TypeError(f"{fn}: {n0} is {dtype_name(a0.dtype)} but {name} is {dtype_name(a.dtype)}; convert one so "
+                            f"both match.")
 
 
 def _number(fn: str, name: str, value: Any) -> None:

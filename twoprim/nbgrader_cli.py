@@ -76,8 +76,9 @@ def in_process_alembic() -> None:
     nbgrader.api.get_alembic_version = _alembic_head
 
 
-def _api(root: Path, *, db_url: str | None = None, release: Path | None = None):
-    """nbgrader's Python API with the course's configuration (read from `root`/grader), quiet but for warnings."""
+def _call_api(root: Path, doing: str, call, *, db_url: str | None = None, release: Path | None = None) -> None:
+    """`call(api)` on nbgrader's Python API with the course's configuration (read from `root`/grader), run from
+    grader/ as the nbgrader command would be; a failure raises CourseError saying what nbgrader could not do."""
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -92,33 +93,26 @@ def _api(root: Path, *, db_url: str | None = None, release: Path | None = None):
     if release:
         config.CourseDirectory.release_directory = str(release)
     config.CourseDirectory.log_level = "WARN"
-    return NbGraderAPI(config=config)
-
-
-def _in_grader(root: Path, call):
     cwd = os.getcwd()
     os.chdir(root / "grader")
     try:
-        return call()
+        result = call(NbGraderAPI(config=config))
     finally:
         os.chdir(cwd)
+    if not result.get("success"):
+        raise CourseError(f"nbgrader could not {doing}: "
+                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
 
 
 def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
     """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
     the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
     (default: the course's)."""
-    api = _api(root, db_url=db_url, release=release)
-    result = _in_grader(root, lambda: api.generate_assignment(aid, force=True, create=True))
-    if not result.get("success"):
-        raise CourseError(f"nbgrader could not generate {aid} from solutions/{aid}: "
-                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+    _call_api(root, f"generate {aid} from solutions/{aid}",
+              lambda api: api.generate_assignment(aid, force=True, create=True), db_url=db_url, release=release)
 
 
 def generate_feedback(aid: str, student: str, *, root: Path = ROOT, db_url: str | None = None) -> None:
     """nbgrader generate_feedback for one student of `aid`, in this process: grader/feedback/<student>/<aid>/."""
-    api = _api(root, db_url=db_url)
-    result = _in_grader(root, lambda: api.generate_feedback(aid, student, force=True))
-    if not result.get("success"):
-        raise CourseError(f"nbgrader could not write the feedback of {student} for {aid}: "
-                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+    _call_api(root, f"write the feedback of {student} for {aid}",
+              lambda api: api.generate_feedback(aid, student, force=True), db_url=db_url)

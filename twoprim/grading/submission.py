@@ -27,7 +27,6 @@ import nbformat
 from .. import forkserver, sandbox, verdicts
 from ..audit import audit
 from ..catalog import checks_module_name
-from ..nbgrader_cli import in_process_alembic
 from . import kernels
 from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
 from .realign import realign
@@ -320,7 +319,6 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
-    in_process_alembic()
     config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
     config.CourseDirectory.db_url = f"sqlite:///{grader / 'gradebook.db'}"
     config.Execute.timeout = cell_timeout
