@@ -224,25 +224,25 @@ def graph_cases(specs: Sequence[Spec], *, seed: int = 0) -> list[Case]:
 
 
 def _graphs_of(spec: Spec, seed: int) -> tuple[str, list, list]:
-    """The graphs captured for one seeded spec. In the grader they are the same for every submission, so a grading
-    worker captures each once (a copy per case: nothing a judge does to one reaches the next submission)."""
-    from . import verdicts
-
-    if verdicts.current_replay() is None:
-        return _capture_spec(spec, seed)
+    """The graphs captured for one seeded spec: the same every time, so a process captures each once (the grader
+    for every submission it judges, a grading forkserver for every kernel it forks: `warm_up`) and hands out a copy
+    per case (nothing the learner's code or a judge does to one reaches the next)."""
     model_repr, forward, backward = _captured(spec, seed)
     return model_repr, [copy.deepcopy(g) for g in forward], [copy.deepcopy(g) for g in backward]
 
 
-def _capture_spec(spec: Spec, seed: int) -> tuple[str, list, list]:
+@functools.lru_cache(maxsize=64)
+def _captured(spec: Spec, seed: int) -> tuple[str, list, list]:
     model, x = build(spec, seed)
     cap = _ground_truth(model, x, spec.level, spec.train)
     return repr(model), list(cap.forward), list(cap.backward)
 
 
-@functools.lru_cache(maxsize=64)
-def _captured(spec: Spec, seed: int) -> tuple[str, list, list]:
-    return _capture_spec(spec, seed)
+def warm_up() -> None:
+    """Run by a grading forkserver once, before it forks the first ex06 kernel (`twoprim.forkserver`): Dynamo's and
+    AOTAutograd's first captures (lazy imports, first-call set-up) and the visible check's graphs, which every
+    kernel would otherwise pay for again."""
+    graph_cases(VISIBLE_GRAPHS)
 
 
 # ----------------------------------------------------------------------------------------------------------------

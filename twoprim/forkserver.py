@@ -45,6 +45,7 @@ READY = "twoprim-forkserver-ready"
 START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
 _SET_BY: dict[str, dict[str, str]] = {}   # module -> what importing it set in the environment
+_WARMED: set[str] = set()                 # assignments' checks modules whose warm_up has run here
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -77,6 +78,38 @@ def _warm_up() -> None:
 
         with record_calls():
             (torch.ones(3, dtype=torch.float64) * 2).sum()
+
+
+def _warm_assignment(module: str) -> None:
+    """Before the first kernel of an assignment is forked: its checks module's `warm_up()`, if it has one, run here
+    once, so every kernel of that assignment inherits what it computed (ex06: Dynamo's and AOTAutograd's first
+    capture, and the graphs its visible check hands the learner's code, the same for every submission). Only
+    assignments this forkserver imported are warmed, each at most once; a warm-up that fails is logged and the
+    kernels compute the same themselves."""
+    if module not in _SET_BY or module in _WARMED:
+        return
+    _WARMED.add(module)
+    warm_up = getattr(sys.modules[module], "warm_up", None)
+    if warm_up is None:
+        return
+    start = time.monotonic()
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else 1
+    try:
+        if torch:  # on one thread: a parallel region here would start OpenMP's pool, which a forked kernel inherits
+            torch.set_num_threads(1)  # broken (its first parallel op then waits forever on threads it does not have)
+        warm_up()
+    except Exception as exc:  # noqa: BLE001 - the kernels do the same work themselves
+        print(f"twoprim.forkserver: {module}.warm_up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    else:
+        print(f"twoprim.forkserver: {module} warmed in {time.monotonic() - start:.2f} s", flush=True)
+    finally:
+        if torch:
+            torch.set_num_threads(threads)
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def serve(socket_path: str, modules: list[str]) -> None:
@@ -122,6 +155,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 if not request:
                     conn.close()
                     continue
+                _warm_assignment(str(request.get("module") or ""))
                 pid = os.fork()
                 if pid == 0:
                     _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)
