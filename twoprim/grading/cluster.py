@@ -77,7 +77,7 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
               progress: bool = True, unisolated: bool = False, trust: list[str] | None = None,
               cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
               scheduler: str | None = None, db: str | None = None, force: bool = False,
-              on_workers: list[str] | None = None) -> list[Outcome]:
+              on_workers: list[str] | None = None, in_process: bool = False) -> list[Outcome]:
     """Grade the submissions of `aid` (or `students`) on a Dask cluster; merge each outcome into the gradebook as
     it arrives; write the reports; return the outcomes of this run.
 
@@ -86,7 +86,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
     seconds, each submission `wall_seconds`. `scheduler`: a Dask scheduler's address ($TWOPRIM_SCHEDULER), else
     this machine's cores (`workers`, default one per core). `db`: the gradebook's URL ($TWOPRIM_DB), else
     grader/gradebook.db. `force`: grade again what is already committed in its current form. `on_workers`: only
-    these workers of the cluster (their addresses) take the tasks."""
+    these workers of the cluster (their addresses) take the tasks. `in_process`: no cluster; the same tasks run here,
+    one after another (`selfgrade`: for one notebook, starting a cluster's worker costs more than grading it)."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if not unisolated and not scheduler:
         why = sandbox.missing()
@@ -115,11 +116,12 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         if not todo:
             return []
         workers = max(1, workers or os.cpu_count() or 1)
-        if client is None:
+        if client is None and not in_process:
             client = connect(None, min(workers, len(todo)))
         return _run(client, aid, root, url, todo, files, digests, released, progress=progress, trust=set(trust or []),
                     unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
-                    kernel_threads=1 if (scheduler or min(workers, len(todo)) > 1) else None, on_workers=on_workers)
+                    kernel_threads=1 if (scheduler or (min(workers, len(todo)) > 1 and client is not None)) else None,
+                    on_workers=on_workers)
     finally:
         if client is not None:
             client.close()
@@ -133,31 +135,36 @@ def _run(client, aid, root, url, todo, files, digests, released, *, progress, tr
     from tqdm import tqdm
 
     with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp:
-        snap = client.scatter(snapshot(aid, root, url, Path(tmp)).read_bytes(), broadcast=True, workers=on_workers)
-    futures = {}
-    for student in todo:
-        task = make_task(aid, student, files[student], root=root, released=released, cell_timeout=cell_timeout,
-                         wall_seconds=wall_seconds, trusted=student in trust, unisolated=unisolated,
-                         kernel_threads=kernel_threads)
-        futures[client.submit(grade_task, task, snap, key=f"grade-{aid}-{student}-{digests[student][:12]}",
-                              pure=False, workers=on_workers, allow_other_workers=False)] = student
-    bar = tqdm(total=len(futures), unit="student", disable=not progress, dynamic_ncols=True,
+        snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
+    if client is not None:
+        snap = client.scatter(snap, broadcast=True, workers=on_workers)
+    tasks = {student: make_task(aid, student, files[student], root=root, released=released,
+                                cell_timeout=cell_timeout, wall_seconds=wall_seconds, trusted=student in trust,
+                                unisolated=unisolated, kernel_threads=kernel_threads) for student in todo}
+    if client is None:  # here, one after another
+        futures = {}
+        results = ((student, grade_task(task, snap)) for student, task in tasks.items())
+    else:
+        futures = {client.submit(grade_task, task, snap, key=f"grade-{aid}-{student}-{digests[student][:12]}",
+                                 pure=False, workers=on_workers, allow_other_workers=False): student
+                   for student, task in tasks.items()}
+        results = ((futures[f], _result(f, futures[f])) for f in as_completed(futures, loop=client.loop))
+    bar = tqdm(total=len(tasks), unit="student", disable=not progress, dynamic_ncols=True,
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
     outcomes: list[Outcome] = []
     by_worker: collections.Counter = collections.Counter()
     failed = 0
     try:
-        for future in as_completed(futures, loop=client.loop):
-            student = futures[future]
-            outcome = _result(future, student)
+        for student, outcome in results:
             try:
                 merge(aid, outcome, root, url, digest_of=digests[student])
             except GradebookUnavailable as err:
-                client.cancel(list(futures))
+                if client is not None:
+                    client.cancel(list(futures))
                 bar.close()
-                left = len(futures) - len(outcomes)
+                left = len(tasks) - len(outcomes)
                 raise GradebookUnavailable(
-                    f"{str(err).removeprefix('error: ')}. {len(outcomes)} of {len(futures)} submissions were "
+                    f"{str(err).removeprefix('error: ')}. {len(outcomes)} of {len(tasks)} submissions were "
                     f"committed before it went away and are kept; run the same command again to grade the other "
                     f"{left}") from err
             outcomes.append(outcome)

@@ -108,12 +108,15 @@ def timings(log: Path, start: float, stop: float) -> dict:
 
 
 class Watchdog:
-    """Kills this worker's kernels (every process it started but the forkserver's, `spare`) when a submission runs
-    past `seconds`."""
+    """Kills this submission's kernel when it runs past `seconds`: every process this one started from now on (the
+    kernel's launcher and what it started), but none of `spare` (the forkserver's) and none that was already running
+    (a test's servers, a learner's other work, when grading runs in their process)."""
 
     def __init__(self, seconds: float, spare: set[int] = frozenset()):
+        import psutil
+
         self.fired = False
-        self.spare = set(spare)
+        self.spare = set(spare) | {p.pid for p in psutil.Process().children(recursive=True)}
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()

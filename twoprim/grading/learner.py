@@ -82,8 +82,9 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> S
         (target / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()))
         # the learner's own code: isolated where possible, never held by the audit; graded into the throw-away
         # course's own SQLite gradebook, whatever TWOPRIM_DB names
-        [outcome] = autograde(aid, root=course, workers=1, progress=False, unisolated=sandbox.missing() is not None,
-                              trust=["learner"], db=f"sqlite:///{course / 'grader' / 'gradebook.db'}", force=True)
+        [outcome] = autograde(aid, root=course, progress=False, unisolated=sandbox.missing() is not None,
+                              trust=["learner"], db=f"sqlite:///{course / 'grader' / 'gradebook.db'}", force=True,
+                              in_process=True)
         feedback = None
         if outcome.status == "graded":
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
