@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, course_copy, solution_code, student_version, write  # noqa: E402
 from twoprim import grading  # noqa: E402
-from twoprim.nbgrader_cli import nbgrader  # noqa: E402
+from twoprim.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
 from twoprim.notebooks import assignments  # noqa: E402
 
 
@@ -47,8 +47,7 @@ def make_course(base: Path, aid: str, n: int) -> Path:
             nb = answered(aid, {gid: solution_code(aid)[gid] + f"\n\n\ndef {fn}(*args, **kwargs):\n    return None\n"})
         write(course / "grader" / "submitted", f"s{i:03d}", aid, nb)
     with tempfile.TemporaryDirectory() as release:
-        nbgrader(["generate_assignment", aid, "--force", f"--CourseDirectory.release_directory={release}"],
-                 root=course, capture=True)
+        generate_assignment(aid, root=course, release=Path(release))
     return course
 
 

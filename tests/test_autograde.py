@@ -13,7 +13,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import grading
-from twoprim.course import nbgrader
+from twoprim.nbgrader_cli import generate_assignment
 from twoprim.notebooks import ROOT, assignments
 
 ASSIGNMENTS = assignments()
@@ -134,7 +134,7 @@ def grade(tmp_path_factory):
             (course / "grader").mkdir()
             shutil.copy(ROOT / "grader" / "nbgrader_config.py", course / "grader")
             shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
-            nbgrader(["generate_assignment", aid, "--force"], root=course, capture=True)
+            generate_assignment(aid, root=course)  # nbgrader's generate_assignment, in this process
             for student, (nb, _) in students(aid).items():
                 target = course / "grader" / "submitted" / student / aid
                 target.mkdir(parents=True)
