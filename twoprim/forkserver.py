@@ -115,6 +115,8 @@ def _warm_assignment(module: str) -> None:
 def serve(socket_path: str, modules: list[str]) -> None:
     # what each import sets in the environment (ex08 turns on Triton's interpreter), a kernel keeps for the modules
     # it uses (all but the assignments' checks, and its own assignment's), as if it had imported them itself
+    # pydevd (imported with ipykernel's debugger) warns at import that frozen modules may hide breakpoints: not here
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     for name in modules:
         before = dict(os.environ)
         importlib.import_module(name)
@@ -253,7 +255,9 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
         threads = request["env"].get("OMP_NUM_THREADS")
         if threads and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
-        sys.argv = ["ipykernel_launcher", "-f", request["connection_file"]]
+        # IPython's history in memory, as nbclient asks of every kernel (its --HistoryManager.hist_file=:memory:
+        # reaches the launcher, not this argv): the SQLite file took up to 0.9 s while other kernels wrote to disk
+        sys.argv = ["ipykernel_launcher", "-f", request["connection_file"], "--HistoryManager.enabled=False"]
         from ipykernel import kernelapp
 
         kernelapp.launch_new_instance()

@@ -20,8 +20,8 @@ from ..catalog import checks_modules
 __all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "Watchdog", "timings"]
 
 # What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
-WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets",
-                "twoprim.record", "twoprim.checks", "twoprim.verdicts", "twoprim.guards", "twoprim.hints")
+WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
+                "ipywidgets", "twoprim.record", "twoprim.checks", "twoprim.verdicts", "twoprim.guards", "twoprim.hints")
 
 
 def worker_name() -> str:
