@@ -87,7 +87,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
     this machine's cores (`workers`, default one per core). `db`: the gradebook's URL ($TWOPRIM_DB), else
     grader/gradebook.db. `force`: grade again what is already committed in its current form. `on_workers`: only
     these workers of the cluster (their addresses) take the tasks. `in_process`: no cluster; the same tasks run here,
-    one after another (`selfgrade`: for one notebook, starting a cluster's worker costs more than grading it)."""
+    one after another (`selfgrade`; also one submission graded on this machine: starting a cluster's worker costs
+    more than grading it)."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if not unisolated and not scheduler:
         why = sandbox.missing()
@@ -116,6 +117,7 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         if not todo:
             return []
         workers = max(1, workers or os.cpu_count() or 1)
+        in_process = in_process or (client is None and len(todo) == 1)  # one submission: no worker to start
         if client is None and not in_process:
             client = connect(None, min(workers, len(todo)))
         return _run(client, aid, root, url, todo, files, digests, released, progress=progress, trust=set(trust or []),
