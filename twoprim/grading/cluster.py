@@ -22,7 +22,7 @@ from .. import sandbox
 from ..nbgrader_cli import CourseError
 from ..notebooks import ROOT
 from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, released_notebooks,
-                        snapshot, submission_files, submitted_students)
+                        scratch_gradebooks, snapshot, submission_files, submitted_students)
 from .preprocessors import DEFAULT_CELL_TIMEOUT
 from .reports import write_reports
 from .submission import SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
@@ -136,7 +136,7 @@ def _run(client, aid, root, url, todo, files, digests, released, *, progress, tr
     from distributed import as_completed
     from tqdm import tqdm
 
-    with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
         snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
     if client is not None:
         snap = client.scatter(snap, broadcast=True, workers=on_workers)

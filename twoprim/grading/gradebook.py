@@ -32,7 +32,7 @@ from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment, in_proce
 
 __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
            "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "digest", "snapshot",
-           "committed", "statuses", "merge"]
+           "committed", "statuses", "merge", "scratch_gradebooks"]
 
 DB_ENV = "TWOPRIM_DB"
 TABLE = "twoprim_autograde"
@@ -40,6 +40,39 @@ TABLE = "twoprim_autograde"
 
 class GradebookUnavailable(CourseError):
     """The database cannot be reached (or went away); the message names it and what to do."""
+
+
+_SCRATCH: list[str] = []   # folders whose SQLite gradebooks are thrown away after the run
+
+
+def _no_waiting_for_the_disk(connection, _record) -> None:
+    """An SQLite gradebook in a scratch folder (the assignment's snapshot, a worker's copy of it) is written without
+    syncing to disk: nbgrader commits a few hundred times creating one, and nothing in it outlives the run."""
+    import sqlite3
+
+    if not _SCRATCH or not isinstance(connection, sqlite3.Connection):
+        return
+    path = next((row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"), "")
+    if path and any(os.path.commonpath([path, folder]) == folder for folder in _SCRATCH):
+        connection.execute("PRAGMA synchronous = OFF")
+        connection.execute("PRAGMA journal_mode = MEMORY")
+
+
+@contextlib.contextmanager
+def scratch_gradebooks(folder: Path) -> Iterator[None]:
+    """While inside, SQLite gradebooks under `folder` (throw-away ones) are written without waiting for the disk; the
+    course gradebook never is."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not event.contains(Engine, "connect", _no_waiting_for_the_disk):
+        event.listen(Engine, "connect", _no_waiting_for_the_disk)
+    entry = os.path.realpath(folder)
+    _SCRATCH.append(entry)
+    try:
+        yield
+    finally:
+        _SCRATCH.remove(entry)
 
 
 def gradebook_path(root: Path) -> Path:

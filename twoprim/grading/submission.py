@@ -28,6 +28,7 @@ from .. import forkserver, sandbox, verdicts
 from ..audit import audit
 from ..catalog import checks_module_name
 from . import kernels
+from .gradebook import scratch_gradebooks
 from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
 from .realign import realign
 
@@ -129,7 +130,8 @@ def _grade(task: dict) -> Outcome:
     name = uuid.uuid4().hex[:8]  # not the student's name: any length, any characters
     work, box = kernels.scratch() / "work" / name, kernels.scratch() / "boxes" / name
     try:
-        return _grade_in(work, box, task, aid, student, released, notebooks, out, notes)
+        with scratch_gradebooks(work):  # the snapshot's copy nbgrader grades in, thrown away with `work`
+            return _grade_in(work, box, task, aid, student, released, notebooks, out, notes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(box, ignore_errors=True)
