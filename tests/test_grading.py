@@ -168,3 +168,29 @@ def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_sourc
     assert (saved["status"], saved["score"], saved["max_score"], saved["notebook"]) == ("graded", score, 15.0,
                                                                                        str(notebook))
     assert sum(saved["tests"].values()) == score and len(saved["tests"]) == 10
+
+
+def test_only_throw_away_gradebooks_are_written_without_syncing_to_disk(tmp_path):
+    """Inside `scratch_gradebooks(folder)`, an SQLite gradebook under that folder skips fsync (a snapshot or a
+    worker's copy: nothing in it outlives the run); the course gradebook beside it keeps SQLite's defaults."""
+    from sqlalchemy import create_engine, text
+
+    from twoprim.grading.gradebook import scratch_gradebooks
+
+    def pragmas(db: Path) -> tuple:
+        engine = create_engine(f"sqlite:///{db}")
+        try:
+            with engine.connect() as conn:
+                return (conn.execute(text("PRAGMA synchronous")).scalar(),
+                        conn.execute(text("PRAGMA journal_mode")).scalar())
+        finally:
+            engine.dispose()
+
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "course").mkdir()
+    defaults = pragmas(tmp_path / "course" / "before.db")
+    with scratch_gradebooks(tmp_path / "scratch"):
+        assert pragmas(tmp_path / "scratch" / "snapshot.db") == (0, "memory")
+        assert pragmas(tmp_path / "course" / "gradebook.db") == defaults
+    assert pragmas(tmp_path / "scratch" / "after.db") == defaults, "only while inside"
+    assert defaults[0] != 0 and defaults[1] != "memory"
