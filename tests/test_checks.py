@@ -153,6 +153,46 @@ def test_recorder_sees_functions_and_aten_ops():
     assert "torch.Tensor.matmul" in log.functions
 
 
+def test_nested_recorders_share_one_hook_and_each_sees_only_its_own_block():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    from twoprim.record import record_allocations
+
+    x = torch.ones(4, 4)
+    with record_allocations() as allocs:
+        hook = _get_current_dispatch_mode()
+        x + x                                   # outer only
+        with checks.record_calls() as log:
+            assert _get_current_dispatch_mode() is hook  # joined the outer hook, not stacked on it
+            x @ x                               # both
+        x * x                                   # outer only, after the inner one left
+    assert _get_current_dispatch_mode() is None
+    assert [a.op for a in allocs] == ["add", "mm", "mul"]
+    assert dict(log.aten) == {"mm": 1} and [op for op, _ in log.gemms] == ["mm"]
+    assert len(hook.seens) == 1  # the inner recorder's callback went with it
+
+
+def test_the_recorders_tensor_finder_matches_pytree():
+    from torch.utils._pytree import tree_leaves
+
+    from twoprim.record import _tensors
+
+    a, b, c = torch.ones(1), torch.zeros(2), torch.arange(3)
+    for value in [a, None, 3, (a, 2, [b, (c,)], {"k": a}), ((a, b), {"out": c, "n": 1}), torch.return_types.max((a, c)),
+                  [], {}]:
+        assert _tensors(value) == [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def test_function_names_are_resolved_once_and_stay_right():
+    from torch.overrides import resolve_name
+
+    from twoprim.record import _NAMES, _function_name
+
+    assert _function_name(torch.Tensor.add) == resolve_name(torch.Tensor.add) == "torch.Tensor.add"
+    assert _NAMES[torch.Tensor.add] == "torch.Tensor.add"
+    assert _function_name(torch.matmul) == "torch.matmul"
+
+
 # ---- every ex01 rule catches its forbidden call (a wrong value, shape or dtype: tests/test_check_messages.py)
 
 FORBIDDEN = {
