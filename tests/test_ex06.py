@@ -116,6 +116,24 @@ def test_capture_restores_grads_and_leaves_nothing_compiled():
     assert len(graphs) == 1
 
 
+def test_captures_skip_timing_the_guards_but_the_guards_still_guard():
+    import torch._dynamo.guards as guards
+
+    compiler.capture_graphs(mlp(), torch.randn(4, 16), "dynamo")
+    assert guards.profile_guard_manager.skipped_by_twoprim
+    assert guards.profile_guard_manager(None, {}, 1) == 0.0
+    compiler.skip_guard_profiling()  # once is enough: the replacement is not wrapped again
+    assert guards.profile_guard_manager(None, {}, 1) == 0.0
+    graphs = []
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x * 2, backend=lambda gm, ex: graphs.append(gm) or gm.forward, dynamic=False)
+    compiled(torch.ones(3))
+    compiled(torch.ones(3))                  # the guards hold: nothing compiled again
+    compiled(torch.ones(3, dtype=torch.float64))  # a guard fails: compiled again
+    torch._dynamo.reset()
+    assert len(graphs) == 2
+
+
 def test_capture_rejects_unknown_levels_and_an_impossible_backward():
     with pytest.raises(ValueError, match="level must be one of"):
         compiler.capture(mlp(), torch.randn(4, 16), "inductor")
