@@ -10,6 +10,14 @@ one `nbgrader autograde` over the whole class (plain nbgrader: sequential, uniso
 submission of each, their ratio, and whether both gave every student the same score; then the projected time of
 200 students × every assignment measured.
 
+Start-up is measured apart, first: the local cluster and each worker's warm forkserver, which every
+`./course autograde` command pays once (nbgrader's own start is inside its seconds). Each assignment's class is then
+graded on that warm cluster; its first submissions still pay what a worker does once per assignment (the
+forkserver's warm-up of its checks, the expected values a worker keeps). The projection charges start-up once per
+assignment and fits each assignment's run as fixed + marginal: the marginal rate from when the second half of the
+class's grades arrived, the fixed part what the run took beyond n × that rate. `--students 40` on one assignment
+checks the fit against a class twice the size.
+
 With `--scheduler` it grades the class of each assignment on that Dask cluster twice, on its first worker alone
 and on its first two workers, and prints submissions per second of each (the ratio is the figure: it scales with
 machines).
@@ -30,6 +38,8 @@ from tests.classroom import answered, course_copy, solution_code, student_versio
 from twoprim import grading  # noqa: E402
 from twoprim.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
 from twoprim.notebooks import assignments  # noqa: E402
+
+PROJECTED_CLASS = 200
 
 
 def make_course(base: Path, aid: str, n: int) -> Path:
@@ -58,16 +68,45 @@ def scores(course: Path, aid: str) -> dict[str, float]:
         return {s.student.id: s.score for s in gb.assignment_submissions(aid)}
 
 
+def start_up(workers: int) -> float:
+    """Seconds to start what one `./course autograde` run starts before its first submission: the local cluster of
+    `workers` processes and each one's warm forkserver (one thread per kernel, as autograde runs them)."""
+    from twoprim.grading import cluster, kernels
+
+    start = time.perf_counter()
+    client = cluster.connect(None, workers)
+    try:
+        client.run(lambda: kernels.warm_forkserver(1 if workers > 1 else None) and None)
+    finally:
+        client.close()
+    return time.perf_counter() - start
+
+
+def fit(arrivals: list[float]) -> tuple[float, float]:
+    """(fixed s, marginal s/submission) of a run whose grades arrived at `arrivals` (seconds from its start): the
+    marginal rate over the second half of the class, the fixed part what the whole run took beyond n × that."""
+    times, n = sorted(arrivals), len(arrivals)
+    half = n // 2
+    marginal = (times[-1] - times[half - 1]) / (n - half) if half else times[-1] / n
+    return max(0.0, times[-1] - n * marginal), marginal
+
+
 def side_by_side(args) -> int:
     print(f"{args.students} students per assignment, {args.workers} workers, {os.cpu_count()} cores")
-    print(f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s}  scores")
-    total = 0.0
+    startup = start_up(args.workers)
+    print(f"start-up (once per ./course autograde run): {startup:.1f} s, the local cluster and its workers' "
+          f"forkservers")
+    print(f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s} {'with start-up':>14s} "
+          f"{'fixed s':>8s} {'marginal s/sub':>15s}  scores")
+    average, projected = 0.0, 0.0
     for aid in args.assignments:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
             ours = make_course(Path(tmp) / "ours", aid, args.students)
             plain = make_course(Path(tmp) / "plain", aid, args.students)
+            arrivals: list[float] = []
             start = time.perf_counter()
-            grading.autograde(aid, root=ours, workers=args.workers, progress=False)
+            grading.autograde(aid, root=ours, workers=args.workers, progress=False,
+                              on_outcome=lambda _: arrivals.append(time.perf_counter() - start))
             t_ours = time.perf_counter() - start
             start = time.perf_counter()
             nbgrader(["autograde", aid, "--force"], root=plain, capture=True)
@@ -75,10 +114,16 @@ def side_by_side(args) -> int:
             mine, theirs = scores(ours, aid), scores(plain, aid)
             mismatch = {s: (a, theirs.get(s)) for s, a in mine.items() if theirs.get(s) != a}
             n = args.students
-            total += t_ours / n
-            print(f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}×  "
-                  + (f"DIFFER: {mismatch}" if mismatch else "identical"), flush=True)
-    print(f"projected: 200 students × {len(args.assignments)} assignments = {200 * total / 60:.0f} min on this machine")
+            fixed, marginal = fit(arrivals)
+            average += t_ours / n
+            projected += startup + fixed + PROJECTED_CLASS * marginal
+            print(f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}× "
+                  f"{t_plain / (t_ours + startup):13.2f}× {fixed:8.1f} "
+                  f"{marginal:15.2f}  " + (f"DIFFER: {mismatch}" if mismatch else "identical"), flush=True)
+    k = len(args.assignments)
+    print(f"projected: {PROJECTED_CLASS} students × {k} assignments = {projected / 60:.1f} min on this machine "
+          f"(per assignment: start-up + fixed + {PROJECTED_CLASS} × marginal); at each class's average rate "
+          f"instead, {(k * startup + PROJECTED_CLASS * average) / 60:.1f} min")
     return 0
 
 

@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from twoprim import grading
+from twoprim.grading.gradebook import committed, database_url
 
 from .classroom import answered, bad_ex01_class, course_copy, student_version
 
@@ -84,13 +85,18 @@ def bad_class(tmp_path_factory):
     before = _digest(course / "grader" / "submitted")
     # os_exit, segfault and memory_bomb reach for os._exit, ctypes and 64 GiB, which the audit holds for review (tests/test_sandbox.py);
     # trusted here, they show how a kernel that dies is reported
+    arrived = []  # (student, committed when on_outcome saw it)
+
+    def on_outcome(outcome):
+        arrived.append((outcome.student, outcome.student in committed(AID, database_url(course))))
+
     outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=["os_exit", "segfault", "memory_bomb"],
-                                 cell_timeout=10, wall_seconds=60)
-    yield course, outcomes, before
+                                 cell_timeout=10, wall_seconds=60, on_outcome=on_outcome)
+    yield course, outcomes, before, arrived
 
 
 def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
-    course, outcomes, _ = bad_class
+    course, outcomes, _, _ = bad_class
     rows = _rows(course)
     assert list(rows) == sorted(EXPECTED), "one CSV row per student, sorted"
     for student, (score, status, reason) in EXPECTED.items():
@@ -105,12 +111,18 @@ def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
     assert len(outcomes) == len(EXPECTED)
 
 
+def test_each_outcome_is_handed_on_once_after_it_is_committed(bad_class):
+    _, outcomes, _, arrived = bad_class
+    assert sorted(student for student, _ in arrived) == sorted(o.student for o in outcomes)
+    assert all(was_committed for _, was_committed in arrived)
+
+
 @pytest.mark.parametrize("student, kept, cut", [
     ("many_lines", "\n100\n", "\n99999\n"),       # nbgrader's LimitOutput keeps the beginning
     ("one_huge_line", "more characters cut by the grader", "x" * 30_000),  # ours cuts one long line
 ])
 def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept, cut):
-    course, _, _ = bad_class
+    course, _, _, _ = bad_class
     path = course / "grader" / "autograded" / student / AID / f"{AID}.ipynb"
     assert path.stat().st_size < 200_000
     nb = nbformat.read(str(path), as_version=4)
@@ -119,14 +131,14 @@ def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept,
 
 
 def test_each_kernel_runs_under_the_memory_limit(bad_class):
-    course, _, _ = bad_class
+    course, _, _, _ = bad_class
     nb = nbformat.read(str(course / "grader" / "autograded" / "limits_probe" / AID / f"{AID}.ipynb"), as_version=4)
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert f"address space limit {grading.MEMORY_LIMIT_BYTES}" in printed
 
 
 def test_reports_histogram_and_summary(bad_class):
-    course, _, _ = bad_class
+    course, _, _, _ = bad_class
     png = course / "grader" / "reports" / f"{AID}_tests.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = grading.write_reports(AID, root=course)
@@ -138,7 +150,7 @@ def test_reports_histogram_and_summary(bad_class):
 
 
 def test_grading_again_gives_the_same_reports_and_never_touches_submissions(bad_class):
-    course, _, before = bad_class
+    course, _, before, _ = bad_class
     first = (course / "grader" / "reports" / f"{AID}.csv").read_text()
     again = ["perfect", "wrong_top_k", "stripped_metadata", "not_json"]
     grading.autograde(AID, root=course, workers=2, students=again, progress=False)
@@ -147,7 +159,7 @@ def test_grading_again_gives_the_same_reports_and_never_touches_submissions(bad_
 
 
 def test_unknown_student_is_refused(bad_class):
-    course, _, _ = bad_class
+    course, _, _, _ = bad_class
     with pytest.raises(SystemExit, match="no submission of ex01_dot for nobody"):
         grading.autograde(AID, root=course, students=["nobody"], progress=False)
 

@@ -17,6 +17,7 @@ import logging
 import os
 from functools import cache
 from pathlib import Path
+from typing import Callable
 
 from .. import sandbox
 from ..nbgrader_cli import CourseError
@@ -77,7 +78,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
               progress: bool = True, unisolated: bool = False, trust: list[str] | None = None,
               cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
               scheduler: str | None = None, db: str | None = None, force: bool = False,
-              on_workers: list[str] | None = None, in_process: bool = False) -> list[Outcome]:
+              on_workers: list[str] | None = None, in_process: bool = False,
+              on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade the submissions of `aid` (or `students`) on a Dask cluster; merge each outcome into the gradebook as
     it arrives; write the reports; return the outcomes of this run.
 
@@ -88,7 +90,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
     grader/gradebook.db. `force`: grade again what is already committed in its current form. `on_workers`: only
     these workers of the cluster (their addresses) take the tasks. `in_process`: no cluster; the same tasks run here,
     one after another (`selfgrade`; also one submission graded on this machine: starting a cluster's worker costs
-    more than grading it)."""
+    more than grading it). `on_outcome`: called with each outcome once it is committed (the benchmark times when
+    each arrives)."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if not unisolated and not scheduler:
         why = sandbox.missing()
@@ -123,14 +126,14 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         return _run(client, aid, root, url, todo, files, digests, released, progress=progress, trust=set(trust or []),
                     unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
                     kernel_threads=1 if (scheduler or (min(workers, len(todo)) > 1 and client is not None)) else None,
-                    on_workers=on_workers)
+                    on_workers=on_workers, on_outcome=on_outcome)
     finally:
         if client is not None:
             client.close()
 
 
 def _run(client, aid, root, url, todo, files, digests, released, *, progress, trust, unisolated, cell_timeout,
-         wall_seconds, kernel_threads, on_workers=None) -> list[Outcome]:
+         wall_seconds, kernel_threads, on_workers=None, on_outcome=None) -> list[Outcome]:
     import tempfile
 
     from distributed import as_completed
@@ -170,6 +173,8 @@ def _run(client, aid, root, url, todo, files, digests, released, *, progress, tr
                     f"committed before it went away and are kept; run the same command again to grade the other "
                     f"{left}") from err
             outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
             by_worker[outcome.worker] += 1
             failed += outcome.status == "failed"
             bar.set_postfix_str(f"graded {len(outcomes) - failed}, failed {failed}; {outcome.student} on "
