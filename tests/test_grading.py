@@ -13,6 +13,7 @@ import pytest
 
 from twoprim import grading
 from twoprim.grading.gradebook import committed, database_url
+from twoprim.notebooks import ROOT
 
 from .classroom import answered, bad_ex01_class, course_copy, student_version
 
@@ -206,3 +207,16 @@ def test_only_throw_away_gradebooks_are_written_without_syncing_to_disk(tmp_path
         assert pragmas(tmp_path / "course" / "gradebook.db") == defaults
     assert pragmas(tmp_path / "scratch" / "after.db") == defaults, "only while inside"
     assert defaults[0] != 0 and defaults[1] != "memory"
+
+
+def test_the_benchmark_splits_a_run_into_fixed_seconds_and_a_marginal_rate():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # 12 s before the first grade, then one every 0.5 s (two workers: in pairs), arriving out of order
+    arrivals = [12 + 0.5 * (i + i % 2) for i in range(20)][::-1]
+    fixed, marginal = bench.fit(arrivals)
+    assert marginal == pytest.approx(0.5) and fixed == pytest.approx(12 + 0.5 * 20 - 20 * 0.5)
+    assert bench.fit([3.0]) == (0.0, 3.0)
