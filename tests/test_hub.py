@@ -50,13 +50,15 @@ WRONG_DOT = ('def dot(x, w):\n    """x·w, summing each vector first (a slip: Σ
              '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
              '    return x.sum() * w.sum()  # () * () -> ()\n')
 ISOLATION_CELL = '''import json, os
+from twoprim import hints, state
+hints.hint("dot")  # recorded in the student's own workspace
 def _open(path):
     try:
         os.listdir(path) if os.path.isdir(path) else open(path, "rb").close()
         return "read"
     except Exception as err:
         return type(err).__name__
-print("ISOLATION " + json.dumps({p: _open(p) for p in %r}))
+print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(state.workspace())}))
 '''
 
 
@@ -598,6 +600,12 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         seen = _isolation(page, who, denied + [str(course / "lessons")])
                         assert seen[str(course / "lessons")] == "read", seen  # the probe itself works
                         assert all(seen[p] == "PermissionError" for p in denied), seen
+                        # the student's progress and hints live in their home (twoprim.state.workspace)
+                        mine = pwd.getpwnam(name)
+                        assert seen["workspace"] == mine.pw_dir, seen
+                        state_file = Path(mine.pw_dir) / ".twoprim-progress.json"
+                        assert state_file.stat().st_uid == mine.pw_uid
+                        assert json.loads(state_file.read_text())["hints"][f"{AID}-dot"] >= 1
                 mark("isolation checked")
             finally:
                 browser.close()

@@ -124,6 +124,51 @@ def test_solutions_in_the_learners_place_pass_every_visible_check(learner):
     assert "ex03_layers` again" in progress.report(learner).next_step
 
 
+def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch):
+    """On the classroom hub (`./course hub` sets TWOPRIM_WORKSPACE=~ on a student's server) progress and hints are of
+    the student's home: the lessons copied there, the assignments released and fetched, the state file there; the
+    next step is to fetch or submit (nbgrader's record of a submission), never to self-grade."""
+    home, exchange, data = tmp_path / "home", tmp_path / "exchange", tmp_path / "jupyter-data"
+    shutil.copytree(ROOT / "lessons", home / "lessons")
+    for aid in ("ex01_dot", "ex02_gemm"):  # released; only ex01_dot fetched so far
+        (exchange / "two-primitives" / "outbound" / aid).mkdir(parents=True)
+    put_dir = home / "exercises" / "ex01_dot"
+    put_dir.mkdir(parents=True)
+    put(home, "ex01_dot", answered("ex01_dot"))
+    mark_run(home)
+    monkeypatch.setenv("TWOPRIM_WORKSPACE", str(home))
+    monkeypatch.setenv("TWOPRIM_EXCHANGE", str(exchange))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
+
+    hint("dot")  # the hint button's record goes to the student's home, not the course folder
+    r = progress.report()
+    assert r.root == home and r.classroom and (home / progress.STATE_FILE).is_file()
+    assert sorted(by_aid(r)) == ["ex01_dot", "ex02_gemm"], "released and fetched ones only"
+    ex01, ex02 = by_aid(r)["ex01_dot"], by_aid(r)["ex02_gemm"]
+    assert ex01.status == "ran" and ex01.hints_used == 1 and ex01.selfgrade is None
+    assert (ex02.status, ex02.problem) == ("missing", "not fetched yet: fetch it from the Assignments tab")
+    assert r.next_step.startswith("submit ex01_dot from the Assignments tab: your instructor's grading adds the "
+                                  "hidden checks"), r.next_step
+    assert "submitted" in r.text() and "self-grade" not in r.text()
+
+    # nbgrader submit keeps a copy of each submission, its time in timestamp.txt
+    cached = data / "nbgrader_cache" / "two-primitives" / "student+ex01_dot+2026-12-02 10:00:00.000000 UTC"
+    cached.mkdir(parents=True)
+    (cached / "timestamp.txt").write_text("2026-12-02 10:00:00.000000 UTC")
+    notebook = home / "exercises" / "ex01_dot" / "ex01_dot.ipynb"
+    os.utime(notebook, (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
+    r = progress.report()
+    assert by_aid(r)["ex01_dot"].submitted == {"at": "2026-12-02 10:00:00.000000 UTC", "stale": ""}
+    assert "2026-12-02 10:00" in r.text()
+    assert r.next_step == ("fetch ex02_gemm from the Assignments tab (Nbgrader → Assignments): it lands in "
+                           "exercises/ex02_gemm/."), r.next_step
+
+    later = os.stat(cached / "timestamp.txt").st_mtime + 60
+    os.utime(notebook, (later, later))  # saved again after submitting
+    assert progress.report().next_step.startswith(
+        "submit ex01_dot from the Assignments tab again (you saved the notebook after submitting it)")
+
+
 # Visible checks that read only the form of an answer (its value is measured when grading): ex06's short answers,
 # and ex07's lazy_answer, which checks one of its three numbers and the form of the other two.
 FORM_ONLY = {"ex06_compile": set(ex06.ANSWERS), "ex07_mlx": {"lazy_answer"}}

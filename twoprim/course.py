@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .nbgrader_cli import CourseError, generate_assignment, nbgrader
 from .notebooks import ROOT, assignments, clean, execute, lessons
+from .state import workspace
 
 LESSON_BUDGET_S = 60.0
 
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())
     elif args.command == "progress":
-        return progress.main(ROOT, timeout=args.cell_timeout or progress.CELL_TIMEOUT)
+        return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT)
     return 0
 
 

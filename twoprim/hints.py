@@ -1,8 +1,8 @@
 """Hints for every graded function, revealed one at a time: `hints("dot")` shows a button, `hint("dot")` prints the
 next one. Each function has two or three, from what to look at, to which shape to build, to which identity to use;
 none is solution code. They live beside each assignment's checks (`HINTS` in `twoprim/exNN.py`). Revealing a hint
-never changes a grade; the count is kept in `.twoprim-progress.json` at the course root (`twoprim.state`, read by
-`./course progress`).
+never changes a grade; the count is kept in `.twoprim-progress.json` at the top of the learner's workspace (the course
+folder; on the classroom hub, the student's home: `twoprim.state.workspace`), read by `./course progress`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 from .catalog import all_hints
-from .notebooks import ROOT
-from .state import load_state, update_state
+from .state import load_state, update_state, workspace
 
 __all__ = ["HINTS", "hint", "hints", "resolve", "used"]
 
@@ -38,9 +37,9 @@ def resolve(name: str) -> str:
     raise ValueError(f"no hints for {name!r}: hints exist for the graded functions {', '.join(names)}.{maybe}")
 
 
-def used(root: Path = ROOT) -> dict[str, int]:
+def used(root: Path | None = None) -> dict[str, int]:
     """grade id -> how many of its hints the learner has revealed (from the progress state file)."""
-    return dict(load_state(root)[0]["hints"])
+    return dict(load_state(workspace() if root is None else root)[0]["hints"])
 
 
 def _record(gid: str, number: int, root: Path) -> str | None:
@@ -59,8 +58,9 @@ def _format(gid: str, number: int) -> str:
     return f"Hint {number} of {total} for {gid}: {HINTS[gid][number - 1]}"
 
 
-def hint(name: str, number: int | None = None, *, root: Path = ROOT) -> None:
+def hint(name: str, number: int | None = None, *, root: Path | None = None) -> None:
     """Print the next hint for graded function `name` (or hint `number` again); never changes a grade."""
+    root = workspace() if root is None else root
     gid = resolve(name)
     total = len(HINTS[gid])
     data, note = load_state(root)
@@ -81,7 +81,7 @@ def _html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def hints(*names: str, root: Path = ROOT):
+def hints(*names: str, root: Path | None = None):
     """A button per graded function in `names` that reveals its hints one at a time (ipywidgets; in a terminal, use
     `hint(name)`). In a kernel being graded (`verdicts.CAPTURE_ENV` is set) nobody can press it: nothing is built."""
     if not names:
@@ -89,6 +89,7 @@ def hints(*names: str, root: Path = ROOT):
     gids = [resolve(n) for n in names]
     if os.environ.get("TWOPRIM_CAPTURE_DIR"):
         return None
+    root = workspace() if root is None else root
     import ipywidgets as widgets
 
     boxes = []

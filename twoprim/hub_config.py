@@ -139,6 +139,7 @@ def pre_spawn_hook(spawner):
     else:
         spawner.notebook_dir = "~"
         env["JUPYTER_CONFIG_PATH"] = STUDENT_CONFIG
+        env["TWOPRIM_WORKSPACE"] = "~"  # their lessons/, exercises/ and progress file (twoprim.state.workspace)
 
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook

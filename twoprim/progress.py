@@ -1,10 +1,15 @@
 """Where a learner stands: lessons run to the end, visible checks passing, self-graded scores, hints, what next.
 
-`./course progress` in a terminal, `progress.show()` in a notebook. Lessons are judged from their saved outputs (never
+`./course progress` in a terminal, `progress.show()` in a notebook, over the learner's workspace (`state.workspace`:
+the course folder, or on the classroom hub the student's home). Lessons are judged from their saved outputs (never
 executed here). Each assignment's notebook in exercises/ is executed as a copy, in a fresh kernel, in a temporary
 folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the repository
 root, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks, so
 an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
+
+On the classroom hub (`state.in_classroom`) the assignments are the ones released there and fetched from the
+Assignments tab, and the hidden checks run when the instructor grades a submission: the report shows when each was
+last submitted (nbgrader's own record of it), and the next step is to fetch or submit instead of to self-grade.
 
 Why this module is long: one report built from four sources (saved lessons, executed copies of the assignments,
 self-grades, hints) and shown two ways (a table and a chart); each part is one section.
@@ -33,8 +38,9 @@ import nbformat
 
 from .failures import ANSWERED as ANSWERED_TEXT
 from .hints import HINTS
+from .hub_config import COURSE_ID
 from .notebooks import ROOT, assignments, lessons, outline
-from .state import STATE_FILE, load_state, update_state
+from .state import STATE_FILE, in_classroom, load_state, update_state, workspace
 
 __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
 
@@ -240,6 +246,7 @@ class AssignmentStatus:
     checks: dict = field(default_factory=dict)     # function -> pass | fail | todo | not run
     problem: str | None = None
     selfgrade: dict | None = None   # {"score", "max_score", "stale": why it is out of date or "", "failing"}
+    submitted: dict | None = None   # on the classroom hub: {"at": nbgrader's timestamp, "stale": "" or why}
     hints_used: int = 0
     hints_total: int = 0
     cached: bool = False
@@ -266,13 +273,18 @@ class Report:
     assignments: list[AssignmentStatus]
     next_step: str
     notes: list[str] = field(default_factory=list)
+    classroom: bool = False  # a student on the classroom hub: submitted, never self-graded
+
+    @property
+    def graded_column(self) -> str:
+        return "submitted" if self.classroom else "self-graded"
 
     def text(self) -> str:
         """The report as plain text for a terminal."""
         out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + ["", "lesson" + " " * 22 + "status"]
         for l in self.lessons:
             out.append(f"  {'✔' if l.done else '·'} {l.name:24s} {l.detail}")
-        out += ["", f"{'assignment':20s}{'visible checks':26s}{'self-graded':16s}{'hints':8s}notebook"]
+        out += ["", f"{'assignment':20s}{'visible checks':26s}{self.graded_column:16s}{'hints':8s}notebook"]
         for a in self.assignments:
             out.append(f"  {'✔' if _complete(a) else '·'} {a.aid:16s}{_checks_cell(a):26s}{_selfgrade_cell(a):16s}"
                        f"{a.hints_used:>2d} of {a.hints_total:<3d}{_notebook_cell(a)}")
@@ -294,7 +306,7 @@ class Report:
             f"<td style='{nowrap}'>{a.hints_used} of {a.hints_total}</td><td style='{style}'>{e(_notebook_cell(a))}"
             f"</td></tr>" for a in self.assignments)
         heads = "".join(f"<th style='{style}'>{h}</th>" for h in
-                        ("", "assignment", "visible checks", "self-graded", "hints", "notebook"))
+                        ("", "assignment", "visible checks", self.graded_column, "hints", "notebook"))
         assignments_html = f"<table><tr>{heads}</tr>{rows}</table>"
         notes = "".join(f"<p><b>note:</b> {e(n)}</p>" for n in self.notes)
         png = base64.b64encode(chart_png(self)).decode()
@@ -303,6 +315,9 @@ class Report:
 
 
 def _complete(a: AssignmentStatus) -> bool:
+    if a.submitted is not None:
+        return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks)
+                and not a.submitted["stale"])
     sg = a.selfgrade
     return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks) and sg is not None
             and not sg["stale"] and sg["score"] == sg["max_score"])
@@ -316,6 +331,8 @@ def _checks_cell(a: AssignmentStatus) -> str:
 
 
 def _selfgrade_cell(a: AssignmentStatus) -> str:
+    if a.submitted is not None:
+        return "-" if not a.submitted["at"] else a.submitted["at"][:16] + (" (old)" if a.submitted["stale"] else "")
     sg = a.selfgrade
     if sg is None:
         return "-"
@@ -333,7 +350,8 @@ def _notebook_cell(a: AssignmentStatus) -> str:
         return f"ran; to do: {', '.join(todo)}"
     if a.status == "ran" and a.answered:
         answered = ", ".join(fn for fn, v in a.checks.items() if v == ANSWERED)
-        return f"ran; answered (graded when you self-grade): {answered}"
+        when = "graded from your submission" if a.submitted is not None else "graded when you self-grade"
+        return f"ran; answered ({when}): {answered}"
     return a.status
 
 
@@ -366,14 +384,47 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
     return {"score": score, "max_score": max_score, "stale": stale, "failing": failing}
 
 
-def _assignment_ids(root: Path) -> list[str]:
+def _assignment_ids(root: Path, classroom: bool = False) -> list[str]:
     """Assignments from solutions/ (twoprim.notebooks.assignments) and, for a learner's copy without solutions/,
-    from exercises/."""
+    from exercises/; on the classroom hub also every one released to the exchange, fetched or not."""
     found = {p.parent.name for p in (root / "exercises").glob("*/*.ipynb") if p.stem == p.parent.name}
-    return sorted(set(assignments(root)) | found)
+    return sorted(set(assignments(root)) | found | (_released() if classroom else set()))
 
 
-def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus]) -> str:
+def _released() -> set[str]:
+    """The assignments released to the classroom's exchange ($TWOPRIM_EXCHANGE, set on every hub server)."""
+    exchange = os.environ.get("TWOPRIM_EXCHANGE")
+    if not exchange:
+        return set()
+    try:
+        return {p.name for p in (Path(exchange) / COURSE_ID / "outbound").iterdir() if p.is_dir()}
+    except OSError:
+        return set()
+
+
+def _read_submission(aid: str, notebook: Path) -> dict:
+    """When this student last submitted `aid` from the classroom hub, from nbgrader's record of it (a copy of each
+    submission in $JUPYTER_DATA_DIR/nbgrader_cache/<course>/<student>+<aid>+<time>/, its time in timestamp.txt);
+    stale when the notebook was saved after it."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    latest = None
+    for folder in (Path(jupyter_data_dir()) / "nbgrader_cache" / COURSE_ID).glob(f"*+{aid}+*"):
+        stamp = folder / "timestamp.txt"
+        try:
+            at, mtime = stamp.read_text().strip(), stamp.stat().st_mtime
+        except OSError:
+            continue
+        if folder.name.split("+")[1] == aid and (latest is None or mtime > latest[1]):
+            latest = (at, mtime)
+    if latest is None:
+        return {"at": "", "stale": ""}
+    saved_after = notebook.is_file() and notebook.stat().st_mtime > latest[1] + 1
+    return {"at": latest[0], "stale": "you saved the notebook after submitting it" if saved_after else ""}
+
+
+def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus],
+               classroom: bool = False) -> str:
     """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
     (README.md's lesson table: lesson 09 comes with ex08_triton), else the assignment with the lesson's number."""
     by_aid = {a.aid: a for a in work}
@@ -394,14 +445,27 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
                         f"now: {step.detail}.")
             continue
         a, where = step, step.path.relative_to(root)
+        if a.status == "missing" and classroom:
+            return (f"fetch {a.aid} from the Assignments tab (Nbgrader → Assignments): it lands in "
+                    f"{where.parent}/.")
         if a.status == "missing":
             return f"{where} is missing: restore it from the course (`git restore {where}`)."
         if not a.runs:
-            return f"fix {where}: {a.problem}; then run `./course progress` again."
+            again = "the progress cell" if classroom else "`./course progress`"
+            return f"fix {where}: {a.problem}; then run {again} again."
         todo = [fn for fn, v in a.checks.items() if v not in DONE]
         if todo:
             return (f"make `{todo[0]}` pass its check in {where} (stuck? the hint cell under it reveals hints "
                     f"one at a time).")
+        if classroom:
+            sub = a.submitted or {"at": "", "stale": ""}
+            if sub["at"] and not sub["stale"]:
+                continue
+            answers = (f" and the values of your {a.answered} short answer{'s' if a.answered > 1 else ''}"
+                       if a.answered else "")
+            again = f" again ({sub['stale']})" if sub["stale"] else ""
+            return (f"submit {a.aid} from the Assignments tab{again}: your instructor's grading adds the hidden "
+                    f"checks{answers}, and its feedback comes back there.")
         sg = a.selfgrade
         if sg is None or sg["stale"]:
             again = "" if sg is None else f" again ({sg['stale']})"
@@ -414,31 +478,42 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
             names = ", ".join(sg["failing"]) or "some checks"
             return (f"hidden checks of {a.aid} fail ({names}): read grader/selfgrade/{a.aid}.html for what they "
                     f"tried, fix, then run `./course selfgrade {a.aid}` again.")
+    if classroom:
+        return ("done: every lesson is run to the end, and every assignment released so far passes its visible checks "
+                "and is submitted; its feedback comes back in the Assignments tab. The further reading at the end "
+                "of each lesson goes deeper.")
     return ("done: every lesson is run to the end and every assignment passes all its checks, hidden ones included. "
             "The further reading at the end of each lesson goes deeper.")
 
 
-def report(root: Path = ROOT, *, timeout: int = CELL_TIMEOUT, workers: int = WORKERS,
-           log: Callable[[str], None] | None = None) -> Report:
-    """Build the progress report of the course checkout at `root` (executes changed assignment notebooks)."""
+def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: int = WORKERS,
+           log: Callable[[str], None] | None = None, classroom: bool | None = None) -> Report:
+    """Build the progress report of the learner's copy of the course at `root` (default: `state.workspace()`;
+    executes changed assignment notebooks). `classroom`: a student on the classroom hub (default:
+    `state.in_classroom()`)."""
 
-    root = Path(root)
+    root = workspace() if root is None else Path(root)
+    classroom = in_classroom() if classroom is None else classroom
     log = log or (lambda message: None)
     state, note = load_state(root)
     notes = [note] if note else []
     lesson_list = [lesson_status(p) for p in lessons(root)]
     work: list[AssignmentStatus] = []
     todo: list[tuple[AssignmentStatus, str]] = []
-    for aid in _assignment_ids(root):
+    for aid in _assignment_ids(root, classroom):
         path = root / "exercises" / aid / f"{aid}.ipynb"
         a = AssignmentStatus(aid, path, "missing")
         a.hints_total = sum(len(v) for gid, v in HINTS.items() if gid.startswith(f"{aid}-"))
         a.hints_used = sum(n for gid, n in state["hints"].items() if gid.startswith(f"{aid}-"))
         work.append(a)
+        if classroom:
+            a.submitted = _read_submission(aid, path)
         if not path.is_file():
-            a.problem = f"{path.relative_to(root)} does not exist"
+            a.problem = ("not fetched yet: fetch it from the Assignments tab" if classroom
+                         else f"{path.relative_to(root)} does not exist")
             continue
-        a.selfgrade = _read_selfgrade(root, aid, path)
+        if not classroom:
+            a.selfgrade = _read_selfgrade(root, aid, path)
         try:
             nb = nbformat.read(str(path), as_version=4)
         except Exception as err:  # noqa: BLE001 - a broken file is reported, the report goes on
@@ -487,7 +562,7 @@ def report(root: Path = ROOT, *, timeout: int = CELL_TIMEOUT, workers: int = WOR
             notes += [later] if later else []
         except OSError as err:
             notes.append(f"could not save {STATE_FILE} ({err}); results are not cached")
-    return Report(root, lesson_list, work, _next_step(root, lesson_list, work), notes)
+    return Report(root, lesson_list, work, _next_step(root, lesson_list, work, classroom), notes, classroom)
 
 
 def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
@@ -515,8 +590,9 @@ def chart(r: Report):
     ax.barh([y - 0.2 for y in ys], visible, height=0.4, label="visible checks passing", color="#4c72b0")
     if any(answered):
         ax.barh([y - 0.2 for y in ys], answered, left=visible, height=0.4, color="#a6bddb",
-                label="answered, graded when you self-grade")
-    ax.barh([y + 0.2 for y in ys], graded, height=0.4, label="self-graded (hidden included)", color="#55a868")
+                label="answered, graded " + ("from your submission" if r.classroom else "when you self-grade"))
+    if not r.classroom:
+        ax.barh([y + 0.2 for y in ys], graded, height=0.4, label="self-graded (hidden included)", color="#55a868")
     ax.set_yticks(list(ys), names)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -534,19 +610,20 @@ def chart_png(r: Report) -> bytes:
     return buffer.getvalue()
 
 
-def show(root: Path = ROOT, **kwargs) -> None:
+def show(root: Path | None = None, **kwargs) -> None:
     """Display the progress report (tables, next step, chart) in a notebook."""
     from IPython.display import HTML, display
 
     display(HTML(report(root, log=print, **kwargs)._repr_html_()))
 
 
-def main(root: Path = ROOT, *, timeout: int = CELL_TIMEOUT) -> int:
-    """`./course progress`: print the report and write the chart to grader/selfgrade/progress.png."""
+def main(root: Path | None = None, *, timeout: int = CELL_TIMEOUT) -> int:
+    """`./course progress`: print the report and write the chart to grader/selfgrade/progress.png (of the workspace)."""
     import sys
 
     r = report(root, timeout=timeout, log=lambda message: print(message, file=sys.stderr, flush=True))
     print(r.text())
+    root = r.root
     png = Path(root) / CHART
     try:
         png.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,10 @@
-"""The learner's own state, in one untracked file at the course root (`.twoprim-progress.json`): cached results
-of `./course progress` and the hints revealed. Written atomically; a file that cannot be read is set aside (renamed,
-never deleted) and a fresh state starts, with a note that says so. Deleting it loses only history.
+"""The learner's own state, in one untracked file at the top of their workspace (`.twoprim-progress.json`): cached
+results of `./course progress` and the hints revealed. Written atomically; a file that cannot be read is set aside
+(renamed, never deleted) and a fresh state starts, with a note that says so. Deleting it loses only history.
+
+The workspace (`workspace()`) is the learner's own copy of the course: the course folder for a learner with a
+checkout of their own; on the classroom hub (`./course hub`), each student's home, where their lessons/ and the
+exercises/ they fetched are, since the course folder is the instructor's and students cannot write to it.
 """
 from __future__ import annotations
 
@@ -12,10 +16,24 @@ from typing import Callable
 
 from .notebooks import ROOT
 
-__all__ = ["STATE_FILE", "STATE_VERSION", "load_state", "update_state"]
+__all__ = ["STATE_FILE", "STATE_VERSION", "WORKSPACE_ENV", "workspace", "in_classroom", "load_state", "update_state"]
 
 STATE_FILE = ".twoprim-progress.json"
 STATE_VERSION = 1
+WORKSPACE_ENV = "TWOPRIM_WORKSPACE"  # set by ./course hub on each student's server: their home
+
+
+def workspace(course: Path = ROOT) -> Path:
+    """The learner's own copy of the course: $TWOPRIM_WORKSPACE (`~` expanded) when it is set, else the course
+    folder (`course`)."""
+    value = os.environ.get(WORKSPACE_ENV, "").strip()
+    return Path(value).expanduser() if value else Path(course)
+
+
+def in_classroom() -> bool:
+    """A student on the classroom hub: assignments are fetched and submitted from the Assignments tab, and graded by
+    the instructor (a student cannot read the hidden checks, so never self-graded)."""
+    return bool(os.environ.get(WORKSPACE_ENV, "").strip())
 
 
 def _fresh_state() -> dict:
