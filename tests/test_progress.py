@@ -150,6 +150,7 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     assert r.next_step.startswith("submit ex01_dot from the Assignments tab: your instructor's grading adds the "
                                   "hidden checks"), r.next_step
     assert "submitted" in r.text() and "self-grade" not in r.text()
+    assert not progress._complete(ex01), "every visible check passes, but it is not submitted yet"
 
     # nbgrader submit keeps a copy of each submission, its time in timestamp.txt
     cached = data / "nbgrader_cache" / "two-primitives" / "student+ex01_dot+2026-12-02 10:00:00.000000 UTC"
@@ -159,7 +160,7 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     os.utime(notebook, (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
     r = progress.report()
     assert by_aid(r)["ex01_dot"].submitted == {"at": "2026-12-02 10:00:00.000000 UTC", "stale": ""}
-    assert "2026-12-02 10:00" in r.text()
+    assert "2026-12-02 10:00" in r.text() and progress._complete(by_aid(r)["ex01_dot"])
     assert r.next_step == ("fetch ex02_gemm from the Assignments tab (Nbgrader → Assignments): it lands in "
                            "exercises/ex02_gemm/."), r.next_step
 

@@ -3,8 +3,8 @@
 `./course progress` in a terminal, `progress.show()` in a notebook, over the learner's workspace (`state.workspace`:
 the course folder, or on the classroom hub the student's home). Lessons are judged from their saved outputs (never
 executed here). Each assignment's notebook in exercises/ is executed as a copy, in a fresh kernel, in a temporary
-folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the repository
-root, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks, so
+folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the top of the
+workspace, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks, so
 an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
 
 On the classroom hub (`state.in_classroom`) the assignments are the ones released there and fetched from the
@@ -317,7 +317,7 @@ class Report:
 def _complete(a: AssignmentStatus) -> bool:
     if a.submitted is not None:
         return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks)
-                and not a.submitted["stale"])
+                and bool(a.submitted["at"]) and not a.submitted["stale"])
     sg = a.selfgrade
     return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks) and sg is not None
             and not sg["stale"] and sg["score"] == sg["max_score"])
