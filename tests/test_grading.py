@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -181,6 +182,16 @@ def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_sourc
     assert (saved["status"], saved["score"], saved["max_score"], saved["notebook"]) == ("graded", score, 15.0,
                                                                                        str(notebook))
     assert sum(saved["tests"].values()) == score and len(saved["tests"]) == 10
+
+
+def test_selfgrade_without_the_hidden_checks_says_to_submit_instead(tmp_path):
+    """A class's copy without solutions/ (or a hub student, who cannot read it): a clear refusal, nothing written."""
+    course = _course(tmp_path / "course")
+    shutil.rmtree(course / "solutions")
+    with pytest.raises(SystemExit, match=rf"self-grading runs the hidden checks in .*{AID}.ipynb, and this copy of "
+                                         rf"the course has none .* Submit {AID} instead"):
+        grading.selfgrade(AID, root=course)
+    assert not (course / "grader" / "selfgrade").exists()
 
 
 def test_only_throw_away_gradebooks_are_written_without_syncing_to_disk(tmp_path):

@@ -65,6 +65,16 @@ class SelfGrade:
 def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> SelfGrade:
     """Grade a learner's own notebook of `aid` exactly as autograde grades a submission, hidden checks included,
     in a throw-away course; write the feedback HTML to grader/selfgrade/<aid>.html."""
+    hidden = root / "solutions" / aid / f"{aid}.ipynb"
+    try:
+        hidden.open("rb").close()
+    except OSError as err:
+        why = ("this account cannot read it (on the classroom hub only the instructor can)"
+               if isinstance(err, PermissionError) else "this copy of the course has none (a class's copy, given "
+                                                        "to students without the hidden checks)")
+        raise SystemExit(f"error: self-grading runs the hidden checks in {hidden}, and {why}. Submit {aid} instead "
+                         f"(the Assignments tab on the classroom hub): the instructor's grading runs them, and its "
+                         f"feedback comes back to you. The visible checks in your notebook need nothing more.")
     notebook = Path(notebook) if notebook else root / "exercises" / aid / f"{aid}.ipynb"
     if not notebook.is_file():
         raise SystemExit(f"error: {notebook} does not exist; pass the notebook you worked in with --notebook PATH")
