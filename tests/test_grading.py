@@ -187,6 +187,7 @@ def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_sourc
 def test_selfgrade_without_the_hidden_checks_says_to_submit_instead(tmp_path):
     """A class's copy without solutions/ (or a hub student, who cannot read it): a clear refusal, nothing written."""
     course = _course(tmp_path / "course")
+    assert grading.require_hidden_checks("ex99_typo", root=course) is None  # a typo: the command names the known ones
     shutil.rmtree(course / "solutions")
     with pytest.raises(SystemExit, match=rf"self-grading runs the hidden checks in .*{AID}.ipynb, and this copy of "
                                          rf"the course has none .* Submit {AID} instead"):

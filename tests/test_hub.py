@@ -577,6 +577,10 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         assert "BEGIN HIDDEN TESTS" not in text
                 assert scores[right] - scores[wrong] == dot_points, (scores, dot_points)
                 mark("feedback read")
+                # self-grading runs the hidden checks, which a student cannot read: refused, saying what to do
+                proc = _course(course, "selfgrade", AID, user=pwd.getpwnam(right))
+                assert proc.returncode != 0 and "this account cannot read it" in proc.stderr \
+                    and f"Submit {AID} instead" in proc.stderr and "Traceback" not in proc.stderr, proc
 
                 # neither can open the other's server or files, solutions/ or the gradebook
                 for (name, who), other in (((right, "student-right"), wrong), ((wrong, "student-wrong"), right)):

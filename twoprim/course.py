@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "progress":
         from . import progress
 
+    if args.command == "selfgrade" and args.assignment not in assignments():
+        grading.require_hidden_checks(args.assignment)  # none here, or unreadable (a hub student): submit instead
     if getattr(args, "assignment", None) and args.assignment not in assignments():
         raise CourseError(f"no assignment {args.assignment!r}; known: {', '.join(assignments())}.")
 

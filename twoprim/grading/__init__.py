@@ -45,7 +45,7 @@ _WHERE = {
     "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
     "realign": ".realign",
     "format_summary": ".reports", "summary": ".reports", "write_reports": ".reports",
-    "SelfGrade": ".learner", "selfgrade": ".learner",
+    "SelfGrade": ".learner", "selfgrade": ".learner", "require_hidden_checks": ".learner",
     "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
     "SUBMISSION_WALL_SECONDS": ".submission", "Outcome": ".submission", "grade_task": ".submission",
     "make_task": ".submission",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import sandbox
 from ..nbgrader_cli import generate_feedback
-from ..notebooks import ROOT
+from ..notebooks import ROOT, assignments
 from .reports import number
 from .submission import Outcome
 from .cluster import autograde
@@ -62,19 +62,27 @@ class SelfGrade:
         path.write_text(json.dumps(record, indent=1) + "\n")
 
 
-def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> SelfGrade:
-    """Grade a learner's own notebook of `aid` exactly as autograde grades a submission, hidden checks included,
-    in a throw-away course; write the feedback HTML to grader/selfgrade/<aid>.html."""
+def require_hidden_checks(aid: str, root: Path = ROOT) -> None:
+    """Self-grading runs `aid`'s hidden checks (solutions/<aid>/): a copy of the course without them, or an account
+    that cannot read them (a student on the classroom hub), is told to submit instead."""
     hidden = root / "solutions" / aid / f"{aid}.ipynb"
     try:
         hidden.open("rb").close()
     except OSError as err:
+        if not isinstance(err, PermissionError) and assignments(root):
+            return  # not one of this course's assignments (a typo): the caller names the ones there are
         why = ("this account cannot read it (on the classroom hub only the instructor can)"
                if isinstance(err, PermissionError) else "this copy of the course has none (a class's copy, given "
                                                         "to students without the hidden checks)")
         raise SystemExit(f"error: self-grading runs the hidden checks in {hidden}, and {why}. Submit {aid} instead "
                          f"(the Assignments tab on the classroom hub): the instructor's grading runs them, and its "
-                         f"feedback comes back to you. The visible checks in your notebook need nothing more.")
+                         f"feedback comes back to you. The visible checks in your notebook need nothing more.") from None
+
+
+def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT) -> SelfGrade:
+    """Grade a learner's own notebook of `aid` exactly as autograde grades a submission, hidden checks included,
+    in a throw-away course; write the feedback HTML to grader/selfgrade/<aid>.html."""
+    require_hidden_checks(aid, root)
     notebook = Path(notebook) if notebook else root / "exercises" / aid / f"{aid}.ipynb"
     if not notebook.is_file():
         raise SystemExit(f"error: {notebook} does not exist; pass the notebook you worked in with --notebook PATH")
