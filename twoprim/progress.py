@@ -315,12 +315,13 @@ class Report:
 
 
 def _complete(a: AssignmentStatus) -> bool:
+    """Every visible check done, and then submitted since the last save (on the hub) or self-graded in full."""
+    if not (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks)):
+        return False
     if a.submitted is not None:
-        return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks)
-                and bool(a.submitted["at"]) and not a.submitted["stale"])
+        return bool(a.submitted["at"]) and not a.submitted["stale"]
     sg = a.selfgrade
-    return (a.runs and bool(a.checks) and a.passed + a.answered == len(a.checks) and sg is not None
-            and not sg["stale"] and sg["score"] == sg["max_score"])
+    return sg is not None and not sg["stale"] and sg["score"] == sg["max_score"]
 
 
 def _checks_cell(a: AssignmentStatus) -> str:
