@@ -87,6 +87,15 @@ def monkeypatch_module():
     mp.undo()
 
 
+def _is_kernel_launch(proc: psutil.Process) -> bool:
+    """Whether `proc` is a forkserver's kernel launch; a process that ends (or is a zombie) while we look is not."""
+    try:
+        cmdline = proc.cmdline()
+    except psutil.Error:  # NoSuchProcess, ZombieProcess (a finished submission's kernel not yet reaped)
+        return False
+    return "twoprim.forkserver" in " ".join(cmdline) and "launch" in cmdline
+
+
 def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]:
     """Students whose submission `worker` is grading, once one of its kernels is running."""
     from distributed import Client
@@ -95,8 +104,7 @@ def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]
     deadline = time.monotonic() + timeout
     with Client(dask.address, timeout=10) as client:
         while time.monotonic() < deadline:
-            kernels = [p for p in psutil.Process(pid).children(recursive=True)
-                       if "twoprim.forkserver" in " ".join(p.cmdline()) and "launch" in p.cmdline()]
+            kernels = [p for p in psutil.Process(pid).children(recursive=True) if _is_kernel_launch(p)]
             keys = client.processing(workers=[dask.workers[worker]]).get(dask.workers[worker], [])
             if kernels and keys:
                 return {k.removeprefix(f"grade-{AID}-").rsplit("-", 1)[0] for k in keys}
