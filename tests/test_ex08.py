@@ -237,6 +237,55 @@ def test_one_dot_without_a_k_loop_breaks_the_rule_even_when_right():
     assert "tl.dot inside a loop over K" in msg and "calls tl.dot once, outside any loop" in msg
 
 
+def test_a_k_loop_that_runs_once_breaks_the_rule_even_when_right(sol):
+    """The solution's kernel, launched with BLOCK_K ≥ K: tl.dot sits in a loop in the source, but the loop takes all
+    of K in one step, so the source check alone would pass it."""
+    matmul = _matmul_with(sol["matmul_kernel"], block_k=None)
+    case = ex08.matmul_cases([(5, 6, 70)])
+    assert torch.allclose(matmul(*case[0].args), ex08._matmul64(*case[0].args), atol=1e-4)
+    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul)
+    assert "M=37, N=45, K=70" in msg and "for K = 70 each program called tl.dot once, on a block 128 wide" in msg
+    assert "keep BLOCK_K fixed (32)" in msg
+    ex08.check_matmul_kernel(sol["matmul_kernel"], matmul, ex08.matmul_cases([(37, 45, 64)]))  # K ≤ LOOP_K: one block
+    ex08.check_matmul_kernel(sol["matmul_kernel"], _matmul_with(sol["matmul_kernel"], block_k=64),
+                             ex08.matmul_cases([(37, 45, 70)]))  # two steps of 64: a loop over K
+
+
+@triton.jit
+def matmul_dead_dot(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0).to(tl.float32)
+        acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)  # broadcast and sum: no matrix units
+        if K < 0:
+            acc += tl.dot(a, b)  # never runs
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_a_tl_dot_that_never_runs_breaks_the_rule_even_when_right():
+    cases = ex08.matmul_cases([(37, 45, 70)])
+    msg = fails(ex08.check_matmul_kernel, matmul_dead_dot, _matmul_with(matmul_dead_dot), cases)
+    assert "matmul_dead_dot ran without calling tl.dot" in msg and "computed another way" in msg, msg
+    assert "tl.dot inside a loop over K" in msg
+
+
+def test_launches_record_each_programs_dot_blocks(sol):
+    A, B = ex08.matmul_cases([(40, 20, 70)])[0].args
+    with triton_tools.launches() as seen:
+        sol["matmul"](A, B)
+    (launch,) = seen.of(sol["matmul_kernel"])
+    assert launch.name == "matmul_kernel" and launch.grid == (2, 1)
+    assert launch.dots == {(0, 0, 0): [32, 32, 32], (1, 0, 0): [32, 32, 32]}
+
+
 def test_torch_matmul_in_the_wrapper_breaks_the_rule(sol):
     def matmul(A, B):
         sol["matmul"](A, B)  # launches the kernel, then returns torch's product

@@ -151,13 +151,36 @@ def _launches(kernel, seen: list) -> Rule:
                 f"launch the kernel with {name}[grid](...) and return the tensor it wrote")
 
 
-def _dot_over_k(kernel) -> Rule:
+LOOP_K = 64  # from this K on, BLOCK_K ≥ K (the whole of K in one tl.dot, a loop that runs once) breaks the rule
+
+
+def _dot_over_k(kernel, seen: list) -> Rule:
+    """tl.dot inside a loop in the source, and when run (the interpreter sees every call) a loop that takes more than
+    one block of K once K > LOOP_K: a BLOCK_K as large as K passes the source check with a loop that runs once."""
+    name = getattr(getattr(kernel, "fn", kernel), "__name__", "the kernel")
+
     def test(log, case) -> str | None:
-        return triton_tools.dot_in_loop(kernel)
+        static = triton_tools.dot_in_loop(kernel)
+        if static is not None:
+            return static
+        K = case.args[0].shape[-1]
+        launched = (seen[0] if seen else triton_tools.Launches()).of(kernel)
+        observed = [launch.dots for launch in launched if launch.dots is not None]
+        if observed and not any(calls for dots in observed for calls in dots.values()):
+            return f"{name} ran without calling tl.dot: the products were computed another way"
+        if K <= LOOP_K:
+            return None
+        for dots in observed:
+            once = [calls[0] for calls in dots.values() if len(calls) == 1 and calls[0] >= K]
+            if once:
+                return (f"for K = {K} each program called tl.dot once, on a block {once[0]} wide along K: with "
+                        f"BLOCK_K ≥ K the loop over K runs once, one block as wide as K, not a walk over K's blocks")
+        return None
 
     return Rule("the GEMM kernel multiplies blocks with tl.dot inside a loop over K", test,
                 "loop over K in steps of BLOCK_K; in each step load a (BLOCK_M, BLOCK_K) block of A and a "
-                "(BLOCK_K, BLOCK_N) block of B and add tl.dot of the two to a float32 accumulator")
+                "(BLOCK_K, BLOCK_N) block of B and add tl.dot of the two to a float32 accumulator; keep BLOCK_K "
+                "fixed (32), whatever K is")
 
 
 _NO_TORCH_ADD = forbid("the wrapper does no arithmetic: the kernel adds", {"add", "__add__", "__radd__", "add_",
@@ -272,7 +295,7 @@ def check_matmul_kernel(matmul_kernel, matmul: Callable, cases: Sequence[Case] |
     seen: list = []
     return run_check(f"{TASK}-matmul_kernel", _traced(matmul, seen), cases, expected=_matmul64,
                      judge=_judge_matmul, rules=[_launches(matmul_kernel, seen), _NO_TORCH_GEMM,
-                                                 _dot_over_k(matmul_kernel)],
+                                                 _dot_over_k(matmul_kernel, seen)],
                      proves="matmul_kernel computes C = A·B from tl.dot on blocks, looping over K, accumulating in "
                             "float32, with masks on the ragged edges", hidden=hidden,
                      next_step="C[i, j] = Σₖ A[i, k]·B[k, j]: a grid of (BLOCK_M, BLOCK_N) tiles of C, each summing "

@@ -28,7 +28,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["setup", "interpreting", "device", "launches", "Launches", "kernel_tree", "dot_in_loop", "mode_line"]
+__all__ = ["setup", "interpreting", "device", "launches", "Launches", "Launch", "kernel_tree", "dot_in_loop",
+           "mode_line"]
 
 _STATE: dict[str, Any] = {"mode": None, "patched": False}
 
@@ -125,7 +126,8 @@ def _interpret_every_jit_function() -> None:
 
 
 def _patch_bf16_dot() -> None:
-    """Make the interpreter's `tl.dot` read bfloat16 operands as numbers, not as their bit patterns."""
+    """Make the interpreter's `tl.dot` read bfloat16 operands as numbers, not as their bit patterns, and tell
+    `launches()` the block of K each call took."""
     if _STATE["patched"]:
         return
     import numpy as np
@@ -136,6 +138,9 @@ def _patch_bf16_dot() -> None:
     original = builder_cls.create_dot
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        launch = _STATE.get("launch")
+        if launch is not None and launch.dots is not None:  # inside `launches()`: which program took which block
+            launch.dots.setdefault(tuple(self.grid_idx), []).append(a.data.shape[-1])
         if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
             def as_f32(h):
                 if h.dtype.scalar != tl.bfloat16:
@@ -219,21 +224,39 @@ def _patch_bounds() -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 @dataclass
-class Launches:
-    """Kernels launched inside `with launches() as seen:`, in order: (kernel name, Python function, grid)."""
+class Launch:
+    """One `kernel[grid](...)`: the kernel's name, its Python function, the grid, and in the interpreter the blocks
+    of K each program's `tl.dot` calls took: {program id (x, y, z): [K extent of each call, in order]}. Compiled
+    kernels run on the GPU, where no call can be seen: `dots` is None."""
 
-    calls: list = field(default_factory=list)
+    name: str
+    fn: Any
+    grid: Any
+    dots: dict | None = None
+
+
+@dataclass
+class Launches:
+    """Kernels launched inside `with launches() as seen:`, in order."""
+
+    calls: list[Launch] = field(default_factory=list)
 
     def names(self) -> list[str]:
-        return [name for name, _, _ in self.calls]
+        return [launch.name for launch in self.calls]
 
     def functions(self) -> list:
-        return [fn for _, fn, _ in self.calls]
+        return [launch.fn for launch in self.calls]
+
+    def of(self, fn: Any) -> list[Launch]:
+        """The launches of kernel `fn` (a `@triton.jit` kernel or its Python function)."""
+        fn = getattr(fn, "fn", fn)
+        return [launch for launch in self.calls if launch.fn is fn]
 
 
 @contextlib.contextmanager
 def launches():
-    """Record every `kernel[grid](...)` launch (interpreter or compiled) while the block runs."""
+    """Record every `kernel[grid](...)` launch (interpreter or compiled) while the block runs, and in the
+    interpreter each program's `tl.dot` calls."""
     from triton.runtime import interpreter, jit
 
     seen = Launches()
@@ -243,8 +266,13 @@ def launches():
         originals[cls] = original
 
         def run(self, *args, _original=original, **kwargs):
-            seen.calls.append((self.fn.__name__, self.fn, kwargs.get("grid")))
-            return _original(self, *args, **kwargs)
+            launch = Launch(self.fn.__name__, self.fn, kwargs.get("grid"), {} if interpreting() else None)
+            seen.calls.append(launch)
+            outer, _STATE["launch"] = _STATE.get("launch"), launch
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                _STATE["launch"] = outer
 
         cls.run = run
     try:
