@@ -1,7 +1,7 @@
 """Benchmark: the course's autograde against plain sequential `nbgrader autograde`, side by side, on one class.
 
     .venv/bin/python scripts/bench_autograde.py [--students 20] [--assignments ex01_dot ...] [--workers N]
-    .venv/bin/python scripts/bench_autograde.py --scheduler tcp://HOST:8786 [--students 40]
+    .venv/bin/python scripts/bench_autograde.py --scheduler tls://HOST:8786 [--students 40]
 
 For each assignment (all of them by default) it builds a class (60% correct, 20% blank, 20% with one wrong
 function) in two copies of the course and grades it twice, one after the other on the same machine: with
@@ -128,9 +128,9 @@ def side_by_side(args) -> int:
 
 
 def on_cluster(args) -> int:
-    from distributed import Client
+    from twoprim.grading import connect
 
-    with Client(args.scheduler, timeout=10) as client:
+    with connect(args.scheduler, 1) as client:  # tls:// with Dask's TLS configuration, as ./course autograde
         workers = sorted(client.scheduler_info()["workers"])
     if len(workers) < 2:
         raise SystemExit(f"error: the cluster at {args.scheduler} has {len(workers)} worker(s); start two")

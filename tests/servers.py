@@ -103,12 +103,27 @@ class DaskCluster:
     """`dask scheduler` and `dask worker` processes from the course environment, on loopback. Workers have no
     nanny, so a worker that is killed stays dead (its tasks go to the others)."""
 
-    def __init__(self, base: Path, workers: int = 2):
+    def __init__(self, base: Path, workers: int = 2, tls: dict[str, Path] | None = None):
+        """`tls`: the files `grading.tls.cluster_certs` wrote; every connection then needs them (`tls://`)."""
         self.base = base
         self.port = free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
         self.n = workers
         self.procs: dict[str, subprocess.Popen] = {}
+        self.tls = tls
+        self.tls_flags = ["--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["cert"]),
+                          "--tls-key", str(tls["key"])] if tls else []
+        self.security = None
+        if tls:
+            from distributed import Security
+
+            self.security = Security(tls_ca_file=str(tls["ca"]), tls_client_cert=str(tls["cert"]),
+                                     tls_client_key=str(tls["key"]), require_encryption=True)
+
+    def client(self, **kwargs):
+        from distributed import Client
+
+        return Client(self.address, security=self.security, **kwargs)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "w")
@@ -120,7 +135,8 @@ class DaskCluster:
     def start(self) -> "DaskCluster":
         self.base.mkdir(parents=True, exist_ok=True)
         self._spawn("scheduler", [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--no-dashboard", "--no-show"])
+                                  "--no-dashboard", "--no-show", *self.tls_flags,
+                                  *(["--protocol", "tls"] if self.tls else [])])
         for i in range(self.n):
             self.restart(f"worker{i}", wait=False)
         self._wait()
@@ -130,18 +146,16 @@ class DaskCluster:
         """Start worker `name` (again, after `kill`)."""
         self._spawn(name, [str(BIN / "dask"), "worker", self.address, "--nthreads", "1", "--no-nanny", "--name", name,
                            "--host", "127.0.0.1", "--no-dashboard", "--memory-limit", "0",
-                           "--local-directory", str(self.base / name)])
+                           "--local-directory", str(self.base / name), *self.tls_flags])
         if wait:
             self._wait()
 
     def _wait(self, timeout: float = 90) -> None:
         """Until every worker has joined the scheduler; `workers`: name -> address."""
-        from distributed import Client
-
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with Client(self.address, timeout=5) as client:
+                with self.client(timeout=5) as client:
                     client.wait_for_workers(self.n, timeout=max(1, deadline - time.monotonic()))
                     self.workers = {info["name"]: addr for addr, info in client.scheduler_info()["workers"].items()}
                     return

@@ -1,6 +1,7 @@
 """Grading beyond one machine: the same class graded on a Dask cluster (a scheduler and two `dask worker`
-processes) into a PostgreSQL gradebook gets exactly the grades local SQLite grading gives, also when a worker dies
-in the middle of a submission or PostgreSQL goes down half way; an unreachable scheduler is refused before
+processes, every connection under Dask's TLS with `./course cluster-certs` certificates) into a PostgreSQL gradebook
+gets exactly the grades local SQLite grading gives, also when a worker dies in the middle of a submission or
+PostgreSQL goes down half way; an unreachable scheduler, or one this client has no certificate for, is refused before
 anything is written. Every server is real, started here on loopback."""
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from dask import config as dask_config
 from nbgrader.api import Gradebook
 
+from twoprim import course as course_cli
 from twoprim import grading
+from twoprim.grading import tls
 from twoprim.nbgrader_cli import CourseError
 
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
@@ -71,13 +75,20 @@ def servers(tmp_path_factory, monkeypatch_module):
     base = tmp_path_factory.mktemp("servers")
     pg = Postgres().init().start()
     monkeypatch_module.setenv("PGPASSWORD", pg.password)  # how libpq gets it: never a file, never the URL
-    dask = DaskCluster(base / "dask", workers=2)
+    dask = DaskCluster(base / "dask", workers=2, tls=tls.cluster_certs(base / "tls"))
     try:
         dask.start()
-        yield pg, dask
+        with dask_config.set(_client_config(dask.tls)):  # how an instructor's client finds them: Dask's config
+            yield pg, dask
     finally:
         dask.stop()
         pg.remove()
+
+
+def _client_config(certs: dict[str, Path] | None) -> dict:
+    return {"distributed.comm.tls.ca-file": certs and str(certs["ca"]),
+            "distributed.comm.tls.client.cert": certs and str(certs["cert"]),
+            "distributed.comm.tls.client.key": certs and str(certs["key"])}
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +109,9 @@ def _is_kernel_launch(proc: psutil.Process) -> bool:
 
 def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]:
     """Students whose submission `worker` is grading, once one of its kernels is running."""
-    from distributed import Client
-
     pid = dask.procs[worker].pid
     deadline = time.monotonic() + timeout
-    with Client(dask.address, timeout=10) as client:
+    with dask.client(timeout=10) as client:
         while time.monotonic() < deadline:
             kernels = [p for p in psutil.Process(pid).children(recursive=True) if _is_kernel_launch(p)]
             keys = client.processing(workers=[dask.workers[worker]]).get(dask.workers[worker], [])
@@ -204,6 +213,54 @@ def test_an_unreachable_scheduler_is_refused_before_anything_is_written(tmp_path
     message = str(info.value)
     assert f"cannot reach the Dask scheduler at {address}" in message and "nothing was graded or written" in message
     assert _digest(course) == before and not (course / "grader" / "gradebook.db").exists()
+
+
+def test_only_a_client_holding_the_clusters_certificate_reaches_it(tmp_path, servers):
+    _, dask = servers
+    assert dask.address.startswith("tls://")
+    course = _course(tmp_path / "course")
+    before = _digest(course)
+    with dask_config.set(_client_config(None)), pytest.raises(CourseError) as info:
+        grading.autograde(AID, root=course, progress=False, scheduler=dask.address)
+    message = str(info.value)
+    assert f"the Dask scheduler at {dask.address} speaks TLS" in message and "nothing was graded or written" in message
+    assert "no DASK_DISTRIBUTED__COMM__TLS__CA_FILE and no DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT" in message
+    assert "./course cluster-certs" in message
+
+    stranger = tls.cluster_certs(tmp_path / "another_ca")  # a certificate, but not signed by the cluster's CA
+    with dask_config.set(_client_config(stranger)), pytest.raises(CourseError) as info:
+        grading.autograde(AID, root=course, progress=False, scheduler=dask.address)
+    message = str(info.value)
+    assert f"the Dask scheduler at {dask.address} and this client do not accept each other's TLS" in message
+    assert "nothing was graded or written" in message and "cluster-certs` folder the scheduler was started with" in message
+
+    plain = dask.address.replace("tls://", "tcp://")
+    with dask_config.set({"distributed.comm.require-encryption": True}), pytest.raises(CourseError) as info:
+        grading.autograde(AID, root=course, progress=False, scheduler=plain)
+    assert f"requires TLS (DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION), but {plain} is not a tls://" in str(info.value)
+    assert _digest(course) == before and not (course / "grader" / "gradebook.db").exists()
+
+
+def test_cluster_certs_writes_a_private_key_and_never_overwrites(tmp_path, capsys):
+    folder = tmp_path / "certs"
+    assert course_cli.main(["cluster-certs", str(folder), "--days", "30"]) == 0
+    out = capsys.readouterr().out
+    assert f"--tls-ca-file {folder / 'ca.pem'} --tls-cert {folder / 'cert.pem'} --tls-key {folder / 'key.pem'}" in out
+    assert f"export DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY={folder / 'key.pem'}" in out
+    assert (folder / "key.pem").stat().st_mode & 0o777 == 0o600
+    from cryptography import x509
+
+    ca = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
+    cert = x509.load_pem_x509_certificate((folder / "cert.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert 29 <= (cert.not_valid_after_utc - cert.not_valid_before_utc).days <= 30
+    written = _digest(folder)
+    with pytest.raises(CourseError, match=r"ca\.pem.*already exist.*never overwritten"):
+        course_cli.main(["cluster-certs", str(folder)])
+    assert _digest(folder) == written and sorted(p.name for p in folder.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    with pytest.raises(CourseError, match="--days must be at least 1"):
+        course_cli.main(["cluster-certs", str(tmp_path / "never"), "--days", "0"])
+    assert not (tmp_path / "never").exists()
 
 
 def test_db_init_creates_the_schema_and_a_bad_url_says_what_to_pass(servers, tmp_path):

@@ -9,8 +9,9 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course release ASSIGNMENT          copy the student version to the exchange for students to fetch
     ./course collect ASSIGNMENT          copy submissions from the exchange into grader/submitted/
     ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
-                                         (--scheduler tcp://HOST:8786: on a Dask cluster; --db URL: PostgreSQL)
+                                         (--scheduler tls://HOST:8786: on a Dask cluster; --db URL: PostgreSQL)
     ./course db-init [--db URL]          create the gradebook's tables (SQLite, or PostgreSQL for many machines)
+    ./course cluster-certs FOLDER        TLS certificates for a grading cluster's scheduler, workers and client
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
@@ -168,9 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--db", default=None, help=db_help)
     di = sub.add_parser("db-init", help="create the gradebook's tables (nbgrader's and the course's)")
     di.add_argument("--db", default=None, help=db_help)
+    cc = sub.add_parser("cluster-certs", help="write TLS certificates for a Dask grading cluster into FOLDER")
+    cc.add_argument("folder", type=Path)
+    cc.add_argument("--days", type=int, default=365, help="how long they are valid (default 365)")
     a = sub.add_parser("autograde", help="grade every submission of an assignment in parallel")
     a.add_argument("assignment")
-    a.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+    a.add_argument("--scheduler", default=None, metavar="tls://HOST:8786",
                    help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)")
     a.add_argument("--db", default=None, help=db_help)
     a.add_argument("--force", action="store_true",
@@ -242,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         url = grading.database_url(ROOT, args.db)
         grading.init_db(url)
         print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
+    elif args.command == "cluster-certs":
+        from .grading import tls
+
+        paths = tls.cluster_certs(args.folder, days=args.days)
+        print(f"wrote {', '.join(str(p) for p in paths.values())} (valid {args.days} days)")
+        print(tls.start_commands({role: p.resolve() for role, p in paths.items()}))
     elif args.command == "selfgrade":
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())

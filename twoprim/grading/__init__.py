@@ -26,6 +26,7 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
 | `kernels` | a worker's kernels: scratch, kernelspec, warm forkserver, watchdog, the grading profile |
 | `cluster` | the batch on a Dask cluster: `autograde` |
+| `tls` | Dask's TLS for a cluster of many machines: `cluster_certs`, the client's `Security` |
 | `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
 | `reports` | CSV, chart and the summary |
 | `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |

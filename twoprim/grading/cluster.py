@@ -1,7 +1,7 @@
 """Autograde a class on a Dask cluster: each submission is one task (`submission.grade_task`), run by whichever
 worker is free, on this machine (a `LocalCluster` of worker processes, the default) or on a cluster of many
-(`--scheduler tcp://HOST:8786`; the same code runs on Slurm/PBS through dask-jobqueue and on Kubernetes through
-dask-kubernetes). One grading path: local grading is the same tasks on a local cluster.
+(`--scheduler tls://HOST:8786`, with Dask's TLS: `tls`; the same code runs on Slurm/PBS through dask-jobqueue and
+on Kubernetes through dask-kubernetes). One grading path: local grading is the same tasks on a local cluster.
 
 Results come back to this process, which alone writes the gradebook (SQLite or PostgreSQL, `gradebook`) and the
 reports, one submission per transaction, as they arrive. Dask regrades a task whose worker died on another worker;
@@ -27,6 +27,7 @@ from .gradebook import (GradebookUnavailable, committed, database_url, digest, i
 from .preprocessors import DEFAULT_CELL_TIMEOUT
 from .reports import write_reports
 from .submission import SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
+from . import tls
 
 __all__ = ["autograde", "connect", "SCHEDULER_ENV"]
 
@@ -55,9 +56,15 @@ def connect(scheduler: str | None, workers: int):
 
     if not scheduler:
         return Client(_local_cluster(workers), set_as_default=False)
+    security = tls.client_security(scheduler)  # tls:// needs the cluster's certificate
     try:
-        return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False, security=security)
     except (OSError, TimeoutError) as err:
+        if "certificate" in str(err).lower():  # a TLS handshake failed: the two ends trust different CAs
+            raise CourseError(f"the Dask scheduler at {scheduler} and this client do not accept each other's TLS "
+                              f"certificate ({' '.join(str(err).split())[:200]}); nothing was graded or written. "
+                              f"Point {', '.join(tls.CLIENT_ENV.values())} at the files of the `./course "
+                              f"cluster-certs` folder the scheduler was started with") from err
         raise CourseError(f"cannot reach the Dask scheduler at {scheduler} ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}); nothing was graded or written. Start it with "
                           f"`dask scheduler` and its workers with `dask worker {scheduler}` in the course's "
