@@ -10,7 +10,8 @@ MISSING = (f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium. I
            f"`apt-get install chromium` (CI installs it in .ci/run).")
 
 
-def launch(playwright):
+def launch(playwright, extra_args: tuple[str, ...] = ()):
     """A headless Chromium from /usr/bin/chromium; fails (never skips) when it is missing."""
     assert CHROMIUM.is_file(), MISSING
-    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, *extra_args],
+                                      headless=True)

@@ -6,8 +6,10 @@ renders inside their JupyterLab (the fix for nbgrader #1870: subdomains and fram
 only); two students log in, fetch it in the Assignments tab, write `dot` (one right, one wrong), press Validate and
 Submit; the instructor runs ./course collect, autograde and feedback; each student fetches feedback and reads their
 own score, the two apart by exactly dot's points. Neither student can open the other's server or files, solutions/
-or the gradebook. Bad input fails before anything is created, in one line that says what to do. Screenshots of each
-step go to $TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
+or the gradebook. Bad input fails before anything is created, in one line that says what to do. A second, shorter
+hub serves the class with --public over TLS, with a certificate the test makes for hub.localhost and
+*.hub.localhost: a student works at https://<name>.hub.localhost. Screenshots of each step go to
+$TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
 
 Creating accounts needs root (CI runs as root). As another user the test checks the not-root error and says that
 the rest needs root.
@@ -230,6 +232,158 @@ def test_environment_other_accounts_cannot_run_is_refused(clone):
         point_venv_at(clone["venv"], clone["python"])
 
 
+# --- on the network: TLS only, a certificate for HOST and *.HOST ----------------------------------------------------
+
+PUBLIC_HOST = "hub.localhost"  # browsers resolve it and every <name>.hub.localhost to loopback, as DNS would a host
+
+
+def _certificate(folder: Path, names: list[str], *, days: int = 30) -> dict:
+    """A CA of the test's own and a server certificate for `names` signed by it: {"ca", "cert", "key"} paths and
+    the SPKI hash Chromium is told to accept (`--ignore-certificate-errors-spki-list`: that one key, nothing else)."""
+    import base64
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Two Primitives test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=max(1, 1 - days), hours=1))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca": folder / "ca.pem", "cert": folder / "cert.pem", "key": folder / "key.pem"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    paths["key"].chmod(0o600)
+    spki = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return {**paths, "spki": base64.b64encode(hashlib.sha256(spki).digest()).decode()}
+
+
+def test_a_public_hub_without_tls_or_with_the_wrong_certificate_is_refused(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    base = ["--students", ",".join(names), "--port", str(_free_port())]
+    right = _certificate(clone["base"] / "tls-right", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
+    only_host = _certificate(clone["base"] / "tls-no-wildcard", [PUBLIC_HOST])
+    expired = _certificate(clone["base"] / "tls-expired", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"], days=-1)
+    tls = ["--ssl-cert", str(right["cert"]), "--ssl-key", str(right["key"])]
+    out = _refused(clone, [*base, "--ip", "0.0.0.0"], "--ip 0.0.0.0 would serve passwords and students' work to "
+                   "the network in clear", names=tuple(names))
+    assert "add --public HOST with --ssl-cert and --ssl-key" in out
+    _refused(clone, [*base, *tls], "--ssl-cert and --ssl-key serve the class on the network: add --public HOST",
+             names=tuple(names))
+    out = _refused(clone, [*base, "--public", PUBLIC_HOST], f"--public {PUBLIC_HOST} serves passwords and students' "
+                   f"work over the network, so only over TLS", names=tuple(names))
+    assert f"a certificate for {PUBLIC_HOST} and *.{PUBLIC_HOST}" in out
+    _refused(clone, [*base, "--public", "10.0.0.5", *tls], "--public '10.0.0.5' is not a host name",
+             names=tuple(names))
+    out = _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(only_host["cert"]), "--ssl-key",
+                           str(only_host["key"])], f"is for {PUBLIC_HOST}, not for alice.{PUBLIC_HOST}",
+                   names=tuple(names))
+    assert f"the certificate must name {PUBLIC_HOST} and *.{PUBLIC_HOST}" in out
+    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(right["cert"]), "--ssl-key",
+                     str(only_host["key"])], f"--ssl-key {only_host['key']} is not the private key of --ssl-cert",
+             names=tuple(names))
+    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(expired["cert"]), "--ssl-key",
+                     str(expired["key"])], "not now: renew it", names=tuple(names))
+    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(clone["base"] / "none.pem"), "--ssl-key",
+                     str(right["key"])], f"--ssl-cert {clone['base'] / 'none.pem'} is not a file", names=tuple(names))
+
+
+def _tls_names(port: int, ca: Path, name: str) -> str:
+    """The name the proxy's certificate was verified for, connecting as a browser would to `name`."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=name) as tls:  # verifies the chain and the name
+            return dict(x[0] for x in tls.getpeercert()["subject"])["commonName"]
+
+
+def _plain_http(port: int) -> str:
+    """What a plain-HTTP request for the login page gets on `port`: "HTTP <status>", or the error that ended it."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/hub/login", headers={"Host": f"{PUBLIC_HOST}:{port}"})
+        return f"HTTP {conn.getresponse().status}"
+    except (OSError, http.client.HTTPException) as err:
+        return type(err).__name__
+    finally:
+        conn.close()
+
+
+def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
+    """--public: https only, the certificate the instructor gave for HOST and *.HOST, a student's JupyterLab on their
+    own host; no plain HTTP on the port."""
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    course = clone["course"]
+    instructor, student = _names(2)
+    port = _free_port()
+    certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
+    exchange = clone["base"] / "exchange-public"
+    hub = Hub(course, ["--students", student, "--instructor", instructor, "--port", str(port), "--exchange",
+                       str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]), "--ssl-key",
+                       str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-public.log")
+    stopped = None
+    try:
+        base, passwords = hub.table([instructor, student])
+        assert base == f"https://{PUBLIC_HOST}:{port}/", base
+        assert f"classroom is running (JupyterHub, on 127.0.0.1, TLS): {base}" in hub.text()
+        assert f"Each user's server is at https://<name>.{PUBLIC_HOST}:{port}/" in hub.text()
+        for name in (PUBLIC_HOST, f"{student}.{PUBLIC_HOST}"):
+            assert _tls_names(port, certs["ca"], name) == PUBLIC_HOST  # the instructor's certificate, valid for both
+        answer = _plain_http(port)
+        assert not re.match(r"HTTP [23]", answer), f"the port answered plain HTTP: {answer}"
+        with sync_playwright() as playwright:
+            browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
+            try:
+                page = _login(browser, base, student, passwords[student])
+                with _step("public-student-lab", page, hub):
+                    _lab_ready(page, student, port, f"https://{PUBLIC_HOST}")
+                    page.locator(".jp-DirListing-item", has_text="lessons").wait_for()  # their home
+                    _shot(page, "public-student-lab")
+                    response = page.goto(f"https://{instructor}.{PUBLIC_HOST}:{port}/user/{instructor}/lab")
+                    # another user's server, on its own host: the hub neither opens it nor says whether it exists
+                    assert response.status == 404 and "No access to resources" in hub.text(), response.status
+            finally:
+                browser.close()
+        stopped = hub.interrupt()
+        assert stopped == 0, hub.tail()
+        assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), \
+            hub.tail()
+    finally:
+        if stopped is None:
+            with contextlib.suppress(Exception):
+                hub.interrupt()
+        left = _class_processes([instructor, student]) + _processes_of(course)
+        still_open = _listening(port)
+        for name in (instructor, student):
+            delete_account(name)
+    assert not left, "processes of the class outlived the hub:\n" + "\n".join(left)
+    assert not still_open, f"port {port} still answers after the hub stopped"
+
+
 # --- the whole cycle ----------------------------------------------------------------------------------------------
 
 
@@ -266,7 +420,7 @@ class Hub:
         deadline = time.monotonic() + START_S
         while True:
             text = self.text()
-            url = re.search(r"classroom is running \(JupyterHub, loopback only\): (http://localhost:\d+/)", text)
+            url = re.search(r"classroom is running \(JupyterHub, [^)]+\): (https?://[\w.-]+(?::\d+)?/)", text)
             rows = {m.group(1): m.group(2) for m in
                     re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)}
             if url and all(a in rows for a in accounts):
@@ -318,8 +472,10 @@ def _login(browser, base: str, name: str, password: str):
     return page
 
 
-def _lab_ready(page, name: str, port: int) -> None:
-    page.wait_for_url(re.compile(rf"^http://{name}\.localhost:{port}/user/{name}/lab"), timeout=180_000)
+def _lab_ready(page, name: str, port: int, scheme_host: str = "http://localhost") -> None:
+    """Their JupyterLab has loaded, on their own host: <scheme>://<name>.<host>:<port>/user/<name>/lab."""
+    scheme, host = scheme_host.split("://")
+    page.wait_for_url(re.compile(rf"^{scheme}://{name}\.{re.escape(host)}:{port}/user/{name}/lab"), timeout=180_000)
     page.locator("#jp-main-dock-panel").wait_for()
 
 

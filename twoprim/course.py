@@ -15,6 +15,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
+                                         (--public HOST --ssl-cert F --ssl-key K: for students on other machines)
 
 Learners on their own:
     ./course lab [LAB OPTION ...]        JupyterLab on lesson 00, as `make lab` starts it (as root too)

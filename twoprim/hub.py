@@ -10,7 +10,8 @@ from the Assignments tab). Students cannot read `solutions/`, `grader/` (the gra
 permissions, checked as a student before the hub starts), nor anyone else's home.
 
 Everything is checked before anything is created or changed (`hub_checks.py`): the names, root, the port, the proxy, and
-that other accounts can run the course environment. Ctrl-C (or SIGTERM) stops the hub, its proxy and every server it
+that other accounts can run the course environment. On loopback by default; `--public HOST` serves the class to other
+machines over TLS only (`--ssl-cert`/`--ssl-key` for HOST and *.HOST, checked first). Ctrl-C (or SIGTERM) stops the hub, its proxy and every server it
 started, and says so. The files of one run live in a temporary folder (`hub_config.py`), removed at the end.
 """
 from __future__ import annotations
@@ -48,7 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--students", default="", help="comma-separated student account names, e.g. alice,bob,carol")
     p.add_argument("--roster", type=Path, help="a CSV roster with an `id` column (nbgrader's `db student import`)")
     p.add_argument("--instructor", default="instructor", help="the instructor's account (default: instructor)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the hub's port on loopback ({DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port students open ({DEFAULT_PORT})")
+    p.add_argument("--public", metavar="HOST", default=None,
+                   help="serve the class to other machines at https://HOST:PORT/, each user's server at "
+                        "https://NAME.HOST:PORT/ (DNS for HOST and *.HOST; needs --ssl-cert and --ssl-key)")
+    p.add_argument("--ssl-cert", type=Path, default=None, help="with --public: a PEM certificate for HOST and *.HOST")
+    p.add_argument("--ssl-key", type=Path, default=None, help="with --public: its private key")
+    p.add_argument("--ip", default=None,
+                   help="the address the hub listens on (default: 127.0.0.1; with --public, every interface)")
     p.add_argument("--exchange", type=Path, default=Path(os.environ.get("TWOPRIM_EXCHANGE") or DEFAULT_EXCHANGE),
                    help=f"nbgrader's exchange ($TWOPRIM_EXCHANGE, else {DEFAULT_EXCHANGE})")
     return p
@@ -223,10 +231,13 @@ def table(plan: Plan, passwords: dict[str, str | None], pid: int) -> str:
     for name in plan.students:
         rows.append((name, "student", passwords[name], f"~{name} (lessons/, exercises/)"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["", f"The Two Primitives classroom is running (JupyterHub, loopback only): {plan.url}", ""]
+    where = f"on {plan.ip or 'every interface'}, TLS" if plan.public else "loopback only"
+    lines = ["", f"The Two Primitives classroom is running (JupyterHub, {where}): {plan.url}", ""]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
     lines += ["",
               f"Log in at {plan.url}hub/login with an account and its password (new for this run, shown only here).",
+              *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
+                 f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
               f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course collect, "
               f"autograde, feedback).",
               f"Class commands run as the instructor: their JupyterLab terminal, or runuser -u {plan.instructor} -- "
@@ -235,11 +246,15 @@ def table(plan: Plan, passwords: dict[str, str | None], pid: int) -> str:
     return "\n".join(lines)
 
 
-def _answers(port: int, host: str) -> bool:
-    """True when JupyterHub's API answers on 127.0.0.1:`port` for `host`."""
+def _answers(port: int, host: str, *, ip: str = "127.0.0.1", tls: bool = False) -> bool:
+    """True when JupyterHub's API answers on `ip`:`port` for `host` (over TLS: through the proxy with --public)."""
     import http.client
+    import ssl
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    if tls:  # only whether it answers: the certificate was checked before the start (hub_checks.check_public)
+        conn = http.client.HTTPSConnection(ip, port, timeout=2, context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(ip, port, timeout=2)
     try:
         conn.request("GET", "/hub/api/", headers={"Host": host})
         return conn.getresponse().status == 200
@@ -251,7 +266,9 @@ def _answers(port: int, host: str) -> bool:
 
 def _ready(plan: Plan) -> bool:
     """The hub itself first (asking the proxy earlier only fills the log with its 404s), then through the proxy."""
-    return _answers(plan.hub_port, "127.0.0.1") and _answers(plan.port, f"localhost:{plan.port}")
+    ip = plan.ip if plan.ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    return _answers(plan.hub_port, "127.0.0.1") and _answers(plan.port, f"{plan.host}:{plan.port}", ip=ip,
+                                                             tls=plan.public)
 
 
 class _Tracker:

@@ -1,7 +1,7 @@
 """`./course hub`'s checks: everything is checked before anything is created or changed, and each problem is one
-line (a CourseError) that says what to do. The names (valid, not someone else's account), root, the port, the proxy,
-the exchange, and that other accounts can reach the course and run its environment (as `nobody`, the way a
-student's server will).
+line (a CourseError) that says what to do. The names (valid, not someone else's account), root, the port (and with
+--public the host name, its certificate and key), the proxy, the exchange, and that other accounts can reach the
+course and run its environment (as `nobody`, the way a student's server will).
 """
 from __future__ import annotations
 
@@ -110,14 +110,87 @@ def check_accounts(students: list[str], instructor: str) -> None:
             f"new name, e.g. --instructor teacher")
 
 
-def port_in_use(port: int) -> bool:
+def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((ip, port))
         except OSError:
             return True
     return False
+
+
+def check_ip(ip: str | None, public: bool) -> str:
+    """The address the proxy listens on: loopback unless --public (then every interface by default)."""
+    import ipaddress
+
+    if ip is None:
+        return "" if public else "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        raise CourseError(f"--ip {ip!r} is not an IP address: give one of this machine's, e.g. --ip 10.0.0.5, or "
+                          f"leave it out") from None
+    if not address.is_loopback and not public:
+        raise CourseError(f"--ip {ip} would serve passwords and students' work to the network in clear: add --public "
+                          f"HOST with --ssl-cert and --ssl-key (TLS), or leave out --ip to stay on loopback")
+    return ip
+
+
+HOST_RE = re.compile(  # a DNS name with at least two labels: each user's server is on a subdomain of it
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _covers(pattern: str, name: str) -> bool:
+    """Whether a certificate's DNS name `pattern` (a wildcard only as the whole leftmost label) matches `name`."""
+    pattern, name = pattern.lower().rstrip("."), name.lower()
+    if pattern.startswith("*."):
+        head, _, rest = name.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == name
+
+
+def check_public(host: str, cert: Path | None, key: Path | None, port: int) -> None:
+    """--public HOST: a DNS name, with a certificate (and its key) for HOST and *.HOST, valid now."""
+    import datetime
+    import ssl
+
+    if not HOST_RE.match(host or "") or host.rsplit(".", 1)[-1].isdigit():  # a name, never an address
+        raise CourseError(f"--public {host!r} is not a host name: give the DNS name students will open, e.g. "
+                          f"--public hub.example.edu (each user's server is at <name>.hub.example.edu: its DNS "
+                          f"needs a wildcard record, *.hub.example.edu, pointing at this machine too)")
+    if cert is None or key is None:
+        raise CourseError(f"--public {host} serves passwords and students' work over the network, so only over "
+                          f"TLS: pass --ssl-cert and --ssl-key, a certificate for {host} and *.{host} and its key")
+    for what, path in (("--ssl-cert", cert), ("--ssl-key", key)):
+        if not path.is_file():
+            raise CourseError(f"{what} {path} is not a file")
+    from cryptography import x509
+
+    try:
+        certificate = x509.load_pem_x509_certificate(cert.read_bytes())
+    except ValueError as err:
+        raise CourseError(f"--ssl-cert {cert} is not a PEM certificate ({err})") from err
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as err:
+        raise CourseError(f"--ssl-key {key} is not the private key of --ssl-cert {cert} ({err.__class__.__name__}: "
+                          f"{err}): pass the key the certificate was issued for") from err
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
+            .get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        names = []
+    example = f"alice.{host}"
+    missing = [n for n in (host, example) if not any(_covers(p, n) for p in names)]
+    if missing:
+        raise CourseError(f"--ssl-cert {cert} is for {', '.join(names) or 'no DNS name'}, not for "
+                          f"{' nor '.join(missing)}: the hub is at https://{host}:{port}/ and each user's server at "
+                          f"https://<name>.{host}:{port}/, so the certificate must name {host} and *.{host}")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+        raise CourseError(f"--ssl-cert {cert} is valid from {certificate.not_valid_before_utc:%Y-%m-%d} to "
+                          f"{certificate.not_valid_after_utc:%Y-%m-%d}, not now: renew it")
 
 
 def free_port() -> int:
@@ -222,10 +295,17 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
     check_accounts(students, args.instructor)
     if not 0 < args.port < 65536:
         raise CourseError(f"--port {args.port} is not a port number: choose one in 1-65535, e.g. --port 8000")
-    if port_in_use(args.port):
-        raise CourseError(f"port {args.port} on 127.0.0.1 is already in use (a hub already running? `ss -ltnp "
-                          f"'sport = :{args.port}'` shows what listens there): stop it, or start on another port "
-                          f"with --port {args.port + 1}")
+    public = args.public is not None
+    if not public and (args.ssl_cert or args.ssl_key):
+        raise CourseError("--ssl-cert and --ssl-key serve the class on the network: add --public HOST, the name "
+                          "students open (e.g. --public hub.example.edu)")
+    ip = check_ip(args.ip, public)
+    if public:
+        check_public(args.public, args.ssl_cert, args.ssl_key, args.port)
+    if port_in_use(args.port, ip or "0.0.0.0"):
+        raise CourseError(f"port {args.port} on {ip or 'every interface'} is already in use (a hub already running? "
+                          f"`ss -ltnp 'sport = :{args.port}'` shows what listens there): stop it, or start on another "
+                          f"port with --port {args.port + 1}")
     proxy = find_proxy(course)
     check_exchange(args.exchange)
     hint = f" HUB_ARGS=\"{' '.join(sys.argv[2:])}\"" if len(sys.argv) > 2 and sys.argv[1] == "hub" else ""
@@ -236,4 +316,6 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
         proxy_api_port = free_port()
     return Plan(course=course, venv=course / ".venv", proxy=proxy, exchange=args.exchange.resolve(),
                 instructor=args.instructor, students=tuple(students), port=args.port, hub_port=hub_port,
-                proxy_api_port=proxy_api_port)
+                proxy_api_port=proxy_api_port, host=args.public or "localhost", ip=ip,
+                ssl_cert=args.ssl_cert.resolve() if public else None,
+                ssl_key=args.ssl_key.resolve() if public else None)

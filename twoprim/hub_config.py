@@ -13,7 +13,8 @@ off, as nbgrader's JupyterHub guide tabulates). The instructor's server opens in
 `frame-ancestors 'none'` (jupyterhub/singleuser/extension.py, a `setdefault`, so a configured header wins), which
 stops the browser from showing nbgrader's formgrader, a page JupyterLab embeds in an iframe (nbgrader issue #1870).
 'self' is safe only because each user's server has a host of its own (`JupyterHub.subdomain_host`: users at
-http://<name>.localhost:PORT): no other user's page is 'self' to it. Students keep 'none'.
+http://<name>.localhost:PORT, or https://<name>.HOST:PORT with --public): no other user's page is 'self' to it.
+Students keep 'none'.
 """
 from __future__ import annotations
 
@@ -39,13 +40,23 @@ class Plan:
     exchange: Path
     instructor: str
     students: tuple[str, ...]
-    port: int                  # the public port, on loopback
+    port: int                  # the port students open (the proxy's)
     hub_port: int              # JupyterHub's own API, loopback
     proxy_api_port: int        # the proxy's REST API, loopback
+    host: str = "localhost"    # the name students open: localhost, or with --public the machine's DNS name
+    ip: str = "127.0.0.1"      # where the proxy listens ("" is every interface, only with TLS)
+    ssl_cert: Path | None = None  # with --public: a certificate for host and *.host, and its key
+    ssl_key: Path | None = None
+
+    @property
+    def public(self) -> bool:
+        return self.ssl_cert is not None
 
     @property
     def url(self) -> str:
-        return f"http://localhost:{self.port}/"
+        if self.public:
+            return f"https://{self.host}{'' if self.port == 443 else f':{self.port}'}/"
+        return f"http://{self.host}:{self.port}/"
 
 
 def write_run_folder(plan: Plan, run: Path) -> Path:
@@ -87,8 +98,22 @@ def _student_nbgrader_config(plan: Plan) -> str:
         "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n")
 
 
+def _where(plan: Plan) -> str:
+    if not plan.public:
+        return (f"# Loopback only. Each user's server has a host of its own, http://<name>.localhost:{plan.port} "
+                f"(browsers\n# resolve *.localhost to loopback): what makes the instructor's frame-ancestors 'self' "
+                f"safe.")
+    return (f"# On the network, over TLS only: the proxy serves {plan.url} and each user's server at a host of its\n"
+            f"# own, https://<name>.{plan.host} (what makes the instructor's frame-ancestors 'self' safe), with a\n"
+            f"# certificate for {plan.host} and *.{plan.host}. The hub's API, the proxy's and users' servers stay on "
+            f"loopback.\n"
+            f"c.JupyterHub.ssl_cert = {str(plan.ssl_cert)!r}\n"
+            f"c.JupyterHub.ssl_key = {str(plan.ssl_key)!r}")
+
+
 def _hub_config(plan: Plan, run: Path) -> str:
-    """jupyterhub_config.py: PAM logins for the course's accounts, one local process per user, loopback only."""
+    """jupyterhub_config.py: PAM logins for the course's accounts, one local process per user, on loopback (or
+    with --public on the network, over TLS)."""
     path = f"{plan.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
     values = {
         "COURSE": str(plan.course), "INSTRUCTOR": plan.instructor, "STUDENTS": list(plan.students),
@@ -100,11 +125,10 @@ def _hub_config(plan: Plan, run: Path) -> str:
 {head}
 c = get_config()  # noqa: F821
 
-# Loopback only. Each user's server has a host of its own, http://<name>.localhost:{plan.port} (browsers resolve
-# *.localhost to loopback): what makes the instructor's frame-ancestors 'self' safe.
-c.JupyterHub.ip = "127.0.0.1"
+{_where(plan)}
+c.JupyterHub.ip = {plan.ip!r}
 c.JupyterHub.port = {plan.port}
-c.JupyterHub.subdomain_host = "http://localhost:{plan.port}"
+c.JupyterHub.subdomain_host = {plan.url.rstrip("/")!r}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {plan.hub_port}
 c.ConfigurableHTTPProxy.command = [{str(plan.proxy)!r}]
