@@ -305,6 +305,24 @@ def test_a_public_hub_without_tls_or_with_the_wrong_certificate_is_refused(clone
                      str(right["key"])], f"--ssl-cert {clone['base'] / 'none.pem'} is not a file", names=tuple(names))
 
 
+def test_a_new_password_for_someone_outside_the_class_or_not_the_courses_is_refused(clone):
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    names = _names(2)
+    base = ["--students", ",".join(names), "--port", str(_free_port())]
+    _refused(clone, [*base, "--new-password", "mallory"], "--new-password mallory: 'mallory' is not in this class",
+             names=tuple(names))
+    person = _names(1)[0] + "p"  # an instructor's own account, made outside the course
+    subprocess.run(["useradd", "--create-home", person], check=True, capture_output=True)
+    try:
+        out = _refused(clone, [*base, "--instructor", person, "--new-password", person],
+                       f"--new-password {person}: {person!r} is an account the course did not create",
+                       names=tuple(names))
+        assert "its owner changes it with `passwd`" in out
+    finally:
+        delete_account(person)
+
+
 def _tls_names(port: int, ca: Path, name: str) -> str:
     """The name the proxy's certificate was verified for, connecting as a browser would to `name`."""
     import ssl
@@ -329,12 +347,26 @@ def _plain_http(port: int) -> str:
         conn.close()
 
 
+def _logs_in(name: str, password: str) -> bool:
+    """Whether PAM, as JupyterHub asks it, accepts `password` for `name`."""
+    import pamela
+
+    try:
+        pamela.authenticate(name, password, service="login")
+        return True
+    except pamela.PAMError:
+        return False
+
+
 def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
     """--public: https only, the certificate the instructor gave for HOST and *.HOST, a student's JupyterLab on their
-    own host; no plain HTTP on the port."""
+    own host; no plain HTTP on the port. The student's account is from an earlier run, and they changed its password
+    since: this run keeps it, and --new-password gives a new one."""
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     from playwright.sync_api import sync_playwright
+
+    from twoprim.hub import KEPT, ensure_account
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     course = clone["course"]
@@ -342,12 +374,18 @@ def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
     port = _free_port()
     certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
     exchange = clone["base"] / "exchange-public"
-    hub = Hub(course, ["--students", student, "--instructor", instructor, "--port", str(port), "--exchange",
-                       str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]), "--ssl-key",
-                       str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-public.log")
-    stopped = None
+    hub, stopped = None, None
     try:
+        _, first = ensure_account(student, "student")  # made by an earlier run, which printed `first`
+        assert len(first) >= 12 and _logs_in(student, first)
+        theirs = secrets.token_urlsafe(12)  # then changed by the student (`passwd` in their terminal)
+        subprocess.run(["chpasswd"], input=f"{student}:{theirs}\n", text=True, check=True, capture_output=True)
+        hub = Hub(course, ["--students", student, "--instructor", instructor, "--port", str(port), "--exchange",
+                           str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]), "--ssl-key",
+                           str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-public.log")
         base, passwords = hub.table([instructor, student])
+        assert passwords[student] == KEPT.split()[0] and KEPT in hub.text(), passwords  # not reset by this run
+        assert len(passwords[instructor]) >= 12 and _logs_in(instructor, passwords[instructor])  # a new account
         assert base == f"https://{PUBLIC_HOST}:{port}/", base
         assert f"classroom is running (JupyterHub, on 127.0.0.1, TLS): {base}" in hub.text()
         assert f"Each user's server is at https://<name>.{PUBLIC_HOST}:{port}/" in hub.text()
@@ -358,7 +396,7 @@ def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
         with sync_playwright() as playwright:
             browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
             try:
-                page = _login(browser, base, student, passwords[student])
+                page = _login(browser, base, student, theirs)
                 with _step("public-student-lab", page, hub):
                     _lab_ready(page, student, port, f"https://{PUBLIC_HOST}")
                     page.locator(".jp-DirListing-item", has_text="lessons").wait_for()  # their home
@@ -372,8 +410,10 @@ def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
         assert stopped == 0, hub.tail()
         assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), \
             hub.tail()
+        _, fresh = ensure_account(student, "student", new_password=True)  # what --new-password NAME does
+        assert fresh not in (first, theirs) and _logs_in(student, fresh) and not _logs_in(student, theirs)
     finally:
-        if stopped is None:
+        if hub is not None and stopped is None:
             with contextlib.suppress(Exception):
                 hub.interrupt()
         left = _class_processes([instructor, student]) + _processes_of(course)

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--roster", type=Path, help="a CSV roster with an `id` column (nbgrader's `db student import`)")
     p.add_argument("--instructor", default="instructor", help="the instructor's account (default: instructor)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port students open ({DEFAULT_PORT})")
+    p.add_argument("--new-password", action="append", default=[], metavar="NAME",
+                   help="give this course account a new password (repeatable; `all` for every one): accounts keep "
+                        "theirs across runs otherwise")
     p.add_argument("--public", metavar="HOST", default=None,
                    help="serve the class to other machines at https://HOST:PORT/, each user's server at "
                         "https://NAME.HOST:PORT/ (DNS for HOST and *.HOST; needs --ssl-cert and --ssl-key)")
@@ -70,20 +73,29 @@ def _password() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(16))
 
 
-def ensure_account(name: str, role: str) -> tuple[pwd.struct_passwd, str | None]:
-    """The account (made when missing) and its new password; None when the account is a person's own."""
+KEPT = "(kept from an earlier run)"
+OWN = "(their own Unix password)"
+
+
+def ensure_account(name: str, role: str, new_password: bool = False) -> tuple[pwd.struct_passwd, str]:
+    """The account, made when missing, and what the table says of its password: a new one when the account is
+    made here or `new_password`; else it keeps the one it has (an earlier run's, or one its owner set with
+    `passwd`), and a person's own account is never changed."""
     account = _account(name)
     if account is None:
         subprocess.run([_tool("useradd"), "--create-home", "--user-group", "--shell", "/bin/bash",
                         "--comment", MARKER[role], name], check=True, capture_output=True)
         account = pwd.getpwnam(name)
+        new_password = True
     elif not course_made(account):
-        return account, None  # the instructor's own account: their own password, never changed
+        return account, OWN  # the instructor's own account: their own password, never changed
     elif account.pw_gecos.split(",")[0] != MARKER[role]:
         subprocess.run([_tool("usermod"), "--comment", MARKER[role], name], check=True, capture_output=True)
+    os.chmod(account.pw_dir, 0o700)
+    if not new_password:
+        return account, KEPT
     password = _password()
     subprocess.run([_tool("chpasswd")], input=f"{name}:{password}\n", text=True, check=True, capture_output=True)
-    os.chmod(account.pw_dir, 0o700)
     return account, password
 
 
@@ -201,13 +213,15 @@ def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd) -> None:
                     os.lchown(os.path.join(dirpath, name) if name else dirpath, instructor.pw_uid, instructor.pw_gid)
 
 
-def prepare(plan: Plan) -> dict[str, str | None]:
-    """Accounts, homes, the course's permissions, the exchange; returns account -> password (None: their own)."""
+def prepare(plan: Plan) -> dict[str, str]:
+    """Accounts, homes, the course's permissions, the exchange; returns account -> its password for the table (new,
+    KEPT or OWN)."""
     passwords = {}
-    instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor")
+    renew = set(plan.students) | {plan.instructor} if "all" in plan.new_passwords else set(plan.new_passwords)
+    instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor", plan.instructor in renew)
     accounts = []
     for name in plan.students:
-        account, passwords[name] = ensure_account(name, "student")
+        account, passwords[name] = ensure_account(name, "student", name in renew)
         accounts.append(account)
     give_course(plan.course, instructor)
     prepare_exchange(plan.exchange, instructor)
@@ -224,9 +238,9 @@ def prepare(plan: Plan) -> dict[str, str | None]:
 # --- running ----------------------------------------------------------------------------------------------------
 
 
-def table(plan: Plan, passwords: dict[str, str | None], pid: int) -> str:
+def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
     rows = [("account", "role", "password", "their server opens in")]
-    rows.append((plan.instructor, "instructor", passwords[plan.instructor] or "(their own Unix password)",
+    rows.append((plan.instructor, "instructor", passwords[plan.instructor],
                  f"{plan.course} (the course; Nbgrader > Formgrader)"))
     for name in plan.students:
         rows.append((name, "student", passwords[name], f"~{name} (lessons/, exercises/)"))
@@ -235,7 +249,9 @@ def table(plan: Plan, passwords: dict[str, str | None], pid: int) -> str:
     lines = ["", f"The Two Primitives classroom is running (JupyterHub, {where}): {plan.url}", ""]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
     lines += ["",
-              f"Log in at {plan.url}hub/login with an account and its password (new for this run, shown only here).",
+              f"Log in at {plan.url}hub/login with an account and its password (a new one is shown only here, once; "
+              f"accounts keep theirs across runs, `passwd` in a JupyterLab terminal changes it, and "
+              f"--new-password NAME gives one a new one).",
               *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
                  f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
               f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course collect, "

@@ -110,6 +110,20 @@ def check_accounts(students: list[str], instructor: str) -> None:
             f"new name, e.g. --instructor teacher")
 
 
+def check_new_passwords(names: list[str], students: list[str], instructor: str) -> None:
+    """--new-password names a course account of this class (or `all`); never a person's own account."""
+    for name in names:
+        if name == "all":
+            continue
+        if name not in (*students, instructor):
+            raise CourseError(f"--new-password {name}: {name!r} is not in this class ({', '.join(students)}; "
+                              f"instructor {instructor}): name one of them, or `all`")
+        account = _account(name)
+        if account is not None and not course_made(account):
+            raise CourseError(f"--new-password {name}: {name!r} is an account the course did not create, whose "
+                              f"password it never changes; its owner changes it with `passwd`")
+
+
 def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -293,6 +307,7 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
         if _tool(tool) is None:
             raise CourseError(f"`{tool}` was not found: apt-get install passwd")
     check_accounts(students, args.instructor)
+    check_new_passwords(args.new_password, students, args.instructor)
     if not 0 < args.port < 65536:
         raise CourseError(f"--port {args.port} is not a port number: choose one in 1-65535, e.g. --port 8000")
     public = args.public is not None
@@ -318,4 +333,4 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
                 instructor=args.instructor, students=tuple(students), port=args.port, hub_port=hub_port,
                 proxy_api_port=proxy_api_port, host=args.public or "localhost", ip=ip,
                 ssl_cert=args.ssl_cert.resolve() if public else None,
-                ssl_key=args.ssl_key.resolve() if public else None)
+                ssl_key=args.ssl_key.resolve() if public else None, new_passwords=tuple(args.new_password))

@@ -47,6 +47,7 @@ class Plan:
     ip: str = "127.0.0.1"      # where the proxy listens ("" is every interface, only with TLS)
     ssl_cert: Path | None = None  # with --public: a certificate for host and *.host, and its key
     ssl_key: Path | None = None
+    new_passwords: tuple[str, ...] = ()  # accounts given a new password (`all`: every one); others keep theirs
 
     @property
     def public(self) -> bool:
