@@ -12,11 +12,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from nbgrader.api import Gradebook
+
+from twoprim import course as course_cli
 from twoprim import grading
 from twoprim.grading.gradebook import committed, database_url
+from twoprim.nbgrader_cli import nbgrader
 from twoprim.notebooks import ROOT
 
-from .classroom import answered, bad_ex01_class, course_copy, student_version
+from .classroom import answered, bad_ex01_class, course_copy, student_version, write
 
 AID = "ex01_dot"
 FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
@@ -158,6 +162,53 @@ def test_grading_again_gives_the_same_reports_and_never_touches_submissions(bad_
     grading.autograde(AID, root=course, workers=2, students=again, progress=False)
     assert (course / "grader" / "reports" / f"{AID}.csv").read_text() == first
     assert _digest(course / "grader" / "submitted") == before
+
+
+LATE_POLICY = '\nc.LateSubmissionPlugin.penalty_method = "zero"  # the instructor\'s policy: late scores nothing\n'
+
+
+def _late_class(course: Path) -> Path:
+    """Two right answers: one before the deadline below, one half an hour after it."""
+    with open(course / "grader" / "nbgrader_config.py", "a") as f:
+        f.write(LATE_POLICY)
+    write(course / "grader" / "submitted", "on_time", AID, answered(AID))  # classroom.TIMESTAMP: 2026-11-30 09:00
+    write(course / "grader" / "submitted", "late", AID, answered(AID), timestamp="2026-12-01 10:30:00.000000 UTC")
+    course_cli.release(AID, root=course, due="2026-12-01 10:00 Europe/London")  # 10:00 UTC in December
+    return course
+
+
+def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWOPRIM_EXCHANGE", str(tmp_path / "exchange"))
+    ours, plain = _late_class(_course(tmp_path / "ours")), _late_class(_course(tmp_path / "plain"))
+    assert (tmp_path / "exchange" / grading.COURSE_ID / "outbound" / AID / f"{AID}.ipynb").is_file()  # released
+    grading.autograde(AID, root=ours, workers=2, progress=False)
+    rows = _rows(ours)
+    assert {s: (r["score"], r["seconds_late"], r["late_penalty"]) for s, r in rows.items()} == {
+        "on_time": ("15", "0", "0"), "late": ("0", "1800", "15")}, rows
+    summary = grading.write_reports(AID, root=ours)
+    assert "2 graded, 0 failed; 1 late (scores after the late penalty); mean 7.50" in grading.format_summary(summary)
+
+    course_cli.release(AID, root=ours, due="2026-12-01 11:00 UTC")  # the deadline moved after grading
+    assert grading.autograde(AID, root=ours, workers=2, progress=False) == []  # nothing is graded again, but
+    assert (_rows(ours)["late"]["score"], _rows(ours)["late"]["late_penalty"]) == ("15", "0")  # on time now
+    course_cli.release(AID, root=ours, due="2026-12-01 10:00 UTC")
+    grading.autograde(AID, root=ours, workers=2, progress=False)
+    assert _rows(ours)["late"]["late_penalty"] == "15"
+
+    nbgrader(["autograde", AID, "--student", "late"], root=plain, capture=True)  # plain nbgrader, the same policy
+    for course in (ours, plain):
+        with Gradebook(database_url(course), grading.COURSE_ID) as gb:
+            late = gb.find_submission(AID, "late")
+            assert (late.score, late.late_submission_penalty, late.total_seconds_late) == (15, 15, 1800), course
+
+
+def test_a_due_date_without_a_time_zone_is_refused(tmp_path):
+    course = _course(tmp_path / "course")
+    with pytest.raises(SystemExit, match=r"--due '2026-12-09 23:59' has no time zone.*Europe/Berlin"):
+        course_cli.release(AID, root=course, due="2026-12-09 23:59")
+    with pytest.raises(SystemExit, match=r"'Mars/Base' is not a time zone"):
+        course_cli.release(AID, root=course, due="2026-12-09 23:59 Mars/Base")
+    assert not (course / "grader" / "gradebook.db").exists()  # refused before anything was written
 
 
 def test_unknown_student_is_refused(bad_class):

@@ -7,6 +7,7 @@ Authors:
 
 A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader's /srv/nbgrader/exchange):
     ./course release ASSIGNMENT          copy the student version to the exchange for students to fetch
+                                         (--due '2026-12-09 23:59 Europe/Berlin': its deadline)
     ./course collect ASSIGNMENT          copy submissions from the exchange into grader/submitted/
     ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
                                          (--scheduler tls://HOST:8786: on a Dask cluster; --db URL: PostgreSQL)
@@ -66,8 +67,42 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
     return written
 
 
-def release(aid: str, *, root: Path = ROOT) -> None:
-    """Copy the student version of `aid` to the exchange, for students to fetch."""
+def due_date(text: str):
+    """A due date with its time zone ("2026-12-09 23:59 UTC", "2026-12-09 23:59 Europe/Berlin", ISO 8601 or
+    "... +0100" with an offset) as nbgrader stores it: naive UTC. Without a zone it is refused: nbgrader would read
+    it as UTC."""
+    import dateutil.parser
+    import dateutil.tz
+
+    example = "e.g. --due '2026-12-09 23:59 Europe/Berlin' or --due '2026-12-09T23:59:00+01:00'"
+    parts = text.split()
+    try:
+        if len(parts) == 3 and not parts[2].lstrip("+-").isdigit():  # a named zone: nbgrader's own format
+            zone = dateutil.tz.gettz(parts[2])
+            if zone is None:
+                raise CourseError(f"--due {text!r}: {parts[2]!r} is not a time zone: {example}")
+            when = dateutil.parser.parse(" ".join(parts[:2])).replace(tzinfo=zone)
+        else:
+            when = dateutil.parser.parse(text)
+    except (ValueError, OverflowError) as err:
+        raise CourseError(f"--due {text!r} is not a date and time ({err}): {example}") from err
+    if when.tzinfo is None:
+        raise CourseError(f"--due {text!r} has no time zone, and a deadline must say which: {example}")
+    return (when - when.utcoffset()).replace(tzinfo=None)
+
+
+def release(aid: str, *, root: Path = ROOT, due: str | None = None) -> None:
+    """Copy the student version of `aid` to the exchange, for students to fetch; `due`: its due date, recorded in
+    the gradebook (submissions after it are late: the report says by how long, and nbgrader's late-submission
+    plugin, if configured, sets the penalty)."""
+    if due is not None:
+        when = due_date(due)
+        from .grading.gradebook import database_url, gradebook, released_notebooks
+
+        url = database_url(root)
+        released_notebooks(aid, root, url)  # the assignment registered in the gradebook
+        with gradebook(url) as gb:
+            gb.update_or_create_assignment(aid, duedate=when)
     nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
 
 
@@ -162,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (("release", "release the student version to the exchange"),
                        ("collect", "collect submissions from the exchange into grader/submitted/"),
                        ("feedback", "generate feedback HTML and release it to the exchange")):
-        sub.add_parser(name, help=text).add_argument("assignment")
+        command = sub.add_parser(name, help=text)
+        command.add_argument("assignment")
+        if name == "release":
+            command.add_argument("--due", default=None, metavar="'YYYY-MM-DD HH:MM ZONE'",
+                                 help="the due date, with its time zone (submissions after it are late)")
     db_help = ("the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or ~/.pgpass) or sqlite:///PATH "
                "(default: $TWOPRIM_DB, else grader/gradebook.db)")
     rp = sub.add_parser("report", help="rewrite grader/reports/ from the gradebook and print the summary")
@@ -225,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {install_config()}")
         print(f"wrote {install_lab_settings()}")
     elif args.command == "release":
-        release(args.assignment)
-        print(f"released {args.assignment} to the exchange")
+        release(args.assignment, due=args.due)
+        due = f", due {due_date(args.due):%Y-%m-%d %H:%M} UTC" if args.due else ""
+        print(f"released {args.assignment} to the exchange{due}")
     elif args.command == "collect":
         collect(args.assignment)
         print(f"collected {args.assignment} into grader/submitted/")

@@ -22,8 +22,8 @@ from typing import Callable
 from .. import sandbox
 from ..nbgrader_cli import CourseError
 from ..notebooks import ROOT
-from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, released_notebooks,
-                        scratch_gradebooks, snapshot, submission_files, submitted_students)
+from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, refresh_late_penalties,
+                        released_notebooks, scratch_gradebooks, snapshot, submission_files, submitted_students)
 from .preprocessors import DEFAULT_CELL_TIMEOUT
 from .reports import write_reports
 from .submission import SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
@@ -88,7 +88,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
               on_workers: list[str] | None = None, in_process: bool = False,
               on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Grade the submissions of `aid` (or `students`) on a Dask cluster; merge each outcome into the gradebook as
-    it arrives; write the reports; return the outcomes of this run.
+    it arrives; set every submission's late penalty under today's due dates; write the reports; return the
+    outcomes of this run.
 
     Each kernel runs in the `sandbox`; where isolation is impossible this refuses, unless `unisolated`. `trust`
     lists students whose code the audit held and the instructor has read. Each cell may run `cell_timeout`
@@ -124,7 +125,9 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         if progress and len(todo) < len(students or everyone):
             print(f"{len(students or everyone) - len(todo)} submission(s) of {aid} already graded in their current "
                   f"form; grading {len(todo)} (--force grades every one again)")
-        if not todo:
+        if not todo:  # the reports still follow today's due dates
+            refresh_late_penalties(aid, root, url)
+            write_reports(aid, root=root, url=url)
             return []
         workers = max(1, workers or os.cpu_count() or 1)
         in_process = in_process or (client is None and len(todo) == 1)  # one submission: no worker to start
@@ -193,6 +196,7 @@ def _run(client, aid, root, url, todo, files, digests, released, *, progress, tr
         print("graded by: " + ", ".join(f"{w} ({n})" for w, n in sorted(by_worker.items())))
     outcomes.sort(key=lambda o: o.student)
     try:
+        refresh_late_penalties(aid, root, url)  # those graded before this run, under today's due dates
         write_reports(aid, root=root, url=url)
     except GradebookUnavailable as err:
         raise GradebookUnavailable(f"{str(err).removeprefix('error: ')}; every submission of this run was committed "

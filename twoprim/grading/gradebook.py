@@ -17,6 +17,7 @@ password in `PGPASSWORD` or `~/.pgpass`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -238,9 +239,47 @@ def statuses(aid: str, url: str) -> dict[str, dict]:
     return {row["student"]: dict(row) for row in rows}
 
 
+@functools.lru_cache(maxsize=8)
+def _late_plugin(config_folder: str):
+    """The late-submission plugin the course's nbgrader configuration names (`AssignLatePenalties.plugin_class`,
+    nbgrader's `LateSubmissionPlugin` by default, whose `penalty_method` is 'none' unless configured)."""
+    from nbgrader.preprocessors import AssignLatePenalties
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=config_folder).load_config()
+    assigner = AssignLatePenalties(config=config)
+    assigner.init_plugin()
+    return assigner.plugin_inst
+
+
+def late_penalties(gb, sub, root: Path) -> None:
+    """Each notebook's late-submission penalty, as `nbgrader autograde`'s `AssignLatePenalties` sets it: from the
+    submission's time and the assignment's due date (plus the student's extension) in the course gradebook, by the
+    configured plugin, kept between 0 and the notebook's score; None when on time (or no due date)."""
+    gb.db.expire(sub)  # the grades were just written: scores are recomputed by the database
+    late = sub.total_seconds_late
+    for nb in sub.notebooks:
+        gb.db.expire(nb)
+        nb.late_submission_penalty = None
+        if late > 0:
+            penalty = _late_plugin(str(root / "grader")).late_submission_penalty(sub.student.id, nb.score, late)
+            if penalty is not None:
+                nb.late_submission_penalty = min(max(0.0, penalty), nb.score)
+
+
+def refresh_late_penalties(aid: str, root: Path, url: str) -> None:
+    """Every submission's late penalty of `aid` under the current due dates, extensions and policy (one
+    transaction, nothing graded again): a deadline moved after grading applies at the next autograde."""
+    with gradebook(url) as gb:
+        for sub in gb.assignment_submissions(aid):
+            late_penalties(gb, sub, root)
+        gb.db.commit()
+
+
 def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: str = "") -> None:
-    """Write one outcome: its autograded notebooks into grader/autograded/<student>/<aid>/, then its grades and the
-    course's row into the gradebook, in one transaction (idempotent: merging again overwrites)."""
+    """Write one outcome: its autograded notebooks into grader/autograded/<student>/<aid>/, then its grades, its
+    late penalty (`late_penalties`) and the course's row into the gradebook, in one transaction (idempotent: merging
+    again overwrites)."""
     from nbgrader.api import MissingEntry
     from nbgrader.utils import parse_utc
     from sqlalchemy import delete
@@ -269,6 +308,8 @@ def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: s
                 grade.needs_manual_grade = outcome.status == "graded" and score is None
             for comment in nb.comments:
                 comment.auto_comment = outcome.comments.get((nb.name, comment.name))
+        gb.db.flush()
+        late_penalties(gb, sub, root)
         gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == outcome.student))
         gb.db.execute(table.insert().values(
             assignment=aid, student=outcome.student, digest=digest_of, status=outcome.status,

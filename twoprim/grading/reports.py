@@ -1,6 +1,6 @@
-"""Reports an instructor can act on: grader/reports/<aid>.csv (one row per student with status and reason), a
-per-test chart <aid>_tests.png and a one-screen summary, all read from the gradebook (nbgrader's scores and the
-course's `twoprim_autograde` row of each submission: its status, reason and worker)."""
+"""Reports an instructor can act on: grader/reports/<aid>.csv (one row per student with status, reason and
+lateness), a per-test chart <aid>_tests.png and a one-screen summary, all read from the gradebook (nbgrader's scores
+and late penalties, and the course's `twoprim_autograde` row of each submission: its status, reason and worker)."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +12,8 @@ from .gradebook import database_url, gradebook, statuses
 
 __all__ = ["write_reports", "summary", "format_summary", "number"]
 
-REPORT_FIELDS = ["student", "score", "max_score", "status", "reason"]
+# score: after the late penalty (nbgrader export's `score`); seconds_late and late_penalty from the due date, if any
+REPORT_FIELDS = ["student", "score", "max_score", "status", "reason", "seconds_late", "late_penalty"]
 
 
 def write_reports(aid: str, *, root: Path = ROOT, url: str | None = None) -> dict:
@@ -29,8 +30,10 @@ def write_reports(aid: str, *, root: Path = ROOT, url: str | None = None) -> dic
             st = known.get(sub.student.id, {"status": "graded", "reason": ""})
             if st.get("worker"):
                 workers[st["worker"]] = workers.get(st["worker"], 0) + 1
-            rows.append({"student": sub.student.id, "score": number(sub.score), "max_score": number(sub.max_score),
-                         "status": st["status"], "reason": st["reason"]})
+            penalty = sub.late_submission_penalty or 0.0
+            rows.append({"student": sub.student.id, "score": number(max(0.0, sub.score - penalty)),
+                         "max_score": number(sub.max_score), "status": st["status"], "reason": st["reason"],
+                         "seconds_late": number(sub.total_seconds_late), "late_penalty": number(penalty)})
             for nb in sub.notebooks:
                 for grade in nb.grades:
                     per_test.setdefault(grade.name, []).append((grade.score, grade.max_score))
@@ -70,6 +73,7 @@ def summary(aid: str, rows: list[dict]) -> dict:
     scores = [float(r["score"]) for r in graded]
     return {"assignment": aid, "submissions": len(rows), "graded": len(graded), "failed": len(rows) - len(graded),
             "flagged": sum(r["status"] == "flagged" for r in rows),
+            "late": sum(float(r.get("seconds_late") or 0) > 0 for r in rows),
             "mean": statistics.mean(scores) if scores else None, "median": statistics.median(scores) if scores else None,
             "max_score": rows[0]["max_score"] if rows else None}
 
@@ -79,6 +83,7 @@ def format_summary(s: dict, root: Path = ROOT) -> str:
     median = "-" if s["median"] is None else f"{s['median']:.2f}"
     reports = (root / "grader" / "reports").relative_to(root)
     held = f" ({s['flagged']} held for review)" if s.get("flagged") else ""
+    held += f"; {s['late']} late (scores after the late penalty)" if s.get("late") else ""
     workers = s.get("workers") or {}
     by = (f"\ngraded by {len(workers)} workers: " + ", ".join(f"{w} ({n})" for w, n in sorted(workers.items()))
           if len(workers) > 1 else "")
