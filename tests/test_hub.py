@@ -238,38 +238,26 @@ PUBLIC_HOST = "hub.localhost"  # browsers resolve it and every <name>.hub.localh
 
 
 def _certificate(folder: Path, names: list[str], *, days: int = 30) -> dict:
-    """A CA of the test's own and a server certificate for `names` signed by it: {"ca", "cert", "key"} paths and
-    the SPKI hash Chromium is told to accept (`--ignore-certificate-errors-spki-list`: that one key, nothing else)."""
+    """A certificate for `names` from a CA of the test's own (`grading.tls.issue`), valid for `days` (< 0: it
+    expired that long ago): {"ca", "cert", "key"} paths and the SPKI hash Chromium is told to accept
+    (`--ignore-certificate-errors-spki-list`: that one key, nothing else)."""
     import base64
     import datetime
 
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.hazmat.primitives import serialization
 
+    from twoprim.grading.tls import issue
+
+    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=max(0, -2 * days), hours=1)
+    issued = issue(names[0], dns_names=tuple(names), days=abs(days), start=start)
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Two Primitives test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=max(1, 1 - days), hours=1))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    paths = {"ca": folder / "ca.pem", "cert": folder / "cert.pem", "key": folder / "key.pem"}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+    paths = {role: folder / f"{role}.pem" for role in issued}
+    for role, data in issued.items():
+        paths[role].write_bytes(data)
     paths["key"].chmod(0o600)
-    spki = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    spki = x509.load_pem_x509_certificate(issued["cert"]).public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return {**paths, "spki": base64.b64encode(hashlib.sha256(spki).digest()).decode()}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..nbgrader_cli import CourseError
 
-__all__ = ["cluster_certs", "client_security", "CLIENT_ENV", "FILES"]
+__all__ = ["cluster_certs", "issue", "client_security", "CLIENT_ENV", "FILES"]
 
 FILES = {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"}
 # Dask's configuration keys as environment variables (read when dask is imported)
@@ -30,14 +30,49 @@ REQUIRE_ENV = "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"
 SUBJECT = "Two Primitives grading cluster"
 
 
-def cluster_certs(folder: Path, *, days: int = 365) -> dict[str, Path]:
-    """Write ca.pem, cert.pem and key.pem (mode 0600) into `folder` and return their paths; refuses, writing
-    nothing, when any of them exists."""
+def issue(common_name: str, *, dns_names: tuple[str, ...] = (), days: int = 365,
+          start: datetime.datetime | None = None) -> dict[str, bytes]:
+    """A CA of its own and one certificate it signed, for `common_name` and `dns_names` (server and client use), valid
+    from `start` (default: 5 minutes ago) for `days`: {"ca", "cert", "key"} as PEM. The CA's key is dropped."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+    start = start or datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    end = start + datetime.timedelta(days=days, minutes=5)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name} CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+               .issuer_name(ca_name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                     ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                              critical=False))
+    if dns_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
+                                        critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    pem = serialization.Encoding.PEM
+    return {"ca": ca.public_bytes(pem), "cert": cert.public_bytes(pem),
+            "key": key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())}
+
+
+def cluster_certs(folder: Path, *, days: int = 365) -> dict[str, Path]:
+    """Write ca.pem, cert.pem and key.pem (mode 0600) into `folder` and return their paths; refuses, writing
+    nothing, when any of them exists."""
     if days < 1:
         raise CourseError(f"--days must be at least 1 (got {days})")
     folder = Path(folder)
@@ -47,36 +82,8 @@ def cluster_certs(folder: Path, *, days: int = 365) -> dict[str, Path]:
         raise CourseError(f"{', '.join(existing)} already exist(s): certificates are never overwritten. Write new "
                           f"ones into an empty folder, or move these away first")
     folder.mkdir(parents=True, exist_ok=True)
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{SUBJECT} CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SUBJECT)]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-
-    pem = serialization.Encoding.PEM
-    contents = {
-        "ca": (ca.public_bytes(pem), 0o644),
-        "cert": (cert.public_bytes(pem), 0o644),
-        "key": (key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600),
-    }
+    issued = issue(SUBJECT, days=days)
+    contents = {"ca": (issued["ca"], 0o644), "cert": (issued["cert"], 0o644), "key": (issued["key"], 0o600)}
     written: list[Path] = []
     try:
         for role, (data, mode) in contents.items():
