@@ -4,6 +4,7 @@ touches the submitted files. Also the self-grading command a learner runs on the
 from __future__ import annotations
 
 import csv
+import datetime
 import hashlib
 import json
 import shutil
@@ -15,7 +16,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
-from twoprim import grading
+from twoprim import deadlines, grading
 from twoprim.grading.gradebook import committed, database_url
 from twoprim.nbgrader_cli import nbgrader
 from twoprim.notebooks import ROOT
@@ -181,6 +182,7 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     monkeypatch.setenv("TWOPRIM_EXCHANGE", str(tmp_path / "exchange"))
     ours, plain = _late_class(_course(tmp_path / "ours")), _late_class(_course(tmp_path / "plain"))
     assert (tmp_path / "exchange" / grading.COURSE_ID / "outbound" / AID / f"{AID}.ipynb").is_file()  # released
+    assert deadlines.read(tmp_path / "exchange") == {AID: datetime.datetime(2026, 12, 1, 10)}  # students see it
     grading.autograde(AID, root=ours, workers=2, progress=False)
     rows = _rows(ours)
     assert {s: (r["score"], r["seconds_late"], r["late_penalty"]) for s, r in rows.items()} == {
@@ -188,7 +190,9 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     summary = grading.write_reports(AID, root=ours)
     assert "2 graded, 0 failed; 1 late (scores after the late penalty); mean 7.50" in grading.format_summary(summary)
 
+    assert course_cli.release(AID, root=ours) == datetime.datetime(2026, 12, 1, 10)  # released again: kept
     course_cli.release(AID, root=ours, due="2026-12-01 11:00 UTC")  # the deadline moved after grading
+    assert deadlines.read(tmp_path / "exchange") == {AID: datetime.datetime(2026, 12, 1, 11)}
     assert grading.autograde(AID, root=ours, workers=2, progress=False) == []  # nothing is graded again, but
     assert (_rows(ours)["late"]["score"], _rows(ours)["late"]["late_penalty"]) == ("15", "0")  # on time now
     course_cli.release(AID, root=ours, due="2026-12-01 10:00 UTC")

@@ -5,6 +5,7 @@ halfway, loop forever or do not parse (reported with their cell, the rest of the
 cached by content hash; the learner's notebooks are never modified; a corrupt state file is set aside, not lost."""
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim import course, ex06, grading, progress
+from twoprim import course, deadlines, ex06, grading, progress
 from twoprim.hints import hint
 from twoprim.notebooks import ROOT, assignments, lessons
 
@@ -168,6 +169,45 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     os.utime(notebook, (later, later))  # saved again after submitting
     assert progress.report().next_step.startswith(
         "submit ex01_dot from the Assignments tab again (you saved the notebook after submitting it)")
+
+
+def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_path, monkeypatch):
+    """nbgrader's assignment list never shows a due date (students cannot read the gradebook, nbgrader#943): the
+    due dates `./course release` writes into the exchange appear in the student's progress, with the time left."""
+    home, exchange, data = tmp_path / "home", tmp_path / "exchange", tmp_path / "jupyter-data"
+    shutil.copytree(ROOT / "lessons", home / "lessons")
+    for aid in ("ex01_dot", "ex02_gemm"):
+        (exchange / "two-primitives" / "outbound" / aid).mkdir(parents=True)
+    (home / "exercises" / "ex01_dot").mkdir(parents=True)
+    put(home, "ex01_dot", answered("ex01_dot"))
+    mark_run(home)
+    for name, value in (("TWOPRIM_WORKSPACE", home), ("TWOPRIM_EXCHANGE", exchange), ("JUPYTER_DATA_DIR", data)):
+        monkeypatch.setenv(name, str(value))
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    soon, gone = now + datetime.timedelta(days=2, hours=3, minutes=30), now - datetime.timedelta(hours=5, minutes=30)
+    deadlines.publish(exchange, "ex01_dot", soon)
+    deadlines.publish(exchange, "ex02_gemm", gone)
+    assert deadlines.path(exchange).stat().st_mode & 0o777 == 0o644
+    assert json.loads(deadlines.path(exchange).read_text()) == {"ex01_dot": f"{soon:%Y-%m-%dT%H:%M:%SZ}",
+                                                                "ex02_gemm": f"{gone:%Y-%m-%dT%H:%M:%SZ}"}
+
+    r = progress.report()
+    ex01, ex02 = by_aid(r)["ex01_dot"], by_aid(r)["ex02_gemm"]
+    assert (ex01.due, ex02.due) == (soon, gone)
+    assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC (in 2 "
+                                  f"days 3 h)): your instructor's grading"), r.next_step
+    assert f"due {gone:%Y-%m-%d %H:%M} UTC (passed 5 h 30 min ago: a submission now is late)" in r.text(), r.text()
+
+    # submitted a day before the deadline ex01 had until the instructor moved it: late now
+    cached = data / "nbgrader_cache" / "two-primitives" / "student+ex01_dot+t"
+    cached.mkdir(parents=True)
+    (cached / "timestamp.txt").write_text(f"{now - datetime.timedelta(days=1):%Y-%m-%d %H:%M:%S}.000000 UTC")
+    os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
+    deadlines.publish(exchange, "ex01_dot", now - datetime.timedelta(days=2))
+    line = next(l for l in progress.report().text().splitlines() if "ex01_dot" in l)
+    assert "(late)" in line and "due " not in line, line  # submitted: its due date is no longer news
+    deadlines.publish(exchange, "ex01_dot", None)
+    assert "ex01_dot" not in deadlines.read(exchange) and "ex02_gemm" in deadlines.read(exchange)
 
 
 # Visible checks that read only the form of an answer (its value is measured when grading): ex06's short answers,

@@ -91,19 +91,39 @@ def due_date(text: str):
     return (when - when.utcoffset()).replace(tzinfo=None)
 
 
-def release(aid: str, *, root: Path = ROOT, due: str | None = None) -> None:
+def exchange_root(root: Path = ROOT) -> Path:
+    """The exchange the course's nbgrader configuration names ($TWOPRIM_EXCHANGE, the classroom's, or nbgrader's)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return Path(PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config().Exchange.root)
+
+
+def release(aid: str, *, root: Path = ROOT, due: str | None = None):
     """Copy the student version of `aid` to the exchange, for students to fetch; `due`: its due date, recorded in
     the gradebook (submissions after it are late: the report says by how long, and nbgrader's late-submission
-    plugin, if configured, sets the penalty)."""
-    if due is not None:
-        when = due_date(due)
-        from .grading.gradebook import database_url, gradebook, released_notebooks
+    plugin, if configured, sets the penalty). The gradebook's due date (from `due`, or set in the formgrader) is
+    also written where students can read it (`twoprim.deadlines`); returns it (naive UTC), or None."""
+    from nbgrader.api import MissingEntry
 
-        url = database_url(root)
+    from . import deadlines
+    from .grading.gradebook import database_url, gradebook, released_notebooks
+
+    url = database_url(root)
+    when = due_date(due) if due is not None else None
+    if when is not None:
         released_notebooks(aid, root, url)  # the assignment registered in the gradebook
-        with gradebook(url) as gb:
+    with gradebook(url) as gb:
+        if when is not None:
             gb.update_or_create_assignment(aid, duedate=when)
+        try:
+            when = gb.find_assignment(aid).duedate
+        except MissingEntry:
+            when = None
     nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
+    exchange = exchange_root(root)
+    if when is not None or aid in deadlines.read(exchange):
+        deadlines.publish(exchange, aid, when)
+    return when
 
 
 def collect(aid: str, *, root: Path = ROOT) -> None:
@@ -264,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {install_config()}")
         print(f"wrote {install_lab_settings()}")
     elif args.command == "release":
-        release(args.assignment, due=args.due)
-        due = f", due {due_date(args.due):%Y-%m-%d %H:%M} UTC" if args.due else ""
+        when = release(args.assignment, due=args.due)
+        due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
         print(f"released {args.assignment} to the exchange{due}")
     elif args.command == "collect":
         collect(args.assignment)

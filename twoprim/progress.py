@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import calendar
+import datetime
 import hashlib
 import html
 import io
@@ -36,6 +37,7 @@ from typing import Callable
 
 import nbformat
 
+from . import deadlines
 from .failures import ANSWERED as ANSWERED_TEXT
 from .hints import HINTS
 from .hub_config import COURSE_ID
@@ -247,6 +249,7 @@ class AssignmentStatus:
     problem: str | None = None
     selfgrade: dict | None = None   # {"score", "max_score", "stale": why it is out of date or "", "failing"}
     submitted: dict | None = None   # on the classroom hub: {"at": nbgrader's timestamp, "stale": "" or why}
+    due: datetime.datetime | None = None  # on the classroom hub: its due date, naive UTC (`twoprim.deadlines`)
     hints_used: int = 0
     hints_total: int = 0
     cached: bool = False
@@ -333,7 +336,10 @@ def _checks_cell(a: AssignmentStatus) -> str:
 
 def _selfgrade_cell(a: AssignmentStatus) -> str:
     if a.submitted is not None:
-        return "-" if not a.submitted["at"] else a.submitted["at"][:16] + (" (old)" if a.submitted["stale"] else "")
+        if not a.submitted["at"]:
+            return "-"
+        return (a.submitted["at"][:16] + (" (old)" if a.submitted["stale"] else "")
+                + (" (late)" if _late(a) else ""))
     sg = a.selfgrade
     if sg is None:
         return "-"
@@ -344,6 +350,11 @@ def _selfgrade_cell(a: AssignmentStatus) -> str:
 
 
 def _notebook_cell(a: AssignmentStatus) -> str:
+    text = _notebook_state(a)
+    return f"{text}; {deadlines.describe(a.due)}" if a.due is not None and not _complete(a) else text
+
+
+def _notebook_state(a: AssignmentStatus) -> str:
     if a.problem:
         return f"{a.status}: {a.problem}"
     todo = [fn for fn, v in a.checks.items() if v not in DONE]
@@ -403,6 +414,21 @@ def _released() -> set[str]:
         return set()
 
 
+def _late(a: AssignmentStatus) -> bool:
+    """Whether the last submission came after the due date (nbgrader's timestamp, UTC)."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        return a.due is not None and bool(a.submitted and a.submitted["at"]) and parse_utc(a.submitted["at"]) > a.due
+    except (ValueError, OverflowError):
+        return False
+
+
+def _due(a: AssignmentStatus) -> str:
+    """' (due ... (in 2 days))' for a next step, or ''."""
+    return f" ({deadlines.describe(a.due)})" if a.due is not None else ""
+
+
 def _read_submission(aid: str, notebook: Path) -> dict:
     """When this student last submitted `aid` from the classroom hub, from nbgrader's record of it (a copy of each
     submission in $JUPYTER_DATA_DIR/nbgrader_cache/<course>/<student>+<aid>+<time>/, its time in timestamp.txt);
@@ -447,7 +473,7 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
             continue
         a, where = step, step.path.relative_to(root)
         if a.status == "missing" and classroom:
-            return (f"fetch {a.aid} from the Assignments tab (Nbgrader → Assignments): it lands in "
+            return (f"fetch {a.aid} from the Assignments tab (Nbgrader → Assignments){_due(a)}: it lands in "
                     f"{where.parent}/.")
         if a.status == "missing":
             return f"{where} is missing: restore it from the course (`git restore {where}`)."
@@ -465,8 +491,8 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
             answers = (f" and the values of your {a.answered} short answer{'s' if a.answered > 1 else ''}"
                        if a.answered else "")
             again = f" again ({sub['stale']})" if sub["stale"] else ""
-            return (f"submit {a.aid} from the Assignments tab{again}: your instructor's grading adds the hidden "
-                    f"checks{answers}, and its feedback comes back there.")
+            return (f"submit {a.aid} from the Assignments tab{again}{_due(a)}: your instructor's grading adds the "
+                    f"hidden checks{answers}, and its feedback comes back there.")
         sg = a.selfgrade
         if sg is None or sg["stale"]:
             again = "" if sg is None else f" again ({sg['stale']})"
@@ -501,6 +527,7 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
     lesson_list = [lesson_status(p) for p in lessons(root)]
     work: list[AssignmentStatus] = []
     todo: list[tuple[AssignmentStatus, str]] = []
+    due_dates = deadlines.read(os.environ.get("TWOPRIM_EXCHANGE")) if classroom else {}
     for aid in _assignment_ids(root, classroom):
         path = root / "exercises" / aid / f"{aid}.ipynb"
         a = AssignmentStatus(aid, path, "missing")
@@ -509,6 +536,7 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
         work.append(a)
         if classroom:
             a.submitted = _read_submission(aid, path)
+            a.due = due_dates.get(aid)
         if not path.is_file():
             a.problem = ("not fetched yet: fetch it from the Assignments tab" if classroom
                          else f"{path.relative_to(root)} does not exist")
