@@ -188,6 +188,16 @@ def matmul_one_dot(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
 
 
 @triton.jit
+def _k_blocks(a_ptr, b_ptr, rm, rn, ks, M, N, K, stride_am, stride_ak, stride_bk, stride_bn):
+    """The (rows rm, columns ks) block of A and the (rows ks, columns rn) block of B, masked to 0 outside."""
+    a = tl.load(a_ptr + rm[:, None] * stride_am + ks[None, :] * stride_ak, mask=(rm[:, None] < M) & (ks[None, :] < K),
+                other=0.0)
+    b = tl.load(b_ptr + ks[:, None] * stride_bk + rn[None, :] * stride_bn, mask=(ks[:, None] < K) & (rn[None, :] < N),
+                other=0.0)
+    return a, b
+
+
+@triton.jit
 def matmul_half_acc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -195,10 +205,7 @@ def matmul_half_acc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_b
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)  # the input's dtype: float16 or bfloat16
     for k0 in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
         acc = (acc.to(tl.float32) + tl.dot(a, b)).to(c_ptr.dtype.element_ty)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -259,10 +266,8 @@ def matmul_dead_dot(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_b
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0).to(tl.float32)
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        a, b = a.to(tl.float32), b.to(tl.float32)
         acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)  # broadcast and sum: no matrix units
         if K < 0:
             acc += tl.dot(a, b)  # never runs
