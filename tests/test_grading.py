@@ -199,6 +199,20 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     grading.autograde(AID, root=ours, workers=2, progress=False)
     assert _rows(ours)["late"]["late_penalty"] == "15"
 
+    # one student's extension (nbgrader keeps it on a submission row; the course grants it before one exists too)
+    assert course_cli.extend(AID, "late", "2026-12-01 12:00 Europe/London", root=ours) == (
+        "late may submit ex01_dot until 2026-12-01 12:00 UTC (2 h after its due date, 2026-12-01 10:00 UTC); their "
+        "late penalty follows it from now on")
+    assert _late_and_penalty(ours, "late") == (0, 0)  # at once
+    grading.autograde(AID, root=ours, students=["late"], progress=False)  # graded again: merged with it
+    assert _late_and_penalty(ours, "late") == (0, 0) and _rows(ours)["late"]["score"] == "15"
+    with pytest.raises(SystemExit, match=r"2026-12-01 09:00 UTC is not after ex01_dot's due date, 2026-12-01 10:00"):
+        course_cli.extend(AID, "late", "2026-12-01 09:00 UTC", root=ours)
+    with pytest.raises(SystemExit, match=r"no student 'lte' in the gradebook.*known: late, on_time"):
+        course_cli.extend(AID, "lte", "2026-12-02 09:00 UTC", root=ours)
+    assert "taken back" in course_cli.extend(AID, "late", None, root=ours)
+    assert _late_and_penalty(ours, "late") == (1800, 15)
+
     nbgrader(["autograde", AID, "--student", "late"], root=plain, capture=True)  # plain nbgrader, the same policy
     for course in (ours, plain):
         with Gradebook(database_url(course), grading.COURSE_ID) as gb:
@@ -206,8 +220,20 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
             assert (late.score, late.late_submission_penalty, late.total_seconds_late) == (15, 15, 1800), course
 
 
+def _late_and_penalty(course: Path, student: str) -> tuple[float, float]:
+    with Gradebook(database_url(course), grading.COURSE_ID) as gb:
+        sub = gb.find_submission(AID, student)
+        return sub.total_seconds_late, sub.late_submission_penalty
+
+
 def test_a_due_date_without_a_time_zone_is_refused(tmp_path):
     course = _course(tmp_path / "course")
+    write(course / "grader" / "submitted", "alice", AID, answered(AID))
+    with pytest.raises(SystemExit, match=r"ex01_dot has no due date, so there is nothing to extend: give it one"):
+        course_cli.extend(AID, "alice", "2026-12-09 23:59 UTC", root=course)
+    with pytest.raises(SystemExit, match=r"--until '2026-12-09' has no time zone"):
+        course_cli.extend(AID, "alice", "2026-12-09", root=course)
+    (course / "grader" / "gradebook.db").unlink()
     with pytest.raises(SystemExit, match=r"--due '2026-12-09 23:59' has no time zone.*Europe/Berlin"):
         course_cli.release(AID, root=course, due="2026-12-09 23:59")
     with pytest.raises(SystemExit, match=r"'Mars/Base' is not a time zone"):

@@ -11,6 +11,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course collect ASSIGNMENT          copy submissions from the exchange into grader/submitted/
     ./course autograde ASSIGNMENT        grade every submission in parallel; write grader/reports/
                                          (--scheduler tls://HOST:8786: on a Dask cluster; --db URL: PostgreSQL)
+    ./course extend ASSIGNMENT STUDENT --until DATE   more time for one student (--remove takes it back)
     ./course db-init [--db URL]          create the gradebook's tables (SQLite, or PostgreSQL for many machines)
     ./course cluster-certs FOLDER        TLS certificates for a grading cluster's scheduler, workers and client
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
@@ -67,28 +68,54 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
     return written
 
 
-def due_date(text: str):
+def due_date(text: str, flag: str = "--due"):
     """A due date with its time zone ("2026-12-09 23:59 UTC", "2026-12-09 23:59 Europe/Berlin", ISO 8601 or
     "... +0100" with an offset) as nbgrader stores it: naive UTC. Without a zone it is refused: nbgrader would read
     it as UTC."""
     import dateutil.parser
     import dateutil.tz
 
-    example = "e.g. --due '2026-12-09 23:59 Europe/Berlin' or --due '2026-12-09T23:59:00+01:00'"
+    example = f"e.g. {flag} '2026-12-09 23:59 Europe/Berlin' or {flag} '2026-12-09T23:59:00+01:00'"
     parts = text.split()
     try:
         if len(parts) == 3 and not parts[2].lstrip("+-").isdigit():  # a named zone: nbgrader's own format
             zone = dateutil.tz.gettz(parts[2])
             if zone is None:
-                raise CourseError(f"--due {text!r}: {parts[2]!r} is not a time zone: {example}")
+                raise CourseError(f"{flag} {text!r}: {parts[2]!r} is not a time zone: {example}")
             when = dateutil.parser.parse(" ".join(parts[:2])).replace(tzinfo=zone)
         else:
             when = dateutil.parser.parse(text)
     except (ValueError, OverflowError) as err:
-        raise CourseError(f"--due {text!r} is not a date and time ({err}): {example}") from err
+        raise CourseError(f"{flag} {text!r} is not a date and time ({err}): {example}") from err
     if when.tzinfo is None:
-        raise CourseError(f"--due {text!r} has no time zone, and a deadline must say which: {example}")
+        raise CourseError(f"{flag} {text!r} has no time zone, and a deadline must say which: {example}")
     return (when - when.utcoffset()).replace(tzinfo=None)
+
+
+def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: str | None = None) -> str:
+    """Let `student` submit `aid` until `until` (a date with its zone; None takes it back); what was done, in words.
+    The student must be known: in the gradebook, in grader/submitted/, or in the classroom's roster."""
+    import json
+
+    from .grading.gradebook import database_url, grant_extension, gradebook, submitted_students
+
+    url = database_url(root, db)
+    when = due_date(until, flag="--until") if until is not None else None
+    try:
+        roster = json.loads((root / "grader" / "classroom.json").read_text()).get("students", [])
+    except (OSError, ValueError, AttributeError):
+        roster = []
+    with gradebook(url) as gb:
+        known = {s.id for s in gb.students} | set(submitted_students(aid, root)) | set(roster)
+    if student not in known:
+        raise CourseError(f"no student {student!r} in the gradebook, grader/submitted/ or the classroom's roster; "
+                          f"known: {', '.join(sorted(known)) or 'none yet'}")
+    due = grant_extension(aid, student, when, root, url)
+    if when is None:
+        return f"{student}'s extension of {aid} is taken back: due {due:%Y-%m-%d %H:%M} UTC, as for everyone"
+    hours = (when - due).total_seconds() / 3600
+    return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({hours:.0f} h after its due date, "
+            f"{due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
 
 
 def exchange_root(root: Path = ROOT) -> Path:
@@ -227,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="rewrite grader/reports/ from the gradebook and print the summary")
     rp.add_argument("assignment")
     rp.add_argument("--db", default=None, help=db_help)
+    ex = sub.add_parser("extend", help="give one student more time for an assignment (its late penalty follows)")
+    ex.add_argument("assignment")
+    ex.add_argument("student")
+    when = ex.add_mutually_exclusive_group(required=True)
+    when.add_argument("--until", metavar="'YYYY-MM-DD HH:MM ZONE'", help="their own deadline, with its time zone")
+    when.add_argument("--remove", action="store_true", help="take the extension back")
+    ex.add_argument("--db", default=None, help=db_help)
     di = sub.add_parser("db-init", help="create the gradebook's tables (nbgrader's and the course's)")
     di.add_argument("--db", default=None, help=db_help)
     cc = sub.add_parser("cluster-certs", help="write TLS certificates for a Dask grading cluster into FOLDER")
@@ -253,12 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
     args = parser.parse_args(argv)
     if args.command in ("release", "collect", "autograde", "feedback", "report", "nbgrader", "generate", "selfgrade",
-                        "db-init"):
+                        "db-init", "extend"):
         from .hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
 
         refuse_root_in_classroom(argv)
     # grading and progress import torch (through the checks): only the commands that need them pay for it
-    if args.command in ("autograde", "report", "selfgrade", "db-init"):
+    if args.command in ("autograde", "report", "selfgrade", "db-init", "extend"):
         from . import grading
     if args.command == "progress":
         from . import progress
@@ -303,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "report":
         url = grading.database_url(ROOT, args.db)
         print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
+    elif args.command == "extend":
+        print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db))
     elif args.command == "db-init":
         url = grading.database_url(ROOT, args.db)
         grading.init_db(url)

@@ -17,6 +17,7 @@ password in `PGPASSWORD` or `~/.pgpass`.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import hashlib
 import os
@@ -37,6 +38,8 @@ __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "displ
 
 DB_ENV = "TWOPRIM_DB"
 TABLE = "twoprim_autograde"
+EXTENSIONS = "twoprim_extension"
+UNTIL = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class GradebookUnavailable(CourseError):
@@ -135,18 +138,32 @@ def gradebook(url: str) -> Iterator:
             gb.close()
 
 
-def _table():
+def _tables():
+    """The course's own tables beside nbgrader's: each submission's autograde row, and the extensions granted with
+    `./course extend` (until when a student may submit, in UTC; kept apart from nbgrader's submission row, which
+    does not exist before the student submits)."""
     from sqlalchemy import Column, Float, MetaData, String, Table, Text
 
-    return Table(TABLE, MetaData(),
-                 Column("assignment", String(128), primary_key=True), Column("student", String(128), primary_key=True),
-                 Column("digest", String(64), nullable=False), Column("status", String(16), nullable=False),
-                 Column("reason", Text, nullable=False), Column("score", Float), Column("max_score", Float),
-                 Column("seconds", Float), Column("worker", String(256)), Column("graded_at", String(32)))
+    metadata = MetaData()
+    autograde = Table(TABLE, metadata,
+                      Column("assignment", String(128), primary_key=True),
+                      Column("student", String(128), primary_key=True),
+                      Column("digest", String(64), nullable=False), Column("status", String(16), nullable=False),
+                      Column("reason", Text, nullable=False), Column("score", Float), Column("max_score", Float),
+                      Column("seconds", Float), Column("worker", String(256)), Column("graded_at", String(32)))
+    extension = Table(EXTENSIONS, metadata,
+                      Column("assignment", String(128), primary_key=True),
+                      Column("student", String(128), primary_key=True),
+                      Column("until", String(32), nullable=False), Column("granted_at", String(32), nullable=False))
+    return autograde, extension
+
+
+def _table():
+    return _tables()[0]
 
 
 def init_db(url: str) -> None:
-    """Create nbgrader's schema and the course's table where they are missing (idempotent)."""
+    """Create nbgrader's schema and the course's tables where they are missing (idempotent)."""
     with gradebook(url) as gb:
         _table().metadata.create_all(gb.engine)
 
@@ -257,6 +274,12 @@ def late_penalties(gb, sub, root: Path) -> None:
     submission's time and the assignment's due date (plus the student's extension) in the course gradebook, by the
     configured plugin, kept between 0 and the notebook's score; None when on time (or no due date)."""
     gb.db.expire(sub)  # the grades were just written: scores are recomputed by the database
+    until = _extensions(gb, sub.assignment.name).get(sub.student.id)
+    if until is not None:  # the course's extension, against today's due date (one set through nbgrader's API stays)
+        due = sub.assignment.duedate
+        sub.extension = until - due if due is not None and until > due else None
+        gb.db.flush()
+        gb.db.expire(sub)
     late = sub.total_seconds_late
     for nb in sub.notebooks:
         gb.db.expire(nb)
@@ -265,6 +288,60 @@ def late_penalties(gb, sub, root: Path) -> None:
             penalty = _late_plugin(str(root / "grader")).late_submission_penalty(sub.student.id, nb.score, late)
             if penalty is not None:
                 nb.late_submission_penalty = min(max(0.0, penalty), nb.score)
+
+
+def _extensions(gb, aid: str) -> dict[str, datetime.datetime]:
+    """student -> until when they may submit `aid` (naive UTC), from `./course extend`."""
+    from sqlalchemy import select
+
+    table = _tables()[1]
+    if not gb.engine.dialect.has_table(gb.db.connection(), EXTENSIONS):
+        return {}
+    rows = gb.db.execute(select(table.c.student, table.c.until).where(table.c.assignment == aid)).all()
+    return {student: datetime.datetime.strptime(until, UNTIL) for student, until in rows}
+
+
+def extensions(aid: str, url: str) -> dict[str, datetime.datetime]:
+    with gradebook(url) as gb:
+        return _extensions(gb, aid)
+
+
+def grant_extension(aid: str, student: str, until: datetime.datetime | None, root: Path,
+                    url: str) -> datetime.datetime:
+    """Let `student` submit `aid` until `until` (naive UTC; None takes the extension back) and return the due date.
+    Refused without a due date, or for an `until` not after it. A grade already written gets its late penalty again
+    at once; one graded later gets it when merged."""
+    from nbgrader.api import MissingEntry
+    from sqlalchemy import delete
+
+    init_db(url)
+    autograde, table = _tables()
+    with gradebook(url) as gb:
+        try:
+            due = gb.find_assignment(aid).duedate
+        except MissingEntry:
+            due = None
+        if due is None:
+            raise CourseError(f"{aid} has no due date, so there is nothing to extend: give it one with "
+                              f"./course release {aid} --due 'YYYY-MM-DD HH:MM ZONE'")
+        if until is not None and until <= due:
+            raise CourseError(f"{until:%Y-%m-%d %H:%M} UTC is not after {aid}'s due date, {due:%Y-%m-%d %H:%M} UTC: "
+                              f"an extension gives more time")
+        gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == student))
+        if until is not None:
+            gb.db.execute(table.insert().values(assignment=aid, student=student, until=until.strftime(UNTIL),
+                                                granted_at=time.strftime(UNTIL, time.gmtime())))
+        try:
+            sub = gb.find_submission(aid, student)
+        except MissingEntry:
+            sub = None
+        if sub is not None:
+            if until is None:
+                sub.extension = None
+                gb.db.flush()  # before late_penalties expires the object, which would drop an unflushed change
+            late_penalties(gb, sub, root)
+        gb.db.commit()
+    return due
 
 
 def refresh_late_penalties(aid: str, root: Path, url: str) -> None:
