@@ -113,9 +113,10 @@ def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: 
     due = grant_extension(aid, student, when, root, url)
     if when is None:
         return f"{student}'s extension of {aid} is taken back: due {due:%Y-%m-%d %H:%M} UTC, as for everyone"
-    hours = (when - due).total_seconds() / 3600
-    return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({hours:.0f} h after its due date, "
-            f"{due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
+    from .deadlines import span
+
+    return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({span((when - due).total_seconds())} after "
+            f"its due date, {due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
 
 
 def exchange_root(root: Path = ROOT) -> Path:

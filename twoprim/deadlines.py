@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .hub_config import COURSE_ID
 
-__all__ = ["FILE", "path", "read", "publish", "describe"]
+__all__ = ["FILE", "path", "read", "publish", "describe", "span"]
 
 FILE = "deadlines.json"
 FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -66,12 +66,13 @@ def describe(when: datetime.datetime, now: datetime.datetime | None = None) -> s
     """'due 2026-12-09 22:59 UTC (in 2 days 3 h)', or '(passed 5 h ago: a submission now is late)'."""
     now = now or datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     left = (when - now).total_seconds()
-    span = _span(abs(left))
-    tail = f"in {span}" if left > 0 else f"passed {span} ago: a submission now is late"
+    how_long = span(abs(left))
+    tail = f"in {how_long}" if left > 0 else f"passed {how_long} ago: a submission now is late"
     return f"due {when:%Y-%m-%d %H:%M} UTC ({tail})"
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """'2 days 3 h', '5 h 30 min', '12 min'."""
     days, rest = divmod(int(seconds), 86400)
     hours, rest = divmod(rest, 3600)
     if days:
