@@ -189,6 +189,8 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
         "on_time": ("15", "0", "0"), "late": ("0", "1800", "15")}, rows
     summary = grading.write_reports(AID, root=ours)
     assert "2 graded, 0 failed; 1 late (scores after the late penalty); mean 7.50" in grading.format_summary(summary)
+    assert course_cli.collected(AID, root=ours) == ("2 submission(s) of ex01_dot in grader/submitted/; due "
+                                                    "2026-12-01 10:00 UTC: 1 late (late 30 min)")
 
     assert course_cli.release(AID, root=ours) == datetime.datetime(2026, 12, 1, 10)  # released again: kept
     course_cli.release(AID, root=ours, due="2026-12-01 11:00 UTC")  # the deadline moved after grading
@@ -204,6 +206,8 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
         "late may submit ex01_dot until 2026-12-01 12:00 UTC (2 h after its due date, 2026-12-01 10:00 UTC); their "
         "late penalty follows it from now on")
     assert _late_and_penalty(ours, "late") == (0, 0)  # at once
+    assert course_cli.collected(AID, root=ours).endswith(
+        "due 2026-12-01 10:00 UTC: 0 late; late's extension runs to 2026-12-01 12:00 UTC")
     grading.autograde(AID, root=ours, students=["late"], progress=False)  # graded again: merged with it
     assert _late_and_penalty(ours, "late") == (0, 0) and _rows(ours)["late"]["score"] == "15"
     with pytest.raises(SystemExit, match=r"2026-12-01 09:00 UTC is not after ex01_dot's due date, 2026-12-01 10:00"):
@@ -218,6 +222,12 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
         with Gradebook(database_url(course), grading.COURSE_ID) as gb:
             late = gb.find_submission(AID, "late")
             assert (late.score, late.late_submission_penalty, late.total_seconds_late) == (15, 15, 1800), course
+
+    with Gradebook(database_url(ours), grading.COURSE_ID) as gb:  # the due date edited in the formgrader
+        gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 9))
+    assert course_cli.collect(AID, root=ours) == ("2 submission(s) of ex01_dot in grader/submitted/; due "
+                                                  "2026-12-01 09:00 UTC: 1 late (late 1 h 30 min)")
+    assert deadlines.read(tmp_path / "exchange") == {AID: datetime.datetime(2026, 12, 1, 9)}  # students see it too
 
 
 def _late_and_penalty(course: Path, student: str) -> tuple[float, float]:

@@ -131,32 +131,78 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
     the gradebook (submissions after it are late: the report says by how long, and nbgrader's late-submission
     plugin, if configured, sets the penalty). The gradebook's due date (from `due`, or set in the formgrader) is
     also written where students can read it (`twoprim.deadlines`); returns it (naive UTC), or None."""
-    from nbgrader.api import MissingEntry
-
-    from . import deadlines
     from .grading.gradebook import database_url, gradebook, released_notebooks
 
-    url = database_url(root)
-    when = due_date(due) if due is not None else None
-    if when is not None:
+    if due is not None:
+        when = due_date(due)
+        url = database_url(root)
         released_notebooks(aid, root, url)  # the assignment registered in the gradebook
-    with gradebook(url) as gb:
-        if when is not None:
+        with gradebook(url) as gb:
             gb.update_or_create_assignment(aid, duedate=when)
-        try:
-            when = gb.find_assignment(aid).duedate
-        except MissingEntry:
-            when = None
+    when = _due_in_gradebook(aid, root)
     nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
-    exchange = exchange_root(root)
-    if when is not None or aid in deadlines.read(exchange):
-        deadlines.publish(exchange, aid, when)
+    _publish_due_date(aid, root, when)
     return when
 
 
-def collect(aid: str, *, root: Path = ROOT) -> None:
-    """Copy every student's latest submission of `aid` from the exchange into grader/submitted/."""
+def collect(aid: str, *, root: Path = ROOT) -> str:
+    """Copy every student's latest submission of `aid` from the exchange into grader/submitted/; what is there now,
+    and who submitted after the due date (`collected`). A due date changed in the formgrader since the release
+    reaches the students' deadlines file here too."""
     nbgrader(["collect", aid, "--update"], root=root, capture=True)
+    _publish_due_date(aid, root, _due_in_gradebook(aid, root))
+    return collected(aid, root=root)
+
+
+def _due_in_gradebook(aid: str, root: Path):
+    from nbgrader.api import MissingEntry
+
+    from .grading.gradebook import database_url, gradebook
+
+    with gradebook(database_url(root)) as gb:
+        try:
+            return gb.find_assignment(aid).duedate
+        except MissingEntry:
+            return None
+
+
+def _publish_due_date(aid: str, root: Path, when) -> None:
+    """Write `aid`'s due date where students read it (`twoprim.deadlines`), or take it out when it has none."""
+    from . import deadlines
+
+    exchange = exchange_root(root)
+    if (when is not None or aid in deadlines.read(exchange)) and deadlines.read(exchange).get(aid) != when:
+        deadlines.publish(exchange, aid, when)
+
+
+def collected(aid: str, *, root: Path = ROOT) -> str:
+    """'3 submission(s) of ex01_dot in grader/submitted/; due ... UTC: 1 late (bob 3 h); alice's extension runs to
+    ...': from each submission's timestamp.txt, the gradebook's due date and the extensions (`./course extend`)."""
+    from nbgrader.utils import parse_utc
+
+    from .deadlines import span
+    from .grading.gradebook import database_url, extensions, submitted_students
+
+    students = submitted_students(aid, root)
+    line = f"{len(students)} submission(s) of {aid} in grader/submitted/"
+    due = _due_in_gradebook(aid, root)
+    if due is None:
+        return f"{line} (no due date)"
+    extended = extensions(aid, database_url(root))
+    late, unknown = [], []
+    for student in students:
+        try:
+            at = parse_utc((root / "grader" / "submitted" / student / aid / "timestamp.txt").read_text().strip())
+        except (OSError, ValueError, OverflowError):
+            unknown.append(student)
+            continue
+        if at > max(due, extended.get(student, due)):
+            late.append(f"{student} {span((at - max(due, extended.get(student, due))).total_seconds())}")
+    parts = [f"{len(late)} late" + (f" ({', '.join(late)})" if late else "")]
+    parts += [f"{s}'s extension runs to {extended[s]:%Y-%m-%d %H:%M} UTC" for s in students if s in extended]
+    if unknown:
+        parts.append(f"no readable submission time: {', '.join(unknown)}")
+    return f"{line}; due {due:%Y-%m-%d %H:%M} UTC: " + "; ".join(parts)
 
 
 def feedback(aid: str, *, root: Path = ROOT) -> None:
@@ -323,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
         print(f"released {args.assignment} to the exchange{due}")
     elif args.command == "collect":
-        collect(args.assignment)
-        print(f"collected {args.assignment} into grader/submitted/")
+        print(f"collected {args.assignment}: {collect(args.assignment)}")
     elif args.command == "autograde":
         grading.autograde(args.assignment, workers=args.workers, students=args.student,
                           unisolated=args.unisolated, trust=args.trust,
