@@ -4,6 +4,7 @@ forbidden spelling. All kernels run in Triton's interpreter on CPU tensors."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -114,7 +115,11 @@ def _add_with(kernel):
 def test_add_without_mask_is_caught_on_a_ragged_length():
     msg = fails(ex08.check_add_kernel, add_no_mask, _add_with(add_no_mask), ex08.add_cases([100]))
     assert msg.startswith("✘ ex08_triton-add_kernel: ") and "length 100" in msg
-    assert "IndexError('tl.load: 28 of its 64 unmasked addresses" in msg and "outside every tensor argument" in msg and "mask the load" in msg
+    # lanes 100-127 of the last block read past x; how many of them land inside y or out instead depends on where
+    # the allocator put those (64-byte aligned: at least 12 never do), so the count is not pinned
+    found = re.search(r"IndexError\('tl\.load: (\d+) of its 64 unmasked addresses lie outside every tensor argument "
+                      r"\(the first one \d+ element\(s\) past the end of a tensor argument\); mask the load", msg)
+    assert found and 12 <= int(found.group(1)) <= 28, msg
 
 
 def test_add_ignoring_strides_is_caught():

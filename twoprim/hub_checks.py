@@ -125,7 +125,7 @@ def check_new_passwords(names: list[str], students: list[str], instructor: str) 
 
 
 def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
@@ -311,6 +311,8 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
     if not 0 < args.port < 65536:
         raise CourseError(f"--port {args.port} is not a port number: choose one in 1-65535, e.g. --port 8000")
     public = args.public is not None
+    if public:
+        args.public = args.public.strip().lower().rstrip(".")  # DNS names are case-insensitive
     if not public and (args.ssl_cert or args.ssl_key):
         raise CourseError("--ssl-cert and --ssl-key serve the class on the network: add --public HOST, the name "
                           "students open (e.g. --public hub.example.edu)")

@@ -160,7 +160,10 @@ def _patch_bounds() -> None:
     Triton's interpreter reads and writes raw addresses: an unmasked load past a tensor's end reads whatever lies
     there, and an unmasked store past it corrupts Python's memory and aborts the whole process (the notebook's
     kernel dies). On a GPU the same bug is a silent wrong value or an illegal-address error. Here it becomes an
-    `IndexError` that says which access and by how far, so a missing mask is reported like any other mistake."""
+    `IndexError` that says which access and by how far, so a missing mask is reported like any other mistake.
+    Addresses are checked against every tensor argument, since a kernel may legitimately pick lanes from two of them
+    (`tl.where`): a lane past one tensor that lands inside another is not counted, so the count in the message
+    depends on where the allocator put the tensors."""
     if _STATE.get("bounds"):
         return
     import numpy as np
