@@ -139,10 +139,8 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
         released_notebooks(aid, root, url)  # the assignment registered in the gradebook
         with gradebook(url) as gb:
             gb.update_or_create_assignment(aid, duedate=when)
-    when = _due_in_gradebook(aid, root)
     nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
-    _publish_due_date(aid, root, when)
-    return when
+    return _publish_due_date(aid, root)
 
 
 def collect(aid: str, *, root: Path = ROOT) -> str:
@@ -150,29 +148,20 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
     and who submitted after the due date (`collected`). A due date changed in the formgrader since the release
     reaches the students' deadlines file here too."""
     nbgrader(["collect", aid, "--update"], root=root, capture=True)
-    _publish_due_date(aid, root, _due_in_gradebook(aid, root))
+    _publish_due_date(aid, root)
     return collected(aid, root=root)
 
 
-def _due_in_gradebook(aid: str, root: Path):
-    from nbgrader.api import MissingEntry
-
-    from .grading.gradebook import database_url, gradebook
-
-    with gradebook(database_url(root)) as gb:
-        try:
-            return gb.find_assignment(aid).duedate
-        except MissingEntry:
-            return None
-
-
-def _publish_due_date(aid: str, root: Path, when) -> None:
-    """Write `aid`'s due date where students read it (`twoprim.deadlines`), or take it out when it has none."""
+def _publish_due_date(aid: str, root: Path):
+    """Write `aid`'s due date in the gradebook where students read it (`twoprim.deadlines`), or take it out when it
+    has none; returns it."""
     from . import deadlines
+    from .grading.gradebook import database_url, due_date as due_in_gradebook
 
-    exchange = exchange_root(root)
-    if (when is not None or aid in deadlines.read(exchange)) and deadlines.read(exchange).get(aid) != when:
+    when, exchange = due_in_gradebook(aid, database_url(root)), exchange_root(root)
+    if deadlines.read(exchange).get(aid) != when:
         deadlines.publish(exchange, aid, when)
+    return when
 
 
 def collected(aid: str, *, root: Path = ROOT) -> str:
@@ -181,11 +170,11 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
     from nbgrader.utils import parse_utc
 
     from .deadlines import span
-    from .grading.gradebook import database_url, extensions, submitted_students
+    from .grading.gradebook import database_url, due_date as due_in_gradebook, extensions, submitted_students
 
     students = submitted_students(aid, root)
     line = f"{len(students)} submission(s) of {aid} in grader/submitted/"
-    due = _due_in_gradebook(aid, root)
+    due = due_in_gradebook(aid, database_url(root))
     if due is None:
         return f"{line} (no due date)"
     extended = extensions(aid, database_url(root))
@@ -196,8 +185,9 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
         except (OSError, ValueError, OverflowError):
             unknown.append(student)
             continue
-        if at > max(due, extended.get(student, due)):
-            late.append(f"{student} {span((at - max(due, extended.get(student, due))).total_seconds())}")
+        theirs = max(due, extended.get(student, due))
+        if at > theirs:
+            late.append(f"{student} {span((at - theirs).total_seconds())}")
     parts = [f"{len(late)} late" + (f" ({', '.join(late)})" if late else "")]
     parts += [f"{s}'s extension runs to {extended[s]:%Y-%m-%d %H:%M} UTC" for s in students if s in extended]
     if unknown:

@@ -306,6 +306,21 @@ def extensions(aid: str, url: str) -> dict[str, datetime.datetime]:
         return _extensions(gb, aid)
 
 
+def _due(gb, aid: str) -> datetime.datetime | None:
+    from nbgrader.api import MissingEntry
+
+    try:
+        return gb.find_assignment(aid).duedate
+    except MissingEntry:
+        return None
+
+
+def due_date(aid: str, url: str) -> datetime.datetime | None:
+    """`aid`'s due date in the gradebook (naive UTC), or None: not set, or the assignment not there yet."""
+    with gradebook(url) as gb:
+        return _due(gb, aid)
+
+
 def grant_extension(aid: str, student: str, until: datetime.datetime | None, root: Path,
                     url: str) -> datetime.datetime:
     """Let `student` submit `aid` until `until` (naive UTC; None takes the extension back) and return the due date.
@@ -315,12 +330,9 @@ def grant_extension(aid: str, student: str, until: datetime.datetime | None, roo
     from sqlalchemy import delete
 
     init_db(url)
-    autograde, table = _tables()
+    table = _tables()[1]
     with gradebook(url) as gb:
-        try:
-            due = gb.find_assignment(aid).duedate
-        except MissingEntry:
-            due = None
+        due = _due(gb, aid)
         if due is None:
             raise CourseError(f"{aid} has no due date, so there is nothing to extend: give it one with "
                               f"./course release {aid} --due 'YYYY-MM-DD HH:MM ZONE'")
