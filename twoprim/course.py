@@ -144,12 +144,16 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
 
 
 def collect(aid: str, *, root: Path = ROOT) -> str:
-    """Copy every student's latest submission of `aid` from the exchange into grader/submitted/; what is there now,
-    and who submitted after the due date (`collected`). A due date changed in the formgrader since the release
-    reaches the students' deadlines file here too."""
-    nbgrader(["collect", aid, "--update"], root=root, capture=True)
+    """Take every student's newest submission of `aid` from the exchange into grader/submitted/, trusting only
+    what the exchange observed (who made it, when it arrived: `twoprim.exchange`); what was taken in, set aside
+    and flagged, then what is there now and who submitted after the due date (`collected`). A due date changed in
+    the formgrader since the release reaches the students' deadlines file here too."""
+    from .exchange import filesystem, intake
+
+    submissions, set_aside = filesystem.gather(aid, exchange_root(root))
+    report = intake.admit(aid, submissions, set_aside, root=root)
     _publish_due_date(aid, root)
-    return collected(aid, root=root)
+    return f"{report}\n{collected(aid, root=root)}"
 
 
 def _publish_due_date(aid: str, root: Path):
@@ -359,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
         print(f"released {args.assignment} to the exchange{due}")
     elif args.command == "collect":
-        print(f"collected {args.assignment}: {collect(args.assignment)}")
+        print(collect(args.assignment))
     elif args.command == "autograde":
         grading.autograde(args.assignment, workers=args.workers, students=args.student,
                           unisolated=args.unisolated, trust=args.trust,
