@@ -77,7 +77,7 @@ def exchange_class(tmp_path_factory):
         mp.setenv("TWOPRIM_EXCHANGE", str(exchange))
         course_cli.release(AID, root=course)
         inbound = exchange / grading.COURSE_ID / "inbound"
-        assert inbound.is_dir() and inbound.stat().st_mode & 0o733 == 0o733  # nbgrader made it writable by all
+        assert inbound.is_dir() and inbound.stat().st_mode & 0o1733 == 0o1733  # writable by all, and sticky
         # what students hand in, readable by their accounts
         work = base / "work"
         work.mkdir(mode=0o755)
@@ -100,6 +100,8 @@ def exchange_class(tmp_path_factory):
             "fifo": _submit(inbound, cat, cat, work / "wrong.ipynb", stamp="2026-12-02 09:10:00.000000 UTC",
                             then='rm "$NB" && mkfifo "$NB"'),
         }
+        with pytest.raises(AssertionError, match="Operation not permitted"):  # the sticky bit: not his to move
+            _as(ben, f"mv '{ann_folder}' '{inbound}/{ben}+{AID}+taken'")
         link = inbound / f"{ben}+{AID}+2026-12-02 09:20:00.000000 UTC+{secrets.token_urlsafe(9)}"
         _as(ben, f"ln -s '{ann_folder}' '{link}'")
         attacks["folder_link"] = link

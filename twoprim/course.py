@@ -29,6 +29,7 @@ Learners on their own:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -140,7 +141,22 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
         with gradebook(url) as gb:
             gb.update_or_create_assignment(aid, duedate=when)
     nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
+    _seal_inbound(exchange_root(root))
     return _publish_due_date(aid, root)
+
+
+def _seal_inbound(exchange: Path) -> None:
+    """The sticky bit on the exchange's inbound folder (nbgrader makes it 0733, writable by every student): a
+    student may still hand in, but only the owner of a submission may rename or delete it."""
+    import stat
+
+    from .hub_config import COURSE_ID
+
+    inbound = exchange / COURSE_ID / "inbound"
+    with contextlib.suppress(OSError):
+        st = inbound.lstat()
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
+            inbound.chmod(stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
 
 
 def collect(aid: str, *, root: Path = ROOT) -> str:
