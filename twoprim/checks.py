@@ -553,8 +553,8 @@ def _not_written(task: str, name: str) -> CheckFailure:
 def _raised(task: str, name: str, case: Case, tried: str, error: str) -> CheckFailure:
     return CheckFailure(
         f"✘ {task}: `{name}` raised {error}\n  case:     {case.label}\n  tried:    {tried}\n"
-        f"  next:     run that call yourself in a new cell to see the full traceback; the shapes above are the ones "
-        f"that broke it.")
+        f"  next:     run the call under `tried` yourself in a new cell to step through your code; those shapes are "
+        f"the ones that broke it.")
 
 
 def _broke(task: str, rule: str, case: Case, tried: str, found: str, next_step: str) -> CheckFailure:

@@ -1,0 +1,49 @@
+"""A failing check reads as the check in a notebook (and so in nbgrader's Validate dialog and in feedback, which
+print the cell's error as the kernel sent it): the verdict, then the next step, within the first lines, and no
+line of the course's own code; an error raised in the learner's code keeps the learner's frames, and only those."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from twoprim.notebooks import ROOT
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WRONG = '''from twoprim import ex01
+def cosine_similarity(query, keys):
+    return keys @ query  # forgot to divide by the norms
+ex01.check_cosine_similarity(cosine_similarity)'''
+RAISES = '''def helper(x):
+    return x.no_such_attribute
+
+def dot(x, w):
+    return helper(x)
+ex01.check_dot(dot)'''
+
+
+def _errors(*sources: str) -> list[list[str]]:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(ROOT)}})
+    client.execute()
+    return [[ANSI.sub("", line) for line in "\n".join(o.traceback).splitlines()]
+            for cell in nb.cells for o in cell.outputs if o.output_type == "error"]
+
+
+def test_a_failing_check_shows_its_verdict_and_next_step_first_and_no_course_code():
+    wrong, raised = _errors(WRONG, RAISES)
+    assert wrong[0].startswith("✘ ex01_dot-cosine_similarity: wrong result."), wrong
+    assert wrong[1].lstrip().startswith("next:"), wrong[:5]
+    assert any(l.lstrip().startswith("expected:") for l in wrong) and any(l.lstrip().startswith("got:") for l in wrong)
+    for lines in (wrong, raised):
+        assert not any("twoprim" in l or "site-packages" in l or "Traceback" in l for l in lines), lines
+
+    assert raised[0].startswith("✘ ex01_dot-dot: `dot` raised AttributeError") and "next:" in raised[1], raised
+    below = raised[raised.index("Your code raised it here:") + 1:]
+    frames = [l for l in below if l.lstrip().startswith("File ")]
+    assert [l.rsplit(" in ", 1)[1] for l in frames] == ["dot", "helper"], below  # the learner's frames, in order
+    assert "return x.no_such_attribute" in "\n".join(below)
+    assert below[-1].startswith("AttributeError:"), below
