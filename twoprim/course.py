@@ -16,6 +16,9 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course cluster-certs FOLDER        TLS certificates for a grading cluster's scheduler, workers and client
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
+    ./course similarity ASSIGNMENT       pairs of students ranked by how alike their answers are (--threshold)
+    ./course analysis ASSIGNMENT         item analysis of every test: difficulty, discrimination, broken tests
+    ./course export ASSIGNMENT=ID ... --roster R --canvas   grades out to Canvas (or a plain CSV without --canvas)
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
                                          (--public HOST --ssl-cert F --ssl-key K: for students on other machines)
 
@@ -221,6 +224,40 @@ def feedback(aid: str, *, root: Path = ROOT) -> None:
     nbgrader(["release_feedback", aid], root=root, capture=True)
 
 
+def analytics(args: argparse.Namespace, root: Path = ROOT) -> int:
+    """./course similarity, analysis and export (twoprim/analytics/): what an instructor learns from a graded
+    class, and its grades out to the LMS."""
+    reports = root / "grader" / "reports"
+    if args.command == "similarity":
+        from .analytics import similarity
+
+        result = similarity.compare(args.assignment, root=root,
+                                    threshold=similarity.THRESHOLD if args.threshold is None else args.threshold)
+        print(result.describe())
+        for path in similarity.write_report(result, reports):
+            print(f"wrote {path}")
+        return 0
+    from .grading.gradebook import database_url
+
+    url = database_url(root, args.db)
+    if args.command == "analysis":
+        from .analytics import items
+
+        analysis = items.analyse(args.assignment, url)
+        if not analysis.students:
+            raise CourseError(f"no graded submission of {args.assignment} in the gradebook: run ./course autograde "
+                              f"{args.assignment} first")
+        print(analysis.describe())
+        for path in items.write_report(analysis, reports):
+            print(f"wrote {path}")
+        return 0
+    from .analytics import export
+
+    wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas)
+    print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output).describe())
+    return 0
+
+
 def clean_files(paths: list[Path]) -> list[Path]:
     """Clean notebooks in place; returns those that changed."""
     import nbformat
@@ -342,9 +379,24 @@ def main(argv: list[str] | None = None) -> int:
     sg.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
     pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
     pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
+    si = sub.add_parser("similarity", help="rank pairs of students by how alike their answers are (copydetect)")
+    si.add_argument("assignment")
+    si.add_argument("--threshold", type=float, default=None,
+                    help="pairs at or above this similarity (0-1) are shown in the HTML report (default 0.5)")
+    an = sub.add_parser("analysis", help="item analysis of every test cell: difficulty, discrimination, flags")
+    an.add_argument("assignment")
+    an.add_argument("--db", default=None, help=db_help)
+    xp = sub.add_parser("export", help="grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV")
+    xp.add_argument("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]")
+    xp.add_argument("--roster", type=Path, required=True,
+                    help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, "
+                         "sis_user_id, sis_login_id, section")
+    xp.add_argument("--canvas", action="store_true", help="Canvas's gradebook import format")
+    xp.add_argument("--output", type=Path, default=None, help="where to write it (default grader/reports/)")
+    xp.add_argument("--db", default=None, help=db_help)
     args = parser.parse_args(argv)
     if args.command in ("release", "collect", "autograde", "feedback", "report", "nbgrader", "generate", "selfgrade",
-                        "db-init", "extend"):
+                        "db-init", "extend", "similarity", "analysis", "export"):
         from .hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
 
         refuse_root_in_classroom(argv)
@@ -393,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "report":
         url = grading.database_url(ROOT, args.db)
         print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
+    elif args.command in ("similarity", "analysis", "export"):
+        return analytics(args)
     elif args.command == "extend":
         print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db))
     elif args.command == "db-init":

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import nbformat
 
 __all__ = ["ROOT", "lessons", "assignments", "clean", "is_clean", "execute", "code_of", "OutlineRow", "outline",
-           "outline_cell", "outline_status", "write_outline"]
+           "outline_cell", "outline_status", "write_outline", "answers"]
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEP_NOTEBOOK_METADATA = ("kernelspec", "language_info")
@@ -162,6 +162,17 @@ def write_clean(nb: nbformat.NotebookNode, path: Path) -> None:
     import nbformat
 
     nbformat.write(clean(nb), str(path))
+
+
+def answers(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> the code of each cell a student answers (nbgrader's solution cells), in the notebook's order,
+    with trailing blanks gone: what collect compares for copies and `./course similarity` fingerprints."""
+    out = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "code" and meta.get("solution") and meta.get("grade_id"):
+            out[meta["grade_id"]] = "\n".join(line.rstrip() for line in cell.source.strip().splitlines())
+    return out
 
 
 def code_of(path: Path, *, graded_tests: bool = False) -> list[str]:

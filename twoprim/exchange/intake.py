@@ -23,6 +23,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ..notebooks import answers
+
 __all__ = ["Submission", "SetAside", "Flag", "CollectReport", "admit", "check_name", "stamp", "MAX_BYTES"]
 
 STAMP = "%Y-%m-%d %H:%M:%S.%f UTC"  # nbgrader's timestamp.txt format
@@ -198,17 +200,10 @@ def _archive(target: Path, folder: Path, held) -> Path:
 # --- copies, for the instructor to look at --------------------------------------------------------------------
 
 
-def _answers(nb) -> dict[str, str]:
-    """grade_id -> the source of each cell the student answers (nbgrader's solution cells), trailing blanks gone."""
-    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(l.rstrip() for l in c.source.strip().splitlines())
-            for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")
-            and c.metadata["nbgrader"].get("grade_id")}
-
-
 def _solution_answers(nb) -> dict[str, str]:
     markers = ("### BEGIN SOLUTION", "### END SOLUTION")
     out = {}
-    for gid, text in _answers(nb).items():
+    for gid, text in answers(nb).items():
         out[gid] = "\n".join(l for l in text.splitlines() if l.strip() not in markers).strip()
     return out
 
@@ -228,7 +223,7 @@ def flags(aid: str, *, root: Path) -> list[Flag]:
         source_bytes = nb_path.read_bytes()
         try:
             solution = _solution_answers(nbformat.reads(source_bytes.decode(), as_version=4))
-            stubs = _answers(nbformat.read(str(release_dir / nb_path.name), as_version=4))
+            stubs = answers(nbformat.read(str(release_dir / nb_path.name), as_version=4))
         except (OSError, ValueError, KeyError):
             solution, stubs = {}, {}
         for student in students:
@@ -245,10 +240,10 @@ def flags(aid: str, *, root: Path) -> list[Flag]:
                                          f"which no released notebook has"))
                 continue
             try:
-                answers = _answers(nbformat.reads(text, as_version=4))
+                given = answers(nbformat.reads(text, as_version=4))
             except Exception:  # unreadable: grading says why
                 continue
-            answered = {gid: a for gid, a in answers.items() if a and a != stubs.get(gid, "").strip()}
+            answered = {gid: a for gid, a in given.items() if a and a != stubs.get(gid, "").strip()}
             if not answered:
                 continue
             if solution and len(answered) == len(solution) and all(
