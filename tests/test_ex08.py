@@ -246,7 +246,8 @@ def test_one_dot_without_a_k_loop_breaks_the_rule_even_when_right():
     assert torch.allclose(matmul(*ex08.matmul_cases([(5, 6, 70)])[0].args), ex08._matmul64(
         *ex08.matmul_cases([(5, 6, 70)])[0].args), atol=1e-4)
     msg = fails(ex08.check_matmul_kernel, matmul_one_dot, matmul)
-    assert "tl.dot inside a loop over K" in msg and "calls tl.dot once, outside any loop" in msg
+    assert "compiles for a GPU" in msg and "its TTIR has tt.dot outside any scf.for" in msg, msg
+    assert "one block of K, not a loop over K's blocks" in msg
 
 
 def test_a_k_loop_that_runs_once_breaks_the_rule_even_when_right(sol):
@@ -305,9 +306,11 @@ def test_torch_matmul_in_the_wrapper_breaks_the_rule(sol):
 
 
 def test_half_precision_accumulation_is_caught():
+    """Rounded to float16 after every block: it compiles, and the compiled loop carries a float16 tile."""
     cases = ex08.accumulation_cases([torch.float16])
     msg = fails(ex08.check_matmul_kernel, matmul_half_acc, _matmul_with(matmul_half_acc), cases)
-    assert "float32 accumulation needed" in msg and "accumulate in float32" in msg
+    assert "float32 accumulation needed" in msg and "the loop over K carries its accumulator as tensor<32x32xf16>" in msg
+    assert "carry the sum from one block of K to the next in float32" in msg
 
 
 def test_missing_k_mask_is_caught_when_k_is_ragged():
@@ -330,3 +333,196 @@ def test_guards_name_what_is_wrong(sol):
         sol["add"](torch.zeros(3), torch.zeros(3, dtype=torch.float16))
     with pytest.raises(ValueError, match="softmax: x must be a 2-D matrix"):
         sol["softmax"](torch.zeros(3))
+
+
+# ---- compiled for a GPU (sm_90, sm_80) on this CPU -------------------------------------------------------------
+
+@triton.jit
+def matmul_fp16_accumulator(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                            stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _line_of(kernel, text: str) -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(kernel.fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_fp16_accumulator_runs_in_the_interpreter_but_does_not_compile():
+    """The interpreter promotes acc to float32 and gets every value right; Triton's compiler refuses the kernel."""
+    cases = ex08.matmul_cases([(37, 45, 70)], [torch.float16], seed=3)
+    A, B = cases[0].args
+    assert torch.allclose(_matmul_with(matmul_fp16_accumulator)(A, B).double(), A.double() @ B.double(), rtol=1e-2)
+    msg = fails(ex08.check_matmul_kernel, matmul_fp16_accumulator, _matmul_with(matmul_fp16_accumulator), cases)
+    assert "it does not compile for sm_90" in msg and "Loop-carried variable acc has initial type" in msg, msg
+    assert f"at line {_line_of(matmul_fp16_accumulator, 'for k0 in range')} of the cell that defines it: " \
+           f"`for k0 in range(0, K, BLOCK_K):`" in msg, msg
+
+
+@triton.jit
+def softmax_no_cast(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf"))  # no .to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def softmax_divides_in_16_bits(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    half = out_ptr.dtype.element_ty
+    tl.store(out_ptr + row * stride_om + cols, e.to(half) / tl.sum(e, axis=0).to(half), mask=mask)
+
+
+def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
+    """Without `.to(tl.float32)` the compiled bfloat16 softmax still computes in float32 (tl.max returns float32
+    for 16-bit floats, so x − max is float32): read from the TTIR, the check passes and says so."""
+    from twoprim.triton_compile import compile_kernel
+
+    ex08.check_softmax_kernel(softmax_no_cast, _softmax_with(softmax_no_cast),
+                              ex08.softmax_cases([(4, 33)], [torch.bfloat16], seed=22))
+    out = capsys.readouterr().out
+    assert "✔ ex08_triton-softmax_kernel" in out and "runs in float32 (read from the TTIR" in out, out
+    sig = {"x_ptr": "*bf16", "out_ptr": "*bf16", "n_cols": "i32", "stride_xm": "i32", "stride_xn": "i32",
+           "stride_om": "i32", "BLOCK_N": "constexpr"}
+    c = compile_kernel(softmax_no_cast, sig, {"BLOCK_N": 64}, "sm_90")
+    ops = {op for op, t, _ in c.arithmetic()}
+    assert {"arith.subf", "math.exp", "arith.divf"} <= ops and all(t == "f32" for _, t, _ in c.arithmetic())
+    assert "arith.extf" in c.ttir and "tensor<64xbf16> to tensor<64xf32>" in c.ttir
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_softmax_rounded_to_16_bits_midway_is_caught_from_the_compiled_kernel(dtype):
+    """Its division runs in float32 (Triton promotes it), on operands rounded to 16 bits: float16's numbers pass the
+    tolerance, the compiled TTIR does not."""
+    msg = fails(ex08.check_softmax_kernel, softmax_divides_in_16_bits, _softmax_with(softmax_divides_in_16_bits),
+                ex08.softmax_cases([(4, 33)], [dtype], seed=22))
+    t = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert f"the kernel rounds a value to {t} (arith.truncf, line " \
+           f"{_line_of(softmax_divides_in_16_bits, 'e.to(half) /')} of the cell" in msg, msg
+    assert "keep every intermediate in float32; only the store converts" in msg
+
+
+def _matmul_swapped_grid(kernel):
+    def matmul(A, B):
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N, dtype=A.dtype)
+        kernel[(triton.cdiv(N, 32), triton.cdiv(M, 32))](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
+                                                          BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return C
+    return matmul
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_swapped_grid_is_told_its_cause(sol, dtype):
+    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], _matmul_swapped_grid(sol["matmul_kernel"]),
+                ex08.matmul_cases([(70, 33, 40)], [dtype], seed=5))
+    assert "cause:    with 32×32 tiles, C has 3×2 tiles but the right ones form a 2×2 block" in msg, msg
+    assert "the grid's axes are exchanged" in msg and "float32" not in msg.split("cause:")[1]
+
+
+@triton.jit
+def matmul_last_block_only(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                           stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc = tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_only_the_last_block_of_k_is_told_its_cause():
+    msg = fails(ex08.check_matmul_kernel, matmul_last_block_only, _matmul_with(matmul_last_block_only),
+                ex08.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
+    assert "cause:    C equals the product of the last block of K only (columns 64..69 of A)" in msg, msg
+    assert "add each block's tl.dot to the accumulator" in msg
+
+
+def test_strides_ignored_are_told_their_cause(sol):
+    def matmul(A, B):  # the solution's kernel, told B is contiguous
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N, dtype=A.dtype)
+        sol["matmul_kernel"][(triton.cdiv(M, 32), triton.cdiv(N, 32))](
+            A, B, C, M, N, K, *A.stride(), N, 1, *C.stride(), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return C
+    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul,
+                ex08.matmul_cases([(20, 33, 40)], [torch.float32], layout="transposed", seed=4))
+    assert "cause:    C equals the product with B read as if it were contiguous" in msg, msg
+
+
+@triton.jit
+def matmul_broadcast(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)  # no tl.dot
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_a_broadcast_multiply_and_sum_has_no_tensor_core_instruction():
+    msg = fails(ex08.check_matmul_kernel, matmul_broadcast, _matmul_with(matmul_broadcast),
+                ex08.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
+    assert "compiled for sm_90, its PTX has no tensor-core instruction (0 wgmma.mma_async, 0 mma.sync)" in msg, msg
+    assert f"line {_line_of(matmul_broadcast, 'tl.sum(a.to')} of the cell" in msg and "FP32 multiply-adds" in msg
+
+
+def _macs(c) -> int:
+    """Multiply-adds per program that the PTX's tensor-core instructions do: each instruction's m·n·k, times the
+    warps that issue it (every warp its own mma.sync; one wgmma per group of 4 warps)."""
+    total = 0
+    for m in re.finditer(r"\b(wgmma\.mma_async|mma\.sync)[\w.]*?\.m(\d+)n(\d+)k(\d+)", c.ptx):
+        issuers = c.num_warps if m.group(1) == "mma.sync" else c.num_warps // 4
+        total += int(m.group(2)) * int(m.group(3)) * int(m.group(4)) * issuers
+    return total
+
+
+@pytest.mark.parametrize("blocks", [(32, 32, 32), (128, 128, 64)])
+def test_the_solutions_gemm_compiles_to_tensor_core_instructions(sol, blocks):
+    """Counted in the PTX, not pinned: both targets have tensor-core instructions, sm_80 only mma.sync, and on both
+    the instructions' m·n·k add up to one BLOCK_M × BLOCK_N × BLOCK_K step of the K loop. From 64 rows on, sm_90
+    uses Hopper's wgmma."""
+    from twoprim.triton_compile import compile_kernel
+
+    names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
+             "stride_cn", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+    sig = dict(zip(names, ["*fp16"] * 3 + ["i32"] * 9 + ["constexpr"] * 3))
+    cx = dict(zip(names[-3:], blocks))
+    h, a = (compile_kernel(sol["matmul_kernel"], sig, cx, t) for t in ("sm_90", "sm_80"))
+    assert h.error is None and a.error is None
+    assert a.tensor_core()["mma.sync"] > 0 and a.tensor_core()["wgmma.mma_async"] == 0
+    assert sum(h.tensor_core().values()) > 0
+    assert (h.tensor_core()["wgmma.mma_async"] > 0) == (blocks[0] >= 64)
+    assert _macs(h) == _macs(a) == blocks[0] * blocks[1] * blocks[2]
+    assert h.registers > 0 and a.registers > 0 and h.shared > 0 and 0 < h.occupancy().fraction <= 1
+
+
+def test_the_solution_passes_and_its_tick_names_the_compiled_evidence(sol, capsys):
+    ex08.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], ex08.matmul_cases([(37, 45, 70)], [torch.float16]))
+    out = capsys.readouterr().out
+    assert "✔ ex08_triton-matmul_kernel" in out and "compiled for sm_90 and sm_80, its PTX multiplies on the tensor " \
+                                                    "cores" in out
+    assert re.search(r"sm_90: \d+ mma\.sync; \d+ registers/thread, \d+ B shared memory per program", out), out
+    assert "TTIR: tt.dot f16·f16 -> f32 inside scf.for over K" in out and "program(s) per SM on an NVIDIA H100/H200" in out

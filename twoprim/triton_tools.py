@@ -48,6 +48,9 @@ def setup(*, gpu_if_available: bool = False) -> str:
         os.environ["TRITON_INTERPRET"] = "1"
     import triton  # noqa: F401 - imported after the environment is set
 
+    from . import triton_compile
+
+    triton_compile.remember_pristine()  # triton.language before the interpreter patches it: compiling puts it back
     if not gpu:
         _interpret_every_jit_function()
         _patch_bf16_dot()
@@ -230,12 +233,23 @@ def _patch_bounds() -> None:
 class Launch:
     """One `kernel[grid](...)`: the kernel's name, its Python function, the grid, and in the interpreter the blocks
     of K each program's `tl.dot` calls took: {program id (x, y, z): [K extent of each call, in order]}. Compiled
-    kernels run on the GPU, where no call can be seen: `dots` is None."""
+    kernels run on the GPU, where no call can be seen: `dots` is None. `signature`, `constexprs` and `options` are
+    what `triton_compile.compile_kernel` needs to build the same launch for a GPU ("*fp16", "i32", BLOCK=128,
+    num_warps=4)."""
 
     name: str
     fn: Any
     grid: Any
     dots: dict | None = None
+    signature: dict = field(default_factory=dict)
+    constexprs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+    def compiled(self, target: str = "sm_90"):
+        """This launch compiled for `target` ("sm_90", "sm_80"): a `triton_compile.Compiled` (cached)."""
+        from .triton_compile import compile_kernel
+
+        return compile_kernel(self.fn, self.signature, self.constexprs, target, **self.options)
 
 
 @dataclass
@@ -270,6 +284,12 @@ def launches():
 
         def run(self, *args, _original=original, **kwargs):
             launch = Launch(self.fn.__name__, self.fn, kwargs.get("grid"), {} if interpreting() else None)
+            try:
+                from .triton_compile import signature_of
+
+                launch.signature, launch.constexprs, launch.options = signature_of(self.fn, args, kwargs)
+            except Exception:  # noqa: BLE001 - arguments Triton itself will refuse: the launch reports it
+                pass
             seen.calls.append(launch)
             outer, _STATE["launch"] = _STATE.get("launch"), launch
             try:
