@@ -1,5 +1,6 @@
 """A synthetic class of ex01_dot for `./course similarity`: six students who wrote their answers independently,
-each in their own way (as a class does: `dot` the natural way by most of them), and five who copied one of them,
+each in their own way (as a class does: `dot` the natural way by most of them, two of them `cosine_similarity` to the
+letter), and five who copied one of them,
 each copy disguised: every name changed, statements reordered, comments rewritten, all three at once, and one who
 copied only two answers and wrote the rest. Used by tests/test_analytics.py and scripts/similarity_eval.py."""
 from __future__ import annotations
@@ -11,13 +12,14 @@ from .classroom import answered, student_version, write
 AID = "ex01_dot"
 FUNCTIONS = ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
 
+INDEPENDENT_COSINE = ("dots = keys @ query\nnorms = torch.linalg.vector_norm(keys, dim=1) * "
+                      "torch.linalg.vector_norm(query)\nreturn dots / norms.clamp_min(1e-8)")
 INDEPENDENT = {
     "indep_1": {
         "dot_loop": "total = 0.0\nfor i in range(x.shape[0]):\n    total += float(x[i]) * float(w[i])\nreturn total",
         "dot": "return (x * w).sum()",
         "neuron": "return dot(x, w) + b",
-        "cosine_similarity": "dots = keys @ query\nnorms = torch.linalg.vector_norm(keys, dim=1) * "
-                             "torch.linalg.vector_norm(query)\nreturn dots / norms.clamp_min(1e-8)",
+        "cosine_similarity": INDEPENDENT_COSINE,
         "top_k": "sims = cosine_similarity(query, keys)\nreturn torch.sort(sims, descending=True, stable=True)"
                  ".indices[:k]",
     },
@@ -64,8 +66,9 @@ INDEPENDENT = {
                     "return out",
         "dot": "return (x * w).sum()",
         "neuron": "return torch.add(dot(x, w), b)",
-        "cosine_similarity": "similarity = keys.matmul(query)\nscale = (keys.pow(2).sum(1).sqrt() * "
-                             "query.pow(2).sum().sqrt()).clamp_min(1e-8)\nreturn similarity / scale",
+        # the same three lines as indep_1, each written independently from the formula the lesson spells out: an
+        # honest match of one answer, which must not rank a pair as high as a copy
+        "cosine_similarity": INDEPENDENT_COSINE,
         "top_k": "c = cosine_similarity(query, keys).tolist()\nchosen = []\nfor _ in range(k):\n    best = max((i for "
                  "i in range(len(c)) if i not in chosen), key=lambda i: (c[i], -i))\n    chosen.append(best)\n"
                  "return torch.tensor(chosen)",
