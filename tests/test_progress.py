@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import nbformat
@@ -327,13 +328,43 @@ def test_a_corrupt_state_file_is_set_aside_not_lost(learner):
     assert json.loads(state.read_text())["hints"] == {"ex01_dot-top_k": 1}
 
 
-def test_course_progress_command_prints_the_report_and_writes_the_chart(learner, monkeypatch, capsys):
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def test_course_progress_command_prints_aligned_tables_and_writes_only_its_state(learner, monkeypatch, capsys,
+                                                                                   tmp_path):
     monkeypatch.setattr(course, "ROOT", learner)
+    before = _files(learner)
     assert course.main(["progress"]) == 0
     out = capsys.readouterr().out
     assert "ex01_dot" in out and "next: run lessons/00_start_here.ipynb" in out
-    assert "chart: grader/selfgrade/progress.png" in out
-    assert (learner / progress.CHART).read_bytes().startswith(b"\x89PNG")
+    changed = {f for f, t in _files(learner).items() if before.get(f) != t}
+    assert changed <= {progress.STATE_FILE}, changed  # the one file progress keeps, nothing else
+    # every column of each table starts at the same place on every line
+    lines = out.splitlines()
+    for labels in (["lesson", "status"], ["assignment", "visible checks", "self-graded", "hints", "notebook"]):
+        top = next(i for i, l in enumerate(lines) if l.split()[:1] == [labels[0]])
+        table = lines[top:lines.index("", top)]
+        assert len(table) > 2, table
+        for at in (table[0].index(label) for label in labels):
+            for row in table[1:]:
+                assert row[at - 2:at] == "  " and row[at] != " ", (labels, at, row)
+    # the chart, where asked for
+    assert course.main(["progress", "--chart", str(tmp_path / "chart.png")]) == 0
+    assert f"chart: {tmp_path / 'chart.png'}" in capsys.readouterr().out
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_self_grade_of_another_notebook_is_not_this_notebooks_score(learner):
+    record = learner / "grader" / "selfgrade" / "ex01_dot.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    mine = learner / "exercises" / "ex01_dot" / "ex01_dot.ipynb"
+    for graded, shown in ((learner / "scratch.ipynb", "-"), (mine, "6 of 12")):
+        record.write_text(json.dumps({"graded_at": stamp, "score": 6, "max_score": 12, "notebook": str(graded)}))
+        row = by_aid(progress.report(learner))["ex01_dot"]
+        assert progress._selfgrade_cell(row) == shown, (graded, row.selfgrade)
 
 
 def test_the_state_file_is_untracked():

@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     sg.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
     pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
     pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
+    pr.add_argument("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)")
     si = sub.add_parser("similarity", help="rank pairs of students by how alike their answers are (copydetect)")
     si.add_argument("assignment")
     si.add_argument("--threshold", type=float, default=None,
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         result = grading.selfgrade(args.assignment, notebook=args.notebook)
         print(result.describe())
     elif args.command == "progress":
-        return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT)
+        return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT, chart_to=args.chart)
     return 0
 
 

@@ -48,7 +48,6 @@ __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state
 
 CELL_TIMEOUT = 60     # seconds per cell of a learner's notebook; an infinite loop ends there
 WORKERS = 2           # notebooks executed at once (each kernel then runs one thread)
-CHART = Path("grader") / "selfgrade" / "progress.png"
 
 PASS, FAIL, TODO, NOT_RUN = "pass", "fail", "todo", "not run"
 # A check that read only the form of an answer (it printed ANSWERED_TEXT): answered, not passing; its value is
@@ -283,14 +282,14 @@ class Report:
         return "submitted" if self.classroom else "self-graded"
 
     def text(self) -> str:
-        """The report as plain text for a terminal."""
-        out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + ["", "lesson" + " " * 22 + "status"]
-        for l in self.lessons:
-            out.append(f"  {'✔' if l.done else '·'} {l.name:24s} {l.detail}")
-        out += ["", f"{'assignment':20s}{'visible checks':26s}{self.graded_column:16s}{'hints':8s}notebook"]
-        for a in self.assignments:
-            out.append(f"  {'✔' if _complete(a) else '·'} {a.aid:16s}{_checks_cell(a):26s}{_selfgrade_cell(a):16s}"
-                       f"{a.hints_used:>2d} of {a.hints_total:<3d}{_notebook_cell(a)}")
+        """The report as plain text for a terminal, each table's columns as wide as their widest cell."""
+        out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + [""]
+        out += _columns([["", "lesson", "status"]]
+                        + [["✔" if l.done else "·", l.name, l.detail] for l in self.lessons])
+        out += [""] + _columns(
+            [["", "assignment", "visible checks", self.graded_column, "hints", "notebook"]]
+            + [["✔" if _complete(a) else "·", a.aid, _checks_cell(a), _selfgrade_cell(a),
+                f"{a.hints_used} of {a.hints_total}", _notebook_cell(a)] for a in self.assignments])
         out += ["", f"next: {self.next_step}"]
         return "\n".join(out)
 
@@ -315,6 +314,12 @@ class Report:
         png = base64.b64encode(chart_png(self)).decode()
         return (f"{notes}{lessons_html}{assignments_html}<p><b>Next:</b> {e(self.next_step)}</p>"
                 f"<img alt='progress chart' src='data:image/png;base64,{png}'/>")
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines, each column padded to its widest cell (the last one left as it is)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
 
 
 def _complete(a: AssignmentStatus) -> bool:
@@ -385,10 +390,9 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         return {"unreadable": f"{path.name}: {type(err).__name__}", "stale": f"{path.name} is unreadable",
                 "score": 0, "max_score": 0, "failing": []}
-    graded_path = Path(rec.get("notebook") or "?")
-    if graded_path.resolve() != notebook.resolve():
-        stale = f"the last one graded {graded_path}"
-    elif notebook.stat().st_mtime > graded + 1:  # graded_at is rounded down to the second
+    if Path(rec.get("notebook") or "?").resolve() != notebook.resolve():
+        return None  # a self-grade of another notebook (--notebook, a scratch copy) says nothing about this one
+    if notebook.stat().st_mtime > graded + 1:  # graded_at is rounded down to the second
         stale = "you saved the notebook after the last one"
     else:
         stale = ""
@@ -646,18 +650,18 @@ def show(root: Path | None = None, **kwargs) -> None:
     display(HTML(report(root, log=print, **kwargs)._repr_html_()))
 
 
-def main(root: Path | None = None, *, timeout: int = CELL_TIMEOUT) -> int:
-    """`./course progress`: print the report and write the chart to grader/selfgrade/progress.png (of the workspace)."""
+def main(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, chart_to: Path | None = None) -> int:
+    """`./course progress`: print the report; with `chart_to` (`--chart FILE`) also write the chart there. Nothing
+    else is written: the progress file in the workspace is the one file progress keeps."""
     import sys
 
     r = report(root, timeout=timeout, log=lambda message: print(message, file=sys.stderr, flush=True))
     print(r.text())
-    root = r.root
-    png = Path(root) / CHART
-    try:
-        png.parent.mkdir(parents=True, exist_ok=True)
-        png.write_bytes(chart_png(r))
-        print(f"chart: {png.relative_to(root)}")
-    except OSError as err:
-        print(f"chart not written ({err})")
+    if chart_to is not None:
+        try:
+            Path(chart_to).write_bytes(chart_png(r))
+            print(f"chart: {chart_to}")
+        except OSError as err:
+            print(f"chart not written to {chart_to}: {err.strerror}")
+            return 1
     return 0
