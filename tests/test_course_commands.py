@@ -91,3 +91,34 @@ def test_class_commands_name_the_known_assignments(command):
     proc = subprocess.run([str(ROOT / "course"), command, "ex99_nope"], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "no assignment 'ex99_nope'; known: ex01_dot" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3.11", os.X_OK),
+                    reason="runs the command as another account (root only), with Debian's python3.11")
+@pytest.mark.parametrize("command", ["collect ex01_dot", "autograde ex01_dot", "feedback ex01_dot",
+                                     "similarity ex01_dot", "release ex01_dot"])
+def test_a_student_running_an_instructors_command_is_told_whose_it_is(command, tmp_path_factory):
+    """As a classroom student: grader/ and solutions/ are the instructor's (0700), so the command says it is the
+    instructor's and what a student does instead, not "no assignment 'ex01_dot'; known: ."."""
+    import pwd
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="twoprim-student-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        shutil.copytree(ROOT / "twoprim", base / "twoprim", ignore=shutil.ignore_patterns("__pycache__"))
+        for private in ("grader", "solutions"):
+            (base / private).mkdir(mode=0o700)
+        nobody = pwd.getpwnam("nobody")
+        proc = subprocess.run(["/usr/bin/python3.11", "-m", "twoprim.course", *command.split()], cwd=base,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(base), "HOME": "/"},
+                              user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        shutil.rmtree(base)
+    verb = command.split()[0]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: `./course {verb}` is the instructor's command: it works in {base / 'grader'}, which only the "
+        f"instructor can open. As a student, hand in with Submit in JupyterLab's Assignments tab (or `nbgrader "
+        f"submit ASSIGNMENT`), fetch your feedback there too, and run `course progress` to see where you stand.")

@@ -224,6 +224,17 @@ def feedback(aid: str, *, root: Path = ROOT) -> None:
     nbgrader(["release_feedback", aid], root=root, capture=True)
 
 
+def refuse_students(command: str, root: Path = ROOT) -> None:
+    """A class command run by an account that cannot work in grader/ (a student of the classroom): say whose command
+    it is and what a student does instead, before anything else fails on the way."""
+    grader = root / "grader"
+    if grader.is_dir() and not os.access(grader, os.R_OK | os.W_OK | os.X_OK):
+        raise CourseError(f"`./course {command}` is the instructor's command: it works in {grader}, which only the "
+                          f"instructor can open. As a student, hand in with Submit in JupyterLab's Assignments tab "
+                          f"(or `nbgrader submit ASSIGNMENT`), fetch your feedback there too, and run `course "
+                          f"progress` to see where you stand.")
+
+
 def analytics(args: argparse.Namespace, root: Path = ROOT) -> int:
     """./course similarity, analysis and export (twoprim/analytics/): what an instructor learns from a graded
     class, and its grades out to the LMS."""
@@ -401,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         from .hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
 
         refuse_root_in_classroom(argv)
+        if args.command != "selfgrade":  # (selfgrade says itself what a student who cannot read it should do)
+            refuse_students(args.command)
     # grading and progress import torch (through the checks): only the commands that need them pay for it
     if args.command in ("autograde", "report", "selfgrade", "db-init", "extend"):
         from . import grading
