@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "signature_of", "compile_kernel", "Compiled", "Dot",
-           "Occupancy", "occupancy"]
+__all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "signature_of", "compile_kernel", "compile_launch",
+           "Compiled", "Dot", "Occupancy", "occupancy"]
 
 ENV_CACHE = "TWOPRIM_TRITON_CACHE"
 TARGETS = {"sm_90": 90, "sm_80": 80}  # compute capability of each target: H100/H200 (Hopper) and A100 (Ampere)
@@ -349,6 +349,14 @@ def _is_constexpr(annotation: Any) -> bool:
     import triton.language as tl
 
     return annotation is tl.constexpr or (isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr")
+
+
+def compile_launch(kernel: Any, *args, target: str = "sm_90", num_warps: int = 4, num_stages: int = 3,
+                   **constexprs) -> Compiled:
+    """`kernel` compiled for `target` as the launch `kernel[grid](*args, **constexprs)` would be (tensors give their
+    dtype, ints their width; nothing runs and the tensors' values do not matter)."""
+    signature, found, _ = signature_of(kernel, args, constexprs)
+    return compile_kernel(kernel, signature, found, target, num_warps=num_warps, num_stages=num_stages)
 
 
 _MEMORY: dict[str, Compiled] = {}
