@@ -369,6 +369,9 @@ def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm
     import triton
 
     py = getattr(fn, "fn", fn)
+    quick = _quick_key(py, signature, constexprs, target, num_warps, num_stages)
+    if quick is not None and quick in _BY_CODE:
+        return _BY_CODE[quick]
     with _compiling() as twins:
         jit_fn = _twin(py, twins)
         key = hashlib.sha256(json.dumps([triton.__version__, target, jit_fn.cache_key, signature,
@@ -387,7 +390,33 @@ def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm
         else:
             found.cached = True
     _MEMORY[key] = found
+    if quick is not None:
+        _BY_CODE[quick] = found
     return found
+
+
+_BY_CODE: dict = {}
+
+
+def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: int, num_stages: int):
+    """An in-process key that needs no compiler: the code objects of the kernel and of the jit functions its globals
+    name (a redefined helper is new code), and the rest of the launch. None when it cannot be formed."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    code = getattr(py, "__code__", None)
+    if code is None:
+        return None
+    helpers = []
+    for name in code.co_names:
+        value = getattr(py, "__globals__", {}).get(name)
+        if isinstance(value, (InterpretedFunction, JITFunction)):
+            helpers.append((name, value.fn.__code__))
+    try:
+        return (code, tuple(helpers), tuple(signature.items()), tuple((k, repr(v)) for k, v in constexprs.items()),
+                target, num_warps, num_stages)
+    except TypeError:
+        return None
 
 
 def _read(path: Path) -> Compiled | None:
@@ -550,7 +579,7 @@ def _compiling():
     remember_pristine()
     import triton.compiler.code_generator  # noqa: F401 - it imports Gluon, which asserts the interpreter's state:
     import triton.experimental.gluon.language  # noqa: F401 - imported as it is, before the interpreter goes off
-    twins: dict = {}
+    twins: dict = dict(_LIBRARY_TWINS)  # Triton's own library functions, made JITFunctions once per process
     changes: list[tuple[Any, str, Any]] = []
 
     def put(obj, name, value):
@@ -571,11 +600,11 @@ def _compiling():
                         put(obj, name, original)
             for name, value in list(vars(obj).items()):
                 if isinstance(value, InterpretedFunction):
-                    put(obj, name, _twin(value.fn, twins))
+                    put(obj, name, _library_twin(value.fn, twins))
                 elif isinstance(value, types.FunctionType) and value.__name__ == "wrapper" and value.__closure__:
                     inner = value.__closure__[0].cell_contents  # a tensor method forwarding to a library function
                     if isinstance(inner, InterpretedFunction):
-                        put(obj, name, _twin(inner.fn, twins))
+                        put(obj, name, _library_twin(inner.fn, twins))
         yield twins
     finally:
         knobs.runtime.interpret = interpret
@@ -587,6 +616,16 @@ def _compiling():
 
 
 _MISSING = object()
+_LIBRARY_TWINS: dict = {}
+
+
+def _library_twin(py, twins: dict):
+    """The JITFunction of one of Triton's own library functions, kept for the process (Triton's code does not
+    change under it)."""
+    if py not in _LIBRARY_TWINS:
+        _LIBRARY_TWINS[py] = _twin(py, twins)
+        _LIBRARY_TWINS.update({k: v for k, v in twins.items() if getattr(k, "__module__", "").startswith("triton.")})
+    return _LIBRARY_TWINS[py]
 
 
 def _twin(py: Any, twins: dict):
