@@ -11,9 +11,8 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from twoprim import course as course_cli
 from twoprim import grading
-from twoprim.analytics import export, items, similarity
+from twoprim.analytics import commands, export, items, similarity
 from twoprim.grading.gradebook import database_url
 from twoprim.notebooks import answers
 
@@ -71,8 +70,7 @@ def test_similarity_command_reads_the_collected_notebooks_and_writes_csv_and_htm
     page = html_path.read_text()
     assert page.count("class='pair'") == 5 and "<mark>" in page and "never a verdict" in page
     # the command's own path (./course similarity), on this course
-    assert course_cli.analytics(argparse.Namespace(command="similarity", assignment=AID, threshold=0.95),
-                                root=course) == 0
+    assert commands.run(argparse.Namespace(command="similarity", assignment=AID, threshold=0.95), course) == 0
     out = capsys.readouterr().out
     assert f"{len(result.students)} submissions of {AID} compared, 55 pairs; 2 at or above 0.95" in out, out
     assert "1.00  indep_1 ~ renamed  (matching: dot_loop, cosine_similarity, top_k)" in out, out

@@ -235,40 +235,6 @@ def refuse_students(command: str, root: Path = ROOT) -> None:
                           f"progress` to see where you stand.")
 
 
-def analytics(args: argparse.Namespace, root: Path = ROOT) -> int:
-    """./course similarity, analysis and export (twoprim/analytics/): what an instructor learns from a graded
-    class, and its grades out to the LMS."""
-    reports = root / "grader" / "reports"
-    if args.command == "similarity":
-        from .analytics import similarity
-
-        result = similarity.compare(args.assignment, root=root,
-                                    threshold=similarity.THRESHOLD if args.threshold is None else args.threshold)
-        print(result.describe())
-        for path in similarity.write_report(result, reports):
-            print(f"wrote {path}")
-        return 0
-    from .grading.gradebook import database_url
-
-    url = database_url(root, args.db)
-    if args.command == "analysis":
-        from .analytics import items
-
-        analysis = items.analyse(args.assignment, url)
-        if not analysis.students:
-            raise CourseError(f"no graded submission of {args.assignment} in the gradebook: run ./course autograde "
-                              f"{args.assignment} first")
-        print(analysis.describe())
-        for path in items.write_report(analysis, reports):
-            print(f"wrote {path}")
-        return 0
-    from .analytics import export
-
-    wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas)
-    print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output).describe())
-    return 0
-
-
 def clean_files(paths: list[Path]) -> list[Path]:
     """Clean notebooks in place; returns those that changed."""
     import nbformat
@@ -460,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         url = grading.database_url(ROOT, args.db)
         print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
     elif args.command in ("similarity", "analysis", "export"):
-        return analytics(args)
+        from .analytics.commands import run as analytics
+
+        return analytics(args, ROOT)
     elif args.command == "extend":
         print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db))
     elif args.command == "db-init":

@@ -5,4 +5,5 @@
     items.py        `./course analysis ASSIGNMENT`: item analysis of every test cell from the gradebook
                     (difficulty, corrected point-biserial discrimination, flags for tests that look broken)
     export.py       `./course export --canvas ASSIGNMENT...`: grades out to Canvas's gradebook CSV (or a plain CSV)
+    commands.py     what the three commands print and write
 """

@@ -1,0 +1,44 @@
+"""`./course similarity`, `analysis` and `export`: what each prints and writes (instructor side)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..nbgrader_cli import CourseError
+from ..notebooks import assignments
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, root: Path) -> int:
+    """./course similarity, analysis and export (twoprim/analytics/): what an instructor learns from a graded
+    class, and its grades out to the LMS."""
+    reports = root / "grader" / "reports"
+    if args.command == "similarity":
+        from . import similarity
+
+        result = similarity.compare(args.assignment, root=root,
+                                    threshold=similarity.THRESHOLD if args.threshold is None else args.threshold)
+        print(result.describe())
+        for path in similarity.write_report(result, reports):
+            print(f"wrote {path}")
+        return 0
+    from ..grading.gradebook import database_url
+
+    url = database_url(root, args.db)
+    if args.command == "analysis":
+        from . import items
+
+        analysis = items.analyse(args.assignment, url)
+        if not analysis.students:
+            raise CourseError(f"no graded submission of {args.assignment} in the gradebook: run ./course autograde "
+                              f"{args.assignment} first")
+        print(analysis.describe())
+        for path in items.write_report(analysis, reports):
+            print(f"wrote {path}")
+        return 0
+    from . import export
+
+    wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas)
+    print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output).describe())
+    return 0
