@@ -536,11 +536,14 @@ def _resource_usage(cubin: bytes) -> dict[str, int]:
     """REG, STACK, SHARED, LOCAL of the kernel, from `cuobjdump -res-usage` (NVIDIA's tool in the Triton wheel)."""
     from triton import knobs
 
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        done = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", f.name], capture_output=True, text=True,
-                              timeout=60)
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(cubin)
+            f.flush()
+            done = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", f.name], capture_output=True, text=True,
+                                  timeout=60)
+    except (OSError, RuntimeError, subprocess.SubprocessError):  # no cuobjdump: the counts stay 0, said as such
+        return {}
     return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", done.stdout)}
 
 
