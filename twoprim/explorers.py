@@ -21,7 +21,6 @@ import html
 import io
 import math
 import threading
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -500,14 +499,7 @@ def attention_explorer(head: str = "previous token", causal: bool = True, temper
 # GEMM shapes on the roofline (lesson 08)
 # ----------------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Measurement:
-    """The fastest of `calls` timed calls (after one warm-up call); `stopped` when stopped before all were done."""
-
-    seconds: float
-    calls: int
-    planned: int
-    stopped: bool
+Measurement = timing.Fastest  # what measure_gemm returns
 
 
 def measure_gemm(M: int, N: int, K: int, *, budget: float = 0.2, min_calls: int = 3, max_calls: int = 200,
@@ -517,23 +509,8 @@ def measure_gemm(M: int, N: int, K: int, *, budget: float = 0.2, min_calls: int 
     new call once `stop` is set. Returns None when stopped before any timed call."""
     gen = torch.Generator().manual_seed(0)
     A, B = torch.randn(M, K, generator=gen).to(dtype), torch.randn(K, N, generator=gen).to(dtype)  # (M, K), (K, N)
-    start = time.perf_counter()
-    A @ B  # warm-up: first-call costs are not the GEMM's speed; it also sets how many calls fit in the budget
-    first = time.perf_counter() - start
-    planned = int(min(max(budget / max(first, 1e-9), min_calls), max_calls))
-    best, calls = math.inf, 0
-    for calls in range(1, planned + 1):
-        if stop is not None and stop.is_set():
-            calls -= 1
-            break
-        t0 = time.perf_counter()
-        A @ B  # (M, K) @ (K, N) -> (M, N)
-        best = min(best, time.perf_counter() - t0)
-        if progress is not None:
-            progress(calls, planned)
-    if calls == 0:
-        return None
-    return Measurement(best, calls, planned, calls < planned)
+    return timing.fastest(lambda: A @ B, budget=budget, min_calls=min_calls, max_calls=max_calls, stop=stop,
+                          progress=progress)  # (M, K) @ (K, N) -> (M, N)
 
 
 def padded(size: int, multiple: int) -> int:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
-import math
 import os
 import platform
 import re
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -28,13 +26,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from . import plots
+from . import plots, timing
 from .notebooks import ROOT
 
 __all__ = [
     "matmul_spec", "ORDERS", "INNER_LOOP_WALKS", "inner_walk", "loop_source", "python_loop_order",
     "compiled_loop_orders", "order_bars", "cpu_flags",
-    "PeakEstimate", "peak_estimate", "fastest", "sweep_fastest", "warn_if_busy", "bandwidth", "gemm_intensity",
+    "PeakEstimate", "peak_estimate", "warn_if_busy", "bandwidth", "gemm_intensity",
     "gemv_intensity", "elementwise_intensity",
     "ladder_plot", "roofline", "H200_PROBE", "h200_probe",
 ]
@@ -344,23 +342,6 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
 # Bandwidth and arithmetic intensity
 # ----------------------------------------------------------------------------------------------------------------
 
-def fastest(fn: Callable[[], object], *, min_run_time: float = 0.05, min_calls: int = 3) -> float:
-    """Seconds of the fastest single call of `fn()`, after one warm-up call, over at least `min_calls` calls and
-    `min_run_time` seconds.
-
-    The minimum measures what the machine can do; a median (`timing.seconds`) also counts the moments when other
-    programs held the cores, which on a busy machine can slow a multi-threaded GEMM down many times over.
-    """
-    fn()  # warm-up: first-call costs (allocation, page faults, thread start-up) are not the operation's speed
-    best, calls, start = math.inf, 0, time.perf_counter()
-    while calls < min_calls or time.perf_counter() - start < min_run_time:
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        calls += 1
-    return best
-
-
 def warn_if_busy() -> None:
     """Print a warning when other programs keep the cores busy (load average above the core count); else nothing."""
     try:
@@ -376,19 +357,6 @@ def warn_if_busy() -> None:
     print(warning)
 
 
-def sweep_fastest(sizes: Sequence[int], inputs: Callable[[int], tuple], variants: Mapping[str, Callable[..., object]],
-                  *, limits: Mapping[str, int] | None = None, min_run_time: float = 0.05) -> dict[str, list[float]]:
-    """`timing.sweep` with `fastest` instead of the median: seconds[name][i] for sizes[i], each series a prefix."""
-    limits = limits or {}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for i, n in enumerate(int(n) for n in sizes):
-        args = inputs(n)
-        for name, fn in variants.items():
-            if len(times[name]) == i and n <= limits.get(name, n):
-                times[name].append(fastest(lambda: fn(*args), min_run_time=min_run_time))
-    return times
-
-
 def bandwidth(nbytes: int = 64 * 2**20, *, min_run_time: float = 0.1) -> dict[str, float]:
     """Memory bandwidth in GB/s, measured on `nbytes` of float32 (larger than most caches), two ways.
 
@@ -399,10 +367,10 @@ def bandwidth(nbytes: int = 64 * 2**20, *, min_run_time: float = 0.1) -> dict[st
     src = torch.rand(nbytes // 4)
     dst = torch.empty_like(src)
     src_np, dst_np = src.numpy(), dst.numpy()  # the same memory, for NumPy's single-threaded loops
-    copy = min(fastest(lambda: dst.copy_(src), min_run_time=min_run_time),
-               fastest(lambda: np.copyto(dst_np, src_np), min_run_time=min_run_time))
-    read = min(fastest(lambda: src.sum(), min_run_time=min_run_time),
-               fastest(lambda: src_np.sum(), min_run_time=min_run_time))
+    copy = min(timing.fastest(lambda: dst.copy_(src), budget=min_run_time).seconds,
+               timing.fastest(lambda: np.copyto(dst_np, src_np), budget=min_run_time).seconds)
+    read = min(timing.fastest(lambda: src.sum(), budget=min_run_time).seconds,
+               timing.fastest(lambda: src_np.sum(), budget=min_run_time).seconds)
     return {"copy": 2 * nbytes / copy / 1e9, "read": nbytes / read / 1e9}
 
 

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
@@ -28,7 +27,7 @@ from .notebooks import ROOT
 
 __all__ = [
     "Gemm", "gemm_mnk", "gemms_of", "record_gemms", "FlopShare", "flop_share", "OTHER_FLOPS_PER_ELEMENT",
-    "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", "format_table", "best_seconds",
+    "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", "format_table",
     "gemm_sweep", "sweep_plot", "bars", "arithmetic_intensity", "device_tflops", "H200_FILE", "h200",
     "round_mantissa", "relative_error",
 ]
@@ -320,24 +319,6 @@ def format_table(rows: Iterable[Sequence], columns: Sequence[str]) -> str:
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
 
 
-def best_seconds(fn: Callable[[], object], *, budget: float = 0.1, min_calls: int = 3, max_calls: int = 1000) -> float:
-    """Seconds of the fastest single call of `fn()`, after one warm-up call, calling it for about `budget` seconds.
-
-    On a machine shared with other programs, a call can only be slowed down by them, never sped up; the fastest of
-    many short calls is the best estimate of what the code itself costs (`timing.seconds` reports the median).
-    """
-    start = time.perf_counter()
-    fn()  # warm-up: first calls allocate and pick kernels
-    first = time.perf_counter() - start
-    calls = int(min(max(budget / max(first, 1e-9), min_calls), max_calls))
-    best = first
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def gemm_sweep(shapes: Sequence[tuple[int, int, int]], *, dtype: torch.dtype = torch.float32, rounds: int = 3,
                budget: float = 0.01, seed: int = 0) -> list[float]:
     """GFLOP/s of `A @ B` for each (M, N, K) in `shapes`, from the fastest call over `rounds` interleaved rounds.
@@ -356,7 +337,7 @@ def gemm_sweep(shapes: Sequence[tuple[int, int, int]], *, dtype: torch.dtype = t
     for _ in range(rounds):
         for i, (M, N, K) in enumerate(shapes):
             A, B = As[K][:M], Bs[(K, N)]
-            best[i] = min(best[i], best_seconds(lambda: A @ B, budget=budget, min_calls=2))
+            best[i] = min(best[i], timing.fastest(lambda: A @ B, budget=budget, min_calls=2).seconds)
     return [timing.gflops(2 * M * N * K, t) for (M, N, K), t in zip(shapes, best)]
 
 

@@ -1,12 +1,21 @@
-"""Timing on the learner's machine, with torch's own benchmark timer (warm-up, adaptive repeats, median)."""
+"""Timing on the learner's machine, the one home of every timer the lessons use: `seconds`, the median by torch's
+own benchmark timer (warm-up, adaptive repeats), and `fastest`, the fastest single call.
+
+The median counts the moments other programs held the cores; the fastest call measures what the machine can do
+(a call can be slowed down by them, never sped up), which is what a GEMM's speed on a shared machine should report.
+"""
 from __future__ import annotations
 
+import math
+import threading
+import time
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
 
-__all__ = ["seconds", "gflops", "sweep"]
+__all__ = ["seconds", "Fastest", "fastest", "gflops", "sweep"]
 
 
 def seconds(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:
@@ -15,14 +24,50 @@ def seconds(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
+@dataclass(frozen=True)
+class Fastest:
+    """The fastest of `calls` timed calls (after one warm-up call); `stopped` when stopped before all were done."""
+
+    seconds: float
+    calls: int
+    planned: int
+    stopped: bool
+
+
+def fastest(fn: Callable[[], object], *, budget: float = 0.05, min_calls: int = 3, max_calls: int = 1000,
+            stop: threading.Event | None = None,
+            progress: Callable[[int, int], None] | None = None) -> Fastest | None:
+    """The fastest single call of `fn()`: one warm-up call (first-call costs, allocation and thread start-up, are not
+    the operation's speed) sets how many calls fit in about `budget` seconds (at least `min_calls`, at most
+    `max_calls`); `progress(done, planned)` after each; no new call once `stop` is set. None when stopped before any
+    timed call."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    planned = int(min(max(math.ceil(budget / max(first, 1e-9)), min_calls), max_calls))
+    best, calls = math.inf, 0
+    for _ in range(planned):
+        if stop is not None and stop.is_set():
+            break
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        calls += 1
+        if progress is not None:
+            progress(calls, planned)
+    return Fastest(best, calls, planned, calls < planned) if calls else None
+
+
 def gflops(flops: float, secs: float) -> float:
     """Throughput in GFLOP/s: flops / seconds / 1e9."""
     return flops / secs / 1e9
 
 
 def sweep(sizes: Sequence[int], inputs: Callable[[int], tuple], variants: Mapping[str, Callable[..., object]], *,
-          limits: Mapping[str, int] | None = None, min_run_time: float = 0.05) -> dict[str, list[float]]:
-    """seconds[name][i] = median seconds of `variants[name](*inputs(sizes[i]))`; a variant stops after `limits[name]`.
+          limits: Mapping[str, int] | None = None, min_run_time: float = 0.05,
+          best: bool = False) -> dict[str, list[float]]:
+    """seconds[name][i] = median seconds of `variants[name](*inputs(sizes[i]))` (with `best`: its fastest call,
+    `fastest`); a variant stops after `limits[name]`.
 
     Each series is a prefix of `sizes` (what `plots.lines` expects), so slow variants simply end early.
     """
@@ -32,5 +77,7 @@ def sweep(sizes: Sequence[int], inputs: Callable[[int], tuple], variants: Mappin
         args = inputs(n)
         for name, fn in variants.items():
             if len(times[name]) == i and n <= limits.get(name, n):  # once a variant stops, it stays stopped
-                times[name].append(seconds(lambda: fn(*args), min_run_time=min_run_time))
+                call = lambda: fn(*args)  # noqa: E731
+                times[name].append(fastest(call, budget=min_run_time).seconds if best
+                                   else seconds(call, min_run_time=min_run_time))
     return times
