@@ -8,7 +8,6 @@ K = C/groups·kh·kw and N' = N·Hout·Wout.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -228,14 +227,15 @@ def receptive_field_figure(x: torch.Tensor, kernel_size, *, stride=1, padding=0,
 # Measured elsewhere
 # ----------------------------------------------------------------------------------------------------------------
 
-def h200_conv_fact(path: Path | None = None) -> dict:
-    """The im2col-vs-vendor convolution ratio measured for this course on an NVIDIA H200 (data/ probe file)."""
-    path = path or DATA / "h200_gemm_probe_2026-11-30.json"
-    probe = json.loads(Path(path).read_text())
+def h200_conv_fact() -> dict:
+    """The im2col-vs-vendor convolution ratio measured for this course on an NVIDIA H200 (`gemm.h200_probe`)."""
+    from .gemm import H200_PROBE as path, h200_probe
+
+    probe = h200_probe()
     return {
         "machine": f"{probe['device']}, torch {probe['torch']}",
         "what": "float16 conv, x of shape (32, 64, 56, 56), 3×3 kernel: im2col + GEMM against cuDNN (F.conv2d)",
         "ratio": float(probe["conv: im2col time / vendor time"]),
         "max error": float(probe["im2col conv maxerr"]),
-        "file": str(Path(path).relative_to(DATA.parent)) if Path(path).is_relative_to(DATA.parent) else str(path),
+        "file": str(path.relative_to(DATA.parent)),
     }

@@ -7,7 +7,6 @@ term). A batched GEMM (`bmm`) runs `batch` such products in one call.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -23,12 +22,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from . import timing
 from .record import CallLog, FlopRule, count_other_flops, record_calls
-from .notebooks import ROOT
 
 __all__ = [
     "Gemm", "gemm_mnk", "gemms_of", "record_gemms", "FlopShare", "flop_share", "OTHER_FLOPS_PER_ELEMENT",
     "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", "format_table",
-    "gemm_sweep", "sweep_plot", "bars", "arithmetic_intensity", "device_tflops", "H200_FILE", "h200",
+    "gemm_sweep", "sweep_plot", "bars", "arithmetic_intensity", "device_tflops", "h200",
     "round_mantissa", "relative_error",
 ]
 
@@ -386,12 +384,12 @@ def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel
 # Figures measured for this course on an NVIDIA H200
 # ----------------------------------------------------------------------------------------------------------------
 
-H200_FILE = ROOT / "data" / "h200_gemm_probe_2026-11-30.json"
+def h200() -> dict:
+    """The H200 GEMM probe (`gemm.h200_probe`), read for tables: {"label", "gemm": {(dtype, M, N, K): TFLOP/s},
+    "tf32_4096": TFLOP/s, "raw": {...}}."""
+    from .gemm import h200_probe
 
-
-def h200(path=H200_FILE) -> dict:
-    """The H200 GEMM probe: {"label", "gemm": {(dtype, M, N, K): TFLOP/s}, "tf32_4096": TFLOP/s, "raw": {...}}."""
-    raw = json.loads(open(path).read())
+    raw = h200_probe()
     gemm = {}
     for key, value in raw.items():
         parts = key.split()
