@@ -49,11 +49,6 @@ __all__ = [
 TASK = "ex07_mlx"
 
 
-def _need_mlx() -> None:
-    if mx is None:
-        raise ImportError("ex07_mlx needs MLX: `mlx` on Apple silicon, `mlx[cpu]` on Linux (the course environment).")
-
-
 _FLOATING = ("float16", "bfloat16", "float32", "float64")
 _EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
 MLX_EXP_REL_ERROR = 1e-6  # MLX's CPU exp on [-10, 10], float32 and float64 alike (lesson 07 measures it)
@@ -64,7 +59,7 @@ MLX_EXP_REL_ERROR = 1e-6  # MLX's CPU exp on [-10, 10], float32 and float64 alik
 # ----------------------------------------------------------------------------------------------------------------
 
 def _array(fn: str, name: str, value: Any, *, ndim: int | None = None, floating: bool = True):
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     if not isinstance(value, mx.array):
         kind = type(value).__name__
         if isinstance(value, torch.Tensor):
@@ -140,7 +135,7 @@ def guard_attention(fn: str, q: Any, k: Any, v: Any, causal: Any) -> None:
 
 def guard_op_counts(fn: str, fun: Any, args: tuple) -> None:
     """fun callable; every argument an MLX array (the example inputs export_function traces with)."""
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     if not callable(fun):
         raise TypeError(f"{fn}: fun must be a function, got {type(fun).__name__}; pass the function itself, not "
                         f"its result.")
@@ -184,7 +179,7 @@ def _values(shape: tuple, dtype: str, rng: np.random.Generator, scale: float = 1
     """Random normal values, rounded to `dtype` so the float64 oracle sees exactly what the learner gets."""
     v = rng.standard_normal(shape) * scale
     if dtype != "float64":
-        _need_mlx()
+        mlx_tools.need_mlx(TASK)
         rounded = mx.array(v.astype(np.float32)).astype(getattr(mx, dtype)).astype(mx.float32)
         v = np.array(rounded).astype(np.float64)
     return MLX(v, dtype)
@@ -450,7 +445,7 @@ OP_COUNT_SUBJECTS: dict[str, tuple[str, Callable]] = {
 
 def op_count_cases(names: Sequence[str]) -> list[Case]:
     """One case per named subject of OP_COUNT_SUBJECTS: (Function, its example arrays as MLX placeholders)."""
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     cases = []
     for name in names:
         description, build = OP_COUNT_SUBJECTS[name]
@@ -485,7 +480,7 @@ def _run_scenario() -> dict:
 
 def lazy_measurements() -> dict[str, int]:
     """Measure the scenario's answers now, on this machine: pending primitives counted with mx.export_to_dot."""
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     ns = _run_scenario()
     before = sum(mlx_tools.pending_counts(ns["y"]).values())
     mx.eval(ns["y"])
@@ -690,7 +685,7 @@ def _no_course_helpers(runner: _Runner) -> Rule:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     cases = cases if cases is not None else vector_cases([3, 64, 1000], ["float32", "float64"])
     runner = _Runner(fn)
     rules = [_no_torch(), _gemm_rule(runner, 1, "one MLX dot product: a single Matmul primitive",
@@ -703,7 +698,7 @@ def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
 
 
 def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (gemm_cases([(4, 3, 5), (32, 16, 64)], ["float32", "float64"], scalars=[(0.75, -1.5), (2.0, 0.5)])
                  + gemm_cases([(3, 5, 4)], ["float32"], nan_c=True, seed=1))
@@ -718,7 +713,7 @@ def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 
 def check_mlx_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (attention_cases([(1, 2, 5, 8), (2, 3, 16, 4)], ["float32", "float64"])
                  + attention_cases([(1, 2, 9, 8)], ["float32"], causal=(False,), score_scale=10.0, seed=1))
@@ -806,7 +801,7 @@ def _judge_counts(got: Any, want: Counter, case: Case) -> str:
 
 
 def check_mlx_op_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     cases = cases if cases is not None else op_count_cases(["linear", "mlp", "two_outputs"])
     runner = _OpCountRunner(fn, trace=False)
     return run_check(f"{TASK}-mlx_op_counts", runner.wrapped(), cases, expected=_CountsOracle(), judge=_judge_counts,
@@ -863,7 +858,7 @@ class _LazyOracle:
 
 
 def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    _need_mlx()
+    mlx_tools.need_mlx(TASK)
     proves = "the numbers agree with the pending graph measured now with mx.export_to_dot"
     if cases is None:  # visible: one value measured, the other two read for their form only
         cases = lazy_cases(["pending_after_eval"])

@@ -49,9 +49,10 @@ _EXPORT = mx.export_function if mx is not None else None  # kept before anything
 _TO_DOT = mx.export_to_dot if mx is not None else None
 
 
-def _need_mlx() -> None:
+def need_mlx(what: str = "twoprim.mlx_tools") -> None:
+    """ImportError, saying what needs MLX and how to install it, where MLX is not installed."""
     if mx is None:
-        raise ImportError("MLX is not installed: twoprim.mlx_tools needs mlx (Apple silicon) or mlx[cpu] (Linux).")
+        raise ImportError(f"{what} needs MLX: `mlx` on Apple silicon, `mlx[cpu]` on Linux (the course environment).")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _export(fun: Callable, args: tuple, kwargs: dict) -> list[dict]:
-    _need_mlx()
+    need_mlx()
     entries: list[dict] = []
     _EXPORT(entries.append, fun, *args, **kwargs)
     return entries
@@ -177,7 +178,7 @@ def primitive_counts(fun: Callable, *args, **kwargs) -> Counter:
 
 def dot_source(*arrays, **named) -> str:
     """`mx.export_to_dot` of the graph still pending behind `arrays`, as a string of Graphviz DOT."""
-    _need_mlx()
+    need_mlx()
     _note("dot_source")
     out = io.StringIO()
     _TO_DOT(out, *arrays, **named)
@@ -445,7 +446,7 @@ def render_dot(text: str, *, title: str = ""):
 
 def build_and_eval_seconds(build: Callable[[], Any], *, repeats: int = 5) -> dict[str, float]:
     """Median seconds to *build* a graph (`out = build()`, nothing runs) and to *run* it (`mx.eval(out)`)."""
-    _need_mlx()
+    need_mlx()
     mx.eval(build())  # warm-up: first calls pay one-off setup
     built, ran = [], []
     for _ in range(repeats):
@@ -461,7 +462,7 @@ def build_and_eval_seconds(build: Callable[[], Any], *, repeats: int = 5) -> dic
 
 def eval_seconds(fn: Callable[[], Any], *, min_run_time: float = 0.1) -> float:
     """Median seconds of `mx.eval(fn())`: building the graph and running it (torch's benchmark timer)."""
-    _need_mlx()
+    need_mlx()
     from .timing import seconds
 
     return seconds(lambda: mx.eval(fn()), min_run_time=min_run_time)
@@ -469,7 +470,7 @@ def eval_seconds(fn: Callable[[], Any], *, min_run_time: float = 0.1) -> float:
 
 def blas_libraries() -> list[str]:
     """The BLAS/LAPACK shared libraries bundled in the installed MLX wheel (empty when it bundles none)."""
-    _need_mlx()
+    need_mlx()
     import mlx
 
     site = Path(mlx.__path__[0]).parent
