@@ -526,3 +526,38 @@ def test_the_solution_passes_and_its_tick_names_the_compiled_evidence(sol, capsy
                                                     "cores" in out
     assert re.search(r"sm_90: \d+ mma\.sync; \d+ registers/thread, \d+ B shared memory per program", out), out
     assert "TTIR: tt.dot f16·f16 -> f32 inside scf.for over K" in out and "program(s) per SM on an NVIDIA H100/H200" in out
+
+
+@triton.jit
+def matmul_total_rounded_each_block(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                    stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc = (acc + tl.dot(a, b)).to(c_ptr.dtype.element_ty).to(tl.float32)  # carried as float32, rounded to 16 bits
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_a_total_rounded_to_float16_every_block_is_told_its_cause():
+    """The loop carries float32, so the compiled loop passes; C itself shows the float16 rounding after every block."""
+    msg = fails(ex08.check_matmul_kernel, matmul_total_rounded_each_block,
+                _matmul_with(matmul_total_rounded_each_block), ex08.accumulation_cases([torch.float16]))
+    assert "wrong result" in msg and "cause:    C matches a sum rounded to float16 after every block of 32" in msg, msg
+    assert "it grows with K (32 roundings here)" in msg
+
+
+def test_tiles_left_out_on_the_ragged_edge_are_told_their_cause(sol):
+    def matmul(A, B):  # the grid rounds down: the partial blocks of rows and columns get no program
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N, dtype=A.dtype)
+        sol["matmul_kernel"][(M // 32, N // 32)](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
+                                                 BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return C
+    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul,
+                ex08.matmul_cases([(37, 45, 40)], [torch.float32], seed=6))
+    assert "cause:    with 32×32 tiles, only tiles on the ragged edge are wrong (rows 0-31 × columns 32-44" in msg, msg
