@@ -79,3 +79,8 @@ def _classroom_exchange():
 
 
 c.Exchange.root = os.environ.get("TWOPRIM_EXCHANGE") or _classroom_exchange() or "/srv/nbgrader/exchange"
+# In a classroom whose grader/classroom.json says so (./course hub's default), release, collect and feedback, here
+# and in the formgrader, go through the classroom's exchange service instead (twoprim/exchange/client.py).
+from twoprim.exchange.client import configure_from_classroom  # noqa: E402
+
+configure_from_classroom(c, GRADER)

@@ -326,3 +326,36 @@ def test_size_limit_is_named_and_a_restart_keeps_every_submission(room, tmp_path
     later = again.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({f"{AID}.ipynb": small}))
     assert later.json()["id"] > max(r["id"] for r in before)
     assert os.stat(s.store.folder).st_mode & 0o077 == 0 and os.stat(s.store.path).st_mode & 0o077 == 0
+
+
+def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_path):
+    """./course hub's files for one run: by default a managed service run as the instructor on loopback, the scope
+    in every user's role and server token, and the students' nbgrader selecting the service's classes with its URL
+    (loaded by traitlets as nbgrader loads it); with --exchange-kind filesystem none of that."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from twoprim.hub_config import Plan, write_run_folder
+
+    common = dict(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp",
+                  exchange=tmp_path / "exchange", instructor="teach", students=("ann", "ben"), port=8000,
+                  hub_port=8001, proxy_api_port=8002)
+    plan = Plan(**common, service_port=8003, max_file_mb=50)
+    (tmp_path / "run").mkdir()
+    config = write_run_folder(plan, tmp_path / "run")
+    hub = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    [service] = hub.JupyterHub.services
+    assert service["name"] == svc.NAME and service["user"] == "teach" and service["url"] == "http://127.0.0.1:8003"
+    assert service["command"][-6:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50"]
+    assert svc.SCOPE in hub.Spawner.server_token_scopes
+    assert hub.JupyterHub.load_roles == [{"name": "user", "scopes": ["self", svc.SCOPE]}]
+    student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run" / "student")).load_config()
+    assert student.ExchangeFactory.submit == "twoprim.exchange.client.ExchangeSubmit"
+    assert student.ServiceExchange.service_url == f"http://127.0.0.1:8003/services/{svc.NAME}/"
+
+    plain = Plan(**common, exchange_kind="filesystem")
+    (tmp_path / "run-fs").mkdir()
+    config = write_run_folder(plain, tmp_path / "run-fs")
+    hub = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+    assert "services" not in hub.JupyterHub and "server_token_scopes" not in hub.Spawner
+    student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run-fs" / "student")).load_config()
+    assert "ExchangeFactory" not in student and student.Exchange.root == str(tmp_path / "exchange")

@@ -637,6 +637,100 @@ def _class_processes(names: list[str]) -> list[str]:
     return found
 
 
+class _Service:
+    """The classroom's exchange service, as the test reaches it: its store (root reads it), its URL (from the
+    classroom's record) and, for a student, the token their server was given (what a terminal there holds)."""
+
+    def __init__(self, course: Path, hub: Hub):
+        self.course, self.hub = course, hub
+        record = json.loads((course / "grader" / "classroom.json").read_text())
+        assert record["exchange_kind"] == "service", record
+        self.url, self.port = record["exchange_url"], int(urllib.parse.urlparse(record["exchange_url"]).port)
+
+    def store(self):
+        from twoprim.exchange.service import Store
+
+        return Store(self.course / "grader" / "exchange")
+
+    def of(self, student: str) -> list[dict]:
+        return self.store().submissions("two-primitives", student=student)
+
+    def health(self) -> bool:
+        import requests
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + "api/health", timeout=5).ok:
+                    return True
+            time.sleep(0.5)
+        return False
+
+    def _server(self, name: str):
+        for proc in psutil.process_iter(["username", "cmdline"]):
+            if proc.info["username"] == name and any("jupyterhub-singleuser" in a for a in proc.info["cmdline"] or []):
+                return proc
+        raise AssertionError(f"no server of {name} is running")
+
+    def environment(self, name: str) -> dict[str, str]:
+        """The environment of the user's server: what their JupyterLab terminal (and nbgrader in it) gets."""
+        return self._server(name).environ()
+
+    def as_user(self, name: str, method: str, path: str, **kw):
+        import requests
+
+        token = self.environment(name)["JUPYTERHUB_API_TOKEN"]
+        return requests.request(method, self.url + "api/" + path, headers={"Authorization": f"token {token}"},
+                                timeout=120, **kw)
+
+    def nbgrader(self, name: str, *args: str):
+        """`nbgrader ARGS` as the student, in their home, as a terminal in their JupyterLab runs it."""
+        account = pwd.getpwnam(name)
+        return subprocess.run([str(self.course / ".venv" / "bin" / "nbgrader"), *args], cwd=account.pw_dir,
+                              env=self.environment(name), user=account.pw_uid, group=account.pw_gid, extra_groups=[],
+                              capture_output=True, text=True, timeout=120)
+
+    def sizes(self, name: str) -> None:
+        """A notebook over 100 MB refused with the limit named (status 413); one of 20 MB accepted and kept."""
+        big, fine = _padded_notebook(101_000_000), _padded_notebook(20_000_000)
+        from twoprim.exchange.service import pack
+
+        over = self.as_user(name, "POST", f"submissions/two-primitives/{AID}", data=pack({f"{AID}.ipynb": big}))
+        assert over.status_code == 413 and f"{AID}.ipynb is 101.0 MB, over the limit of 100 MB per file" in \
+            over.json()["error"], over.text[:500]
+        ok = self.as_user(name, "POST", f"submissions/two-primitives/{AID}", data=pack({f"{AID}.ipynb": fine}))
+        assert ok.status_code == 200 and ok.json()["student"] == name, ok.text[:500]
+        kept = self.store().submission(ok.json()["id"])
+        assert kept["data"][f"{AID}.ipynb"] == fine
+
+    def restart(self, name: str) -> None:
+        """Kill the service; the hub starts it again (it polls its services), and it answers `name` with the same
+        submissions as before."""
+        before = self.as_user(name, "GET", "submissions/two-primitives").json()
+        assert before and all(r["student"] == name for r in before), before
+        victims = [p for p in psutil.process_iter(["cmdline"]) if "twoprim.exchange.service" in
+                   " ".join(p.info["cmdline"] or []) and str(self.course) in " ".join(p.info["cmdline"] or [])]
+        assert len(victims) == 1, victims
+        victims[0].kill()  # a zombie until the hub, its parent, notices (it polls every 30 s) and starts another
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            _, exited, after = self.hub.text().partition("Service twoprim-exchange exited")
+            if exited and "Starting service 'twoprim-exchange'" in after:
+                break
+            time.sleep(0.5)
+        assert self.health(), f"the hub did not start the exchange service again:\n{self.hub.tail()}"
+        after = self.as_user(name, "GET", "submissions/two-primitives")
+        assert after.status_code == 200 and after.json() == before, (before, after.text[:2000])
+
+
+def _padded_notebook(size: int) -> bytes:
+    """A valid notebook of about `size` bytes (a raw cell of filler)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_raw_cell("")])
+    base = len(nbformat.writes(nb).encode())
+    nb.cells[0].source = "x" * (size - base)
+    return nbformat.writes(nb).encode()
+
+
 def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
@@ -663,7 +757,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
 
     hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
                        "--exchange", str(exchange)], clone["base"] / "hub.log")
-    stopped = None
+    stopped, service, again = None, None, None
     try:
         base, passwords = hub.table(accounts)
         mark("table printed")
@@ -679,7 +773,12 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         # file permissions, as the course set them
         for private in ("solutions", "grader"):
             assert (course / private).stat().st_mode & 0o077 == 0, f"{private}/ is readable by others"
-        assert oct(exchange.stat().st_mode & 0o777) == "0o777"
+        # the exchange is the service: no folder students write to; its store is the instructor's alone
+        assert oct(exchange.stat().st_mode & 0o777) == "0o755" and exchange.stat().st_uid == pwd.getpwnam(
+            instructor).pw_uid
+        store = course / "grader" / "exchange"
+        assert store.stat().st_mode & 0o777 == 0o700 and store.stat().st_uid == pwd.getpwnam(instructor).pw_uid
+        service = _Service(course, hub)
 
         with sync_playwright() as playwright:
             browser = launch(playwright)
@@ -703,7 +802,8 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     row.locator("td.release a").click()
                     expect(row.locator("td.status")).to_have_text("released", timeout=60_000)
                     _shot(ipage, "02-formgrader-released")
-                    assert (exchange / "two-primitives" / "outbound" / AID / f"{AID}.ipynb").is_file()
+                    assert [a["assignment_id"] for a in service.store().released("two-primitives")] == [AID]
+                    assert not (exchange / "two-primitives" / "outbound").exists()
                 mark("released from the formgrader")
 
                 for name, who, answer in ((right, "student-right", RIGHT_DOT), (wrong, "student-wrong", WRONG_DOT)):
@@ -729,6 +829,20 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 mark("validated and submitted")
                 # Validate ran each notebook: the wrong dot's check failed, the right one's did not
                 assert "check_dot(" in verdicts[wrong] and "check_dot(" not in verdicts[right], verdicts
+                # through the service, as the hub knows them: the wrong one cannot hand in as the right one
+                theirs = service.of(right)
+                assert [r["student"] for r in theirs] == [right]
+                forged = service.nbgrader(wrong, "submit", AID, "--student", right)
+                assert forged.returncode != 0 and f"you are {wrong} (the hub says so): you cannot submit as {right}" \
+                    in forged.stdout + forged.stderr, forged
+                refused = service.as_user(wrong, "GET", "submissions/two-primitives", params={"all": 1})
+                assert refused.status_code == 403 and f"{wrong} may not list the class's submissions" in \
+                    refused.json()["error"], refused.text
+                refused = service.as_user(wrong, "GET", f"submission/{theirs[0]['id']}")
+                assert refused.status_code == 403 and f"{wrong} may not read the submission of submission " \
+                    f"{theirs[0]['id']}" in refused.json()["error"], refused.text
+                assert service.of(right) == theirs and [r["student"] for r in service.of(wrong)] == [wrong]
+                mark("service refusals checked")
 
                 # the instructor's commands (as the instructor: root is told to switch)
                 as_root = _course(course, "collect", AID)
@@ -761,6 +875,13 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         assert "BEGIN HIDDEN TESTS" not in text
                 assert scores[right] - scores[wrong] == dot_points, (scores, dot_points)
                 mark("feedback read")
+                refused = service.as_user(wrong, "GET", f"feedback/{theirs[0]['id']}")
+                assert refused.status_code == 403 and f"{wrong} may not read the feedback of submission " \
+                    f"{theirs[0]['id']}" in refused.json()["error"], refused.text
+                service.sizes(wrong)
+                mark("size limits checked")
+                service.restart(wrong)
+                mark("service restarted")
                 # self-grading runs the hidden checks, which a student cannot read: refused, saying what to do
                 proc = _course(course, "selfgrade", AID, user=pwd.getpwnam(right))
                 assert proc.returncode != 0 and "this account cannot read it" in proc.stderr \
@@ -803,14 +924,33 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), \
             hub.tail()
         _check_lessons_at_home(course, pwd.getpwnam(right))
+        # the hub again, over the same course: its service answers, and every submission is still there
+        kept = service.store().submissions("two-primitives")
+        hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
+                           "--exchange", str(exchange)], clone["base"] / "hub-again.log")
+        stopped = None
+        hub.table(accounts)
+        again = _Service(course, hub)
+        assert again.health()
+        # one each from the browser and the 20 MB one (the forged one was never stored)
+        assert again.store().submissions("two-primitives") == kept and [r["student"] for r in kept] == \
+            [right, wrong, wrong], kept
+        proc = _course(course, "collect", AID, user=pwd.getpwnam(instructor), timeout=300)
+        assert proc.returncode == 0 and f"1 new submission(s) of {AID} collected ({wrong} (newer))" in proc.stdout, \
+            proc  # the newest, kept through both restarts
+        stopped = hub.interrupt()
+        assert stopped == 0, hub.tail()
+        mark("the hub restarted, nothing lost")
     finally:
         if stopped is None:
             with contextlib.suppress(Exception):
                 hub.interrupt()
         left = _class_processes(accounts) + _processes_of(course)
         ports = [port] + [int(p) for p in re.findall(r"Hub API listening on http://127\.0\.0\.1:(\d+)/", hub.text())]
+        service_ports = [s.port for s in (service, again) if s is not None]
         still_open = [p for p in ports if _listening(p)]
         for name in accounts:
             delete_account(name)
     assert not left, "processes of the class outlived the hub:\n" + "\n".join(left)
     assert len(ports) == 2 and not still_open, f"ports {still_open} of {ports} still answer after the hub stopped"
+    assert service_ports and not any(map(_listening, service_ports)), f"the exchange service {service_ports} answers"

@@ -3,7 +3,10 @@
 One Unix account per student and one for the instructor (made here as root, marked "Two Primitives ..." in their
 GECOS field so a rerun recognises them; an account the course did not make is never changed), each logging in to
 JupyterHub with a password made for this run, and served by a JupyterLab of their own (JupyterHub's
-LocalProcessSpawner). nbgrader's exchange is a folder every account can write to. The instructor owns the course
+LocalProcessSpawner). The exchange is a JupyterHub service (`exchange/service.py`, run by the hub as the
+instructor): students fetch and submit over HTTP, the hub tells it who they are, and submissions are kept in
+grader/exchange/, which only the instructor can read (`--exchange-kind filesystem`: nbgrader's folder every account
+can write to). The instructor owns the course
 folder (nbgrader's "one class, one grader"): their server opens in it, with the formgrader; students' servers open
 in their home, with `~/lessons/` (copied, never overwriting their files) and `~/exercises/<assignment>/` (fetched
 from the Assignments tab). Students cannot read `solutions/`, `grader/` (the gradebook) or `.git` (file
@@ -61,7 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ip", default=None,
                    help="the address the hub listens on (default: 127.0.0.1; with --public, every interface)")
     p.add_argument("--exchange", type=Path, default=Path(os.environ.get("TWOPRIM_EXCHANGE") or DEFAULT_EXCHANGE),
-                   help=f"nbgrader's exchange ($TWOPRIM_EXCHANGE, else {DEFAULT_EXCHANGE})")
+                   help=f"the folder students read due dates from, and with --exchange-kind filesystem nbgrader's "
+                        f"shared exchange ($TWOPRIM_EXCHANGE, else {DEFAULT_EXCHANGE})")
+    p.add_argument("--exchange-kind", choices=("service", "filesystem"), default="service",
+                   help="service (default): the exchange is a JupyterHub service that knows who submits and stamps "
+                        "the time, keeping submissions where no student can read them; filesystem: nbgrader's "
+                        "shared folder, every account writing into it")
+    p.add_argument("--max-file-mb", type=float, default=100.0,
+                   help="with the service: the largest notebook (or other file) a student may submit, in MB "
+                        "(default 100)")
     return p
 
 
@@ -194,13 +205,20 @@ def verify_as_student(plan: Plan, student: pwd.struct_passwd, others: list[pwd.s
                               f": chmod -R go+rX {path}")
 
 
-def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd) -> None:
+def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd, *, shared: bool = True) -> None:
     """nbgrader's exchange: a folder every account can write to (its docs: `chmod ugo+rw`, 0777); the course's
-    folder in it, from an earlier class, is handed to this instructor."""
+    folder in it, from an earlier class, is handed to this instructor. With the exchange service (`shared` False)
+    it only holds the due dates students read (`twoprim.deadlines`): the instructor's, 0755, nobody else writes."""
     missing = [p for p in [*reversed(exchange.parents), exchange] if not p.exists()]
     for folder in missing:
         folder.mkdir()
         folder.chmod(0o755)
+    if not shared:
+        for path in (exchange, exchange / COURSE_ID):
+            path.mkdir(exist_ok=True)
+            os.chown(path, instructor.pw_uid, instructor.pw_gid)
+            path.chmod(0o755)
+        return
     exchange.chmod(0o777)
     course_dir = exchange / COURSE_ID
     if course_dir.is_dir() and course_dir.stat().st_uid != instructor.pw_uid:
@@ -211,6 +229,17 @@ def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd) -> None:
             for dirpath, dirnames, filenames in os.walk(course_dir / sub):
                 for name in [*dirnames, *filenames, None]:
                     os.lchown(os.path.join(dirpath, name) if name else dirpath, instructor.pw_uid, instructor.pw_gid)
+
+
+def prepare_store(store: Path, instructor: pwd.struct_passwd) -> None:
+    """The exchange service's store (grader/exchange/): the instructor's, 0700, like grader/ around it. What is in
+    it from an earlier run is kept (every submission of the class)."""
+    store.mkdir(mode=0o700, exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(store):
+        for name in [*dirnames, *filenames, None]:
+            path = os.path.join(dirpath, name) if name else dirpath
+            os.lchown(path, instructor.pw_uid, instructor.pw_gid)
+    store.chmod(0o700)
 
 
 def prepare(plan: Plan) -> dict[str, str]:
@@ -224,12 +253,17 @@ def prepare(plan: Plan) -> dict[str, str]:
         account, passwords[name] = ensure_account(name, "student", name in renew)
         accounts.append(account)
     give_course(plan.course, instructor)
-    prepare_exchange(plan.exchange, instructor)
+    prepare_exchange(plan.exchange, instructor, shared=not plan.service)
+    if plan.service:
+        prepare_store(plan.store, instructor)
     for account in accounts:
         furnish_home(plan, account)
     record = plan.course / "grader" / CLASSROOM_FILE
     record.write_text(json.dumps({"exchange": str(plan.exchange), "instructor": plan.instructor,
-                                  "students": list(plan.students), "url": plan.url}, indent=1) + "\n")
+                                  "students": list(plan.students), "url": plan.url,
+                                  "exchange_kind": plan.exchange_kind,
+                                  **({"exchange_url": plan.service_url, "exchange_store": str(plan.store)}
+                                     if plan.service else {})}, indent=1) + "\n")
     os.chown(record, instructor.pw_uid, instructor.pw_gid)
     verify_as_student(plan, accounts[0], [instructor, *accounts[1:]])
     return passwords
@@ -254,8 +288,11 @@ def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
               f"--new-password NAME gives one a new one).",
               *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
                  f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
-              f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course collect, "
-              f"autograde, feedback).",
+              (f"Exchange: the service {plan.service_url} (JupyterHub says who submits; submissions are kept in "
+               f"{plan.store}, which only {plan.instructor} can read; due dates in {plan.exchange})."
+               if plan.service else
+               f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course "
+               f"collect, autograde, feedback)."),
               f"Class commands run as the instructor: their JupyterLab terminal, or runuser -u {plan.instructor} -- "
               f"{plan.course / 'course'} collect ex01_dot",
               f"Stop: Ctrl-C here (or kill -INT {pid}): stops the hub, the proxy and every server it started.", ""]

@@ -331,8 +331,17 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
     proxy_api_port = free_port()
     while proxy_api_port in (hub_port, args.port):
         proxy_api_port = free_port()
+    service_port = free_port()
+    while service_port in (hub_port, proxy_api_port, args.port):
+        service_port = free_port()
+    max_file_mb = getattr(args, "max_file_mb", 100.0)
+    if not max_file_mb > 0:
+        raise CourseError(f"--max-file-mb {max_file_mb:g} is not a size: give the largest file a student may submit "
+                          f"in MB, e.g. --max-file-mb 100")
     return Plan(course=course, venv=course / ".venv", proxy=proxy, exchange=args.exchange.resolve(),
                 instructor=args.instructor, students=tuple(students), port=args.port, hub_port=hub_port,
                 proxy_api_port=proxy_api_port, host=args.public or "localhost", ip=ip,
                 ssl_cert=args.ssl_cert.resolve() if public else None,
-                ssl_key=args.ssl_key.resolve() if public else None, new_passwords=tuple(args.new_password))
+                ssl_key=args.ssl_key.resolve() if public else None, new_passwords=tuple(args.new_password),
+                exchange_kind=getattr(args, "exchange_kind", "service"), service_port=service_port,
+                max_file_mb=max_file_mb)

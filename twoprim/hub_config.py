@@ -15,6 +15,11 @@ stops the browser from showing nbgrader's formgrader, a page JupyterLab embeds i
 'self' is safe only because each user's server has a host of its own (`JupyterHub.subdomain_host`: users at
 http://<name>.localhost:PORT, or https://<name>.HOST:PORT with --public): no other user's page is 'self' to it.
 Students keep 'none'.
+
+The exchange service (`exchange/service.py`, the default) is one of `JupyterHub.services`: started by the hub as the
+instructor, on a loopback port; the 'user' role and every server's token (`Spawner.server_token_scopes`) get
+`access:services!service=twoprim-exchange`, and the students' nbgrader configuration selects the course's exchange
+classes (`exchange/client.py`) with the service's URL.
 """
 from __future__ import annotations
 
@@ -48,6 +53,24 @@ class Plan:
     ssl_cert: Path | None = None  # with --public: a certificate for host and *.host, and its key
     ssl_key: Path | None = None
     new_passwords: tuple[str, ...] = ()  # accounts given a new password (`all`: every one); others keep theirs
+    exchange_kind: str = "service"  # the exchange service (twoprim/exchange/service.py), or nbgrader's "filesystem"
+    service_port: int = 0           # the exchange service's port, loopback
+    max_file_mb: float = 100.0      # the service refuses a submitted file larger than this
+
+    @property
+    def service(self) -> bool:
+        return self.exchange_kind == "service"
+
+    @property
+    def store(self) -> Path:
+        """The service's store: in grader/ (the instructor's, 0700), a folder of its own (0700)."""
+        return self.course / "grader" / "exchange"
+
+    @property
+    def service_url(self) -> str:
+        from .exchange.service import NAME
+
+        return f"http://127.0.0.1:{self.service_port}/services/{NAME}/"
 
     @property
     def public(self) -> bool:
@@ -89,7 +112,7 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
 
 
 def _student_nbgrader_config(plan: Plan) -> str:
-    return (
+    text = (
         "# Written by ./course hub for this run: a student's nbgrader (the Assignments tab, nbgrader in a terminal).\n"
         "import os\n\n"
         "c = get_config()  # noqa: F821\n"
@@ -97,6 +120,39 @@ def _student_nbgrader_config(plan: Plan) -> str:
         f"c.Exchange.root = {str(plan.exchange)!r}\n"
         "# fetched assignments land in ~/exercises/<assignment>/, beside ~/lessons/\n"
         "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n")
+    if plan.service:
+        from .exchange.client import config_text
+
+        text += ("# The exchange is the classroom's service: fetch, submit, list and feedback go over HTTP with this\n"
+                 "# server's JUPYTERHUB_API_TOKEN, and the hub tells the service who is asking.\n"
+                 + config_text(plan.service_url))
+    return text
+
+
+def _service(plan: Plan) -> str:
+    """The exchange service in jupyterhub_config.py: started (and restarted) by the hub as the instructor, on
+    loopback; every user may reach it, and each server's token carries that scope."""
+    if not plan.service:
+        return "# The exchange: nbgrader's shared folder (--exchange-kind filesystem); no exchange service.\n"
+    from .exchange.service import NAME, SCOPE
+
+    command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(plan.store),
+               "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}"]
+    return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the account
+# that already holds the class's work, and the only one that can open its store, grader/exchange/), on loopback.
+c.JupyterHub.services = [{{
+    "name": {NAME!r},
+    "url": "http://127.0.0.1:{plan.service_port}",
+    "command": {command!r},
+    "user": INSTRUCTOR,
+    "cwd": COURSE,
+    "environment": {{"PATH": PATH}},
+    "display": False,
+}}]
+# Every user may reach it (the 'user' role plus this service), and each server's token carries that scope.
+c.JupyterHub.load_roles = [{{"name": "user", "scopes": ["self", {SCOPE!r}]}}]
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", {SCOPE!r}]
+'''
 
 
 def _where(plan: Plan) -> str:
@@ -118,7 +174,7 @@ def _hub_config(plan: Plan, run: Path) -> str:
     path = f"{plan.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
     values = {
         "COURSE": str(plan.course), "INSTRUCTOR": plan.instructor, "STUDENTS": list(plan.students),
-        "EXCHANGE": str(plan.exchange), "PATH": path,
+        "EXCHANGE": str(plan.exchange), "PATH": path, "EXCHANGE_URL": plan.service_url if plan.service else "",
         "INSTRUCTOR_CONFIG": str(run / "instructor"), "STUDENT_CONFIG": str(run / "student"),
     }
     head = "".join(f"{name} = {value!r}\n" for name, value in values.items())
@@ -152,12 +208,15 @@ c.Spawner.args = ["--LanguageServerManager.autodetect=False"]
 c.Spawner.http_timeout = {START_TIMEOUT_S}
 c.Spawner.start_timeout = {START_TIMEOUT_S}
 
+{_service(plan)}
 
 def pre_spawn_hook(spawner):
     """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
     env = spawner.environment = dict(spawner.environment)
     env["PATH"] = PATH
     env["TWOPRIM_EXCHANGE"] = EXCHANGE
+    if EXCHANGE_URL:
+        env["TWOPRIM_EXCHANGE_URL"] = EXCHANGE_URL  # the exchange service (nbgrader's config names it too)
     if spawner.user.name == INSTRUCTOR:
         spawner.notebook_dir = COURSE
         env["JUPYTER_CONFIG_PATH"] = INSTRUCTOR_CONFIG

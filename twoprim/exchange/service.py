@@ -473,6 +473,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the largest submission, in MB (default: 4 times --max-file-mb)")
     p.add_argument("--url", default=os.environ.get("JUPYTERHUB_SERVICE_URL", ""),
                    help="where to listen (default $JUPYTERHUB_SERVICE_URL, which JupyterHub sets)")
+    p.add_argument("--off-loopback", action="store_true",
+                   help="allow --url on an address other than loopback (a pod of its own in Kubernetes, reached "
+                        "only through the cluster's network)")
     return p
 
 
@@ -484,9 +487,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     url = urlparse(args.url)
-    if url.hostname not in ("127.0.0.1", "localhost", "::1") or not url.port:
+    if not url.port or (url.hostname not in ("127.0.0.1", "localhost", "::1") and not args.off_loopback):
         raise SystemExit(f"error: the exchange listens on loopback only, not {args.url!r}: give --url "
-                         f"http://127.0.0.1:PORT (JupyterHub's services entry sets it)")
+                         f"http://127.0.0.1:PORT (JupyterHub's services entry sets it), or add --off-loopback")
     max_file = int(args.max_file_mb * 1e6)
     max_submission = int(args.max_submission_mb * 1e6) if args.max_submission_mb else 4 * max_file
     store = Store(args.store)
