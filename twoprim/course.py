@@ -167,9 +167,12 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
     what the exchange observed (who made it, when it arrived: `twoprim.exchange`); what was taken in, set aside
     and flagged, then what is there now and who submitted after the due date (`collected`). A due date changed in
     the formgrader since the release reaches the students' deadlines file here too."""
-    from .exchange import filesystem, intake
+    from .exchange import client, filesystem, intake
 
-    submissions, set_aside = filesystem.gather(aid, exchange_root(root))
+    if client.uses_service(root):  # the classroom's exchange service: the hub said who sent each one
+        submissions, set_aside = client.collect_from_service(aid, root), []
+    else:
+        submissions, set_aside = filesystem.gather(aid, exchange_root(root))
     report = intake.admit(aid, submissions, set_aside, root=root)
     _publish_due_date(aid, root)
     return f"{report}\n{collected(aid, root=root)}"
