@@ -420,7 +420,7 @@ def test_softmax_rounded_to_16_bits_midway_is_caught_from_the_compiled_kernel(dt
 def _matmul_swapped_grid(kernel):
     def matmul(A, B):
         (M, K), N = A.shape, B.shape[1]
-        C = torch.empty(M, N, dtype=A.dtype)
+        C = torch.full((M, N), float("nan"), dtype=A.dtype)  # what no program writes stays NaN, as garbage would
         kernel[(triton.cdiv(N, 32), triton.cdiv(M, 32))](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
                                                           BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
         return C
@@ -554,7 +554,7 @@ def test_a_total_rounded_to_float16_every_block_is_told_its_cause():
 def test_tiles_left_out_on_the_ragged_edge_are_told_their_cause(sol):
     def matmul(A, B):  # the grid rounds down: the partial blocks of rows and columns get no program
         (M, K), N = A.shape, B.shape[1]
-        C = torch.empty(M, N, dtype=A.dtype)
+        C = torch.full((M, N), float("nan"), dtype=A.dtype)  # what no program writes stays NaN, as garbage would
         sol["matmul_kernel"][(M // 32, N // 32)](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
                                                  BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
         return C
