@@ -561,3 +561,29 @@ def test_tiles_left_out_on_the_ragged_edge_are_told_their_cause(sol):
     msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul,
                 ex08.matmul_cases([(37, 45, 40)], [torch.float32], seed=6))
     assert "cause:    with 32×32 tiles, only tiles on the ragged edge are wrong (rows 0-31 × columns 32-44" in msg, msg
+
+
+@triton.jit
+def softmax_pads_with_zero(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)  # not -inf
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+def test_softmax_padding_that_adds_to_the_sum_is_told_its_cause():
+    msg = fails(ex08.check_softmax_kernel, softmax_pads_with_zero, _softmax_with(softmax_pads_with_zero),
+                ex08.softmax_cases([(3, 33)], seed=7))
+    assert re.search(r"cause:    rows 0, 1, 2 sum to 0\.\d+ instead of 1; the row has 33 values in a block of 64: 31 "
+                     r"padding lanes that must add nothing", msg), msg
+
+
+def test_softmax_rows_no_program_wrote_are_told_their_cause(sol):
+    def softmax(x):  # one program too few
+        out = torch.full(x.shape, float("nan"), dtype=x.dtype)
+        sol["softmax_kernel"][(x.shape[0] - 1,)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
+                                                 BLOCK_N=triton.next_power_of_2(x.shape[1]))
+        return out
+    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], softmax, ex08.softmax_cases([(4, 20)], seed=8))
+    assert "cause:    rows 3 (of 4) are wrong, the others right" in msg and "the grid is (M,)" in msg, msg

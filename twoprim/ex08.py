@@ -457,7 +457,7 @@ def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     bad_rows = [i for i in range(M) if not _close(g[i], want[i], tol)]
     sums = g.sum(-1)
     if bad_rows and len(bad_rows) < M and all(_close(g[i], want[i], tol) for i in range(M) if i not in bad_rows):
-        return (f"rows {_rows(bad_rows)} of {M} are wrong, the others right", "one program per row: the grid is "
+        return (f"rows {_rows(bad_rows)} (of {M}) are wrong, the others right", "one program per row: the grid is "
                 f"(M,) and program i reads and writes row i only, through the row strides of x and of out")
     off = [i for i in bad_rows if abs(float(sums[i]) - 1) > 1e-2]
     if off:
