@@ -47,3 +47,23 @@ def test_a_failing_check_shows_its_verdict_and_next_step_first_and_no_course_cod
     assert [l.rsplit(" in ", 1)[1] for l in frames] == ["dot", "helper"], below  # the learner's frames, in order
     assert "return x.no_such_attribute" in "\n".join(below)
     assert below[-1].startswith("AttributeError:"), below
+
+
+def test_validate_shows_the_check_first_and_no_course_code(tmp_path):
+    """What nbgrader's Validate dialog prints for a wrong cosine_similarity (the Validator's own text): the check's
+    verdict and next step within its first five lines, and no line of the course's code."""
+    from nbgrader.validator import Validator
+
+    from .classroom import answered, solution_code
+
+    wrong = solution_code("ex01_dot")["ex01_dot-cosine_similarity-solution"].replace(
+        "return dots / norms.clamp_min(1e-8)", "return dots  # forgot the norms")
+    path = tmp_path / "ex01_dot.ipynb"
+    nbformat.write(answered("ex01_dot", {"ex01_dot-cosine_similarity-solution": wrong}), str(path))
+    result = Validator().validate(str(path))
+    failed = {f["source"].split("(")[0]: f["error"] for f in result.get("failed", [])}
+    assert set(failed) == {"ex01.check_cosine_similarity", "ex01.check_top_k"}, result  # top_k calls it
+    lines = [ANSI.sub("", l) for l in failed["ex01.check_cosine_similarity"].splitlines()]
+    head = "\n".join(lines[:5])
+    assert lines[0].startswith("✘ ex01_dot-cosine_similarity: wrong result.") and "\n  next:" in head, lines[:8]
+    assert not any("twoprim" in l or "site-packages" in l or "Traceback" in l for l in lines), lines
