@@ -59,3 +59,11 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
     lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines() if l.strip() and not l.startswith("#")]
     assert "make test" in lines, ".ci/run must run exactly the README's `make test`"
+
+
+def test_the_course_command_is_on_the_environments_path():
+    """`course progress` for a classroom student (./course hub puts the environment's bin/ first on every server's
+    PATH) or a learner with the environment activated, without knowing where the course folder is."""
+    proc = subprocess.run(["course", "progress", "--help"], env={"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin"},
+                          cwd="/", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "usage: course progress" in proc.stdout, proc
