@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_autograde.py [--students 20] [--assignments ex01_dot ...] [--workers N]
     .venv/bin/python scripts/bench_autograde.py --scheduler tls://HOST:8786 [--students 40]
+    .venv/bin/python scripts/bench_autograde.py --repeat 3 [--students 20]   (scores only: identical every run?)
 
 For each assignment (all of them by default) it builds a class (60% correct, 20% blank, 20% with one wrong
 function) in two copies of the course and grades it twice, one after the other on the same machine: with
@@ -91,6 +92,42 @@ def fit(arrivals: list[float]) -> tuple[float, float]:
     return max(0.0, times[-1] - n * marginal), marginal
 
 
+def differences(runs: list[dict[str, float]], reference: dict[str, float] | None = None) -> dict[str, list]:
+    """student -> [score of each run (, the reference's)] for every student whose scores are not all the same (or a
+    student missing from a run: None there); empty when every run gave every student the same score."""
+    students = sorted(set().union(*runs, reference or {}))
+    out = {}
+    for s in students:
+        scores = [run.get(s) for run in runs] + ([reference.get(s)] if reference is not None else [])
+        if len(set(scores)) > 1:
+            out[s] = scores
+    return out
+
+
+def repeated(args) -> int:
+    """Grade each assignment's class `--repeat` times in a row with ./course autograde (--force) and once with plain
+    nbgrader; every student must get the same score every time. Exit 1 when one does not."""
+    print(f"{args.students} students per assignment, {args.workers} workers, {args.repeat} runs in a row, "
+          f"{os.cpu_count()} cores")
+    bad = 0
+    for aid in args.assignments:
+        with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+            ours = make_course(Path(tmp) / "ours", aid, args.students)
+            plain = make_course(Path(tmp) / "plain", aid, args.students)
+            runs = []
+            for _ in range(args.repeat):
+                grading.autograde(aid, root=ours, workers=args.workers, progress=False, force=True)
+                runs.append(scores(ours, aid))
+            nbgrader(["autograde", aid, "--force"], root=plain, capture=True)
+            differ = differences(runs, scores(plain, aid))
+            bad += bool(differ)
+            print(f"{aid:14s} " + (f"DIFFER (runs..., nbgrader): {differ}" if differ else
+                                    f"identical in {args.repeat} runs and plain nbgrader "
+                                    f"({len(runs[0])} students, mean {sum(runs[0].values()) / len(runs[0]):.2f})"),
+                  flush=True)
+    return 1 if bad else 0
+
+
 def side_by_side(args) -> int:
     print(f"{args.students} students per assignment, {args.workers} workers, {os.cpu_count()} cores")
     startup = start_up(args.workers)
@@ -154,7 +191,11 @@ def main() -> int:
     parser.add_argument("--assignments", nargs="+", default=assignments())
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--scheduler", default=None, help="a Dask scheduler: compare one worker with two")
+    parser.add_argument("--repeat", type=int, default=0, help="grade each class this many times in a row (and once "
+                                                               "with nbgrader): are the scores identical?")
     args = parser.parse_args()
+    if args.repeat:
+        return repeated(args)
     return on_cluster(args) if args.scheduler else side_by_side(args)
 
 

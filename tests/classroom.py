@@ -3,6 +3,10 @@ every kind of bad submission an instructor meets. Used by the grading tests and 
 from __future__ import annotations
 
 import copy
+import gzip
+import hashlib
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import nbformat
 from twoprim.notebooks import ROOT
 
 TIMESTAMP = "2026-11-30 09:00:00.000000 UTC"
+SECRET = "random"  # `nbgrader submit` writes a random secret beside the notebook (feedback needs it): one per student
 
 
 def course_copy(base: Path, *aids: str) -> Path:
@@ -61,7 +66,8 @@ def prepend(aid: str, grade_id: str, code: str) -> nbformat.NotebookNode:
 
 
 def write(submitted: Path, student: str, aid: str, nb: nbformat.NotebookNode | str | bytes | None,
-          *, timestamp: str | None = TIMESTAMP, extra: dict[str, str] | None = None) -> Path:
+          *, timestamp: str | None = TIMESTAMP, extra: dict[str, str] | None = None,
+          secret: str | bytes | None = SECRET) -> Path:
     """Put a submission at grader/submitted/<student>/<aid>/ the way `nbgrader collect` lays it out."""
     folder = submitted / student / aid
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,6 +80,12 @@ def write(submitted: Path, student: str, aid: str, nb: nbformat.NotebookNode | s
         path.write_bytes(nb)
     if timestamp is not None:
         (folder / "timestamp.txt").write_text(timestamp)
+    if secret == SECRET:
+        secret = hashlib.sha256(f"{student}/{aid}".encode()).hexdigest()[:32]
+    if isinstance(secret, bytes):
+        (folder / "submission_secret.txt").write_bytes(secret)
+    elif secret is not None:
+        (folder / "submission_secret.txt").write_text(secret)
     for name, text in (extra or {}).items():
         (folder / name).write_text(text)
     return folder
@@ -138,3 +150,36 @@ def bad_ex01_class(submitted: Path) -> None:
     w("torch_py", answered(aid), extra={"torch.py": "raise ImportError('a torch.py beside the notebook')"})
     w("bad_timestamp", answered(aid), timestamp="the day before the deadline, honest")
     w("no_timestamp", answered(aid), timestamp=None)
+
+    # what reaches grader/submitted/ besides notebooks: every kind is refused or graded with its reason
+    w("empty", "")
+    text = nbformat.writes(answered(aid))
+    w("binary", gzip.compress(text.encode(), mtime=0))                   # a compressed notebook
+    w("wrong_nbformat", json.dumps({**json.loads(text), "nbformat": 3}))  # v4 cells under a version 3 label
+    folder = w("renamed_notebook", None)
+    nbformat.write(answered(aid), str(folder / f"{aid} (1).ipynb"))
+    folder = w("folder_in_place", None)
+    (folder / f"{aid}.ipynb").mkdir()
+    nbformat.write(answered(aid), str(folder / f"{aid}.ipynb" / f"{aid}.ipynb"))
+    folder = w("link_to_classmate", None)
+    os.symlink(f"../../perfect/{aid}/{aid}.ipynb", folder / f"{aid}.ipynb")
+    folder = w("link_to_shadow", None)
+    os.symlink("/etc/shadow", folder / f"{aid}.ipynb")
+    folder = w("fifo_in_place", None)
+    os.mkfifo(folder / f"{aid}.ipynb")
+    w("latin1", text.replace("Compute", "Calculé").encode("latin-1", "replace"))
+    w("utf16", text.encode("utf-16"))
+    w("bom", b"\xef\xbb\xbf" + text.encode())
+    w("crlf", text.replace("\n", "\r\n").encode())
+    nb = answered(aid)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("A long essay. " * 400_000))   # 5.6 MB of markdown
+    w("huge_markdown", nb)
+    nb = answered(aid)
+    nb.cells[1:1] = [nbformat.v4.new_markdown_cell(f"note {i}") if i % 2 else nbformat.v4.new_code_cell("")
+                     for i in range(3000)]
+    w("thousands_of_cells", nb)
+    w("endless_sleep", answered(aid, {sol("dot_loop"): "import time\n\ndef dot_loop(x, w):\n    time.sleep(10**6)"}))
+    w("process_bomb", prepend(aid, sol("top_k"), "import subprocess\nkids = [subprocess.Popen(['sleep', '600']) "
+                                                 "for _ in range(100_000)]"))
+    w("no_secret", answered(aid), secret=None)
+    w("garbage_secret", answered(aid), secret=b"\xff\xfe\x00garbage")

@@ -169,6 +169,12 @@ class DaskCluster:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def restart_all(self) -> None:
+        """A new scheduler on the same address and every worker again (after the scheduler was killed: its
+        workers, which have no nanny, end without it)."""
+        self.stop()
+        self.start()
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.base.glob("*.log")))
 

@@ -5,7 +5,10 @@ PostgreSQL goes down half way; an unreachable scheduler, or one this client has 
 anything is written. Every server is real, started here on loopback."""
 from __future__ import annotations
 
+import contextlib
+import csv
 import hashlib
+import io
 import threading
 import time
 from pathlib import Path
@@ -17,7 +20,7 @@ from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
 from twoprim import grading
-from twoprim.grading import tls
+from twoprim.grading import cluster, tls
 from twoprim.nbgrader_cli import CourseError
 
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
@@ -121,36 +124,121 @@ def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]
     raise AssertionError(f"{worker} started no kernel within {timeout:.0f} s:\n{dask.logs()}")
 
 
-def test_a_worker_killed_mid_submission_loses_and_doubles_nothing(tmp_path, servers, reference):
-    pg, dask = servers
-    course = _course(tmp_path / "course")
-    url = pg.createdb("killed_worker")
+def _graded_in_background(course: Path, dask: DaskCluster, url: str, **options) -> tuple[threading.Thread, dict]:
+    """`./course autograde` of the class (its printing path and exit status) on the cluster, in a thread."""
     done: dict = {}
 
     def run():
+        out = io.StringIO()
         try:
-            done["outcomes"] = grading.autograde(AID, root=course, progress=False, trust=CRASHING,
-                                                 scheduler=dask.address, db=url)
-        except BaseException as err:  # noqa: BLE001 - reported below
+            with contextlib.redirect_stdout(out):
+                done["rc"] = course_cli.run_autograde(AID, root=course, progress=False, trust=CRASHING,
+                                                      scheduler=dask.address, db=url, **options)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
             done["error"] = err
+        done["printed"] = out.getvalue()
 
     thread = threading.Thread(target=run)
     thread.start()
-    victims = _in_flight(dask, "worker0")
-    dask.kill("worker0")
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "grading did not finish after a worker died"
+    return thread, done
+
+
+def test_workers_killed_mid_submission_with_the_scattered_gradebook_lose_and_double_nothing(tmp_path, servers,
+                                                                                            reference):
+    """worker0 dies in the middle of a submission (its tasks go to worker1), then worker1 too, taking with it every
+    copy of the assignment's gradebook snapshot the run scattered (Dask cancels every task that needs it: "already
+    forgotten"). Both come back; the run sends the snapshot again, grades what was lost, and ends with exactly the
+    grades of a clean run, each submission committed once."""
+    pg, dask = servers
+    course = _course(tmp_path / "course")
+    url = pg.createdb("killed_workers")
+    committed_at: dict[str, list] = {}
+    thread, done = _graded_in_background(course, dask, url)
     try:
-        assert "error" not in done, done.get("error")
-        outcomes = done["outcomes"]
-        assert sorted(o.student for o in outcomes) == sorted(reference), "each submission graded exactly once"
-        assert _grades(url) == reference
-        by = {o.student: o.worker for o in outcomes}
-        assert victims and all(by[s] == dask.workers["worker1"] for s in victims), (victims, by)
-        rows = grading.statuses(AID, grading.database_url(course, url))
-        assert set(rows) == set(reference) and rows["correct0"]["worker"]
+        victims = _in_flight(dask, "worker0")
+        dask.kill("worker0")
+        _in_flight(dask, "worker1")
+        dask.kill("worker1")
+        dask.restart("worker0", wait=False)
+        dask.restart("worker1")
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "grading did not finish after its workers died"
     finally:
-        dask.restart("worker0")
+        if thread.is_alive() or len(dask.workers) < 2:
+            dask.restart_all()
+    assert "error" not in done, done.get("error")
+    assert done["rc"] == 0, done["printed"]
+    assert _grades(url) == reference
+    rows = grading.statuses(AID, grading.database_url(course, url))
+    assert set(rows) == set(reference) and all(r["worker"] for r in rows.values())
+    assert victims and not grading.not_graded(AID, grading.database_url(course, url))
+    assert "not graded" not in done["printed"] and "NOT GRADED" not in done["printed"], done["printed"]
+
+
+def test_a_scheduler_killed_mid_run_writes_no_grade_deletes_nothing_and_a_plain_rerun_finishes(tmp_path, servers,
+                                                                                               reference, monkeypatch):
+    """The scheduler dies while the class is graded (its workers end with it). What was committed is kept; every
+    other submission is recorded "not graded" with why, never a 0, and an earlier grade and autograded notebook of
+    a student who resubmitted stay as they were; the command exits 1 naming them. Once the cluster is back, the same
+    command (no --force) grades exactly those, and the class ends with the grades of a clean run."""
+    pg, dask = servers
+    course = _course(tmp_path / "course")
+    url = pg.createdb("killed_scheduler")
+    full = grading.database_url(course, url)
+    # an earlier grade: wrong_top_k first submitted the right answer, graded 15; then resubmitted the class's one
+    folder = course / "grader" / "submitted" / "wrong_top_k" / AID
+    resubmitted = (folder / f"{AID}.ipynb").read_bytes()
+    write(course / "grader" / "submitted", "wrong_top_k", AID, answered(AID))
+    grading.autograde(AID, root=course, progress=False, students=["wrong_top_k"], scheduler=dask.address, db=url)
+    earlier = _grades(url)["wrong_top_k"]
+    earlier_nb = _digest(course / "grader" / "autograded" / "wrong_top_k")
+    assert sum(earlier.values()) == 15 and earlier_nb
+    (folder / f"{AID}.ipynb").write_bytes(resubmitted)  # sorted last: graded after the scheduler is killed
+
+    monkeypatch.setattr(cluster, "RECOVER_S", 3)  # how long the run waits for the scheduler to come back (60 s)
+    thread, done = _graded_in_background(course, dask, url)
+    try:
+        _in_flight(dask, "worker0")
+        dask.kill("scheduler")
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "grading did not end after its scheduler died"
+    finally:
+        dask.restart_all()
+    assert "error" not in done, done.get("error")
+    assert done["rc"] == 1, done["printed"]
+    pending = grading.not_graded(AID, full)
+    graded = grading.statuses(AID, full)
+    assert pending and "wrong_top_k" in pending, (pending, done["printed"])
+    for student, row in pending.items():
+        assert "cluster" in row["reason"], row["reason"]
+        assert f"  NOT GRADED {student}: " in done["printed"], done["printed"]
+    assert "run the same command again, without --force" in done["printed"]
+    grades = _grades(url)
+    for student in set(reference) - set(pending):  # committed before the scheduler died: what a clean run gives
+        assert grades[student] == reference[student], student
+    assert not (set(pending) - {"wrong_top_k"}) & set(grades), "no grade for a submission that was not graded"
+    assert grades["wrong_top_k"] == earlier, "the earlier grade is kept"
+    assert _digest(course / "grader" / "autograded" / "wrong_top_k") == earlier_nb, "and its autograded notebook"
+    rows = _report(course)
+    assert {s for s, r in rows.items() if r["status"] == "not graded"} == set(pending)
+    assert rows["wrong_top_k"]["score"] == "15" and "the score is the earlier grade's, kept" in \
+        rows["wrong_top_k"]["reason"]
+    assert all(rows[s]["score"] == "" for s in set(pending) - {"wrong_top_k"}), "not graded is never a 0"
+
+    thread, done = _graded_in_background(course, dask, url)  # the same command again, on the cluster once back
+    thread.join(timeout=300)
+    assert not thread.is_alive() and "error" not in done, done.get("error")
+    assert done["rc"] == 0, done["printed"]
+    assert _grades(url) == reference
+    assert not grading.not_graded(AID, full)
+    assert {s: r["graded_at"] for s, r in grading.statuses(AID, full).items() if s not in pending} == \
+        {s: r["graded_at"] for s, r in graded.items() if s not in pending}, "what was committed is not graded again"
+    assert all(r["status"] != "not graded" for r in _report(course).values())
+
+
+def _report(course: Path) -> dict[str, dict]:
+    with open(course / "grader" / "reports" / f"{AID}.csv") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
 
 
 def test_postgres_down_mid_run_keeps_what_was_committed_and_a_rerun_finishes(tmp_path, servers, reference):
@@ -271,8 +359,44 @@ def test_db_init_creates_the_schema_and_a_bad_url_says_what_to_pass(servers, tmp
 
     tables = set(inspect(create_engine(grading.database_url(tmp_path, url))).get_table_names())
     assert {"assignment", "submitted_assignment", "grade", "twoprim_autograde", "alembic_version"} <= tables
+    # a database the server does not have yet: an error that says how it comes to be, then db-init creates it
+    fresh = f"postgresql://twoprim@127.0.0.1:{pg.port}/not_created_yet"
+    with pytest.raises(grading.GradebookUnavailable) as info:
+        grading.init_db(grading.database_url(tmp_path, fresh))
+    assert "database 'not_created_yet' does not exist" in str(info.value)
+    assert f"createdb -h 127.0.0.1 -p {pg.port} -U twoprim not_created_yet" in str(info.value)
+    assert course_cli.main(["db-init", "--db", fresh]) == 0
+    assert grading.create_db(grading.database_url(tmp_path, fresh)) is False  # there now: left as it is
+    assert "twoprim_autograde" in inspect(create_engine(grading.database_url(tmp_path, fresh))).get_table_names()
     with pytest.raises(CourseError, match=r"neither SQLite nor PostgreSQL: pass --db postgresql://USER@HOST"):
         grading.database_url(tmp_path, "mysql://root:hunter2@db/grades")
     with pytest.raises(CourseError) as info:
         grading.database_url(tmp_path, "mysql://root:hunter2@db/grades")
     assert "hunter2" not in str(info.value)
+
+
+def test_the_readmes_cluster_commands_run_as_written_with_the_dashboard_on_loopback():
+    """The README's `dask scheduler` and `dask worker` lines name the environment's own executable (a fresh shell
+    has no `dask` on PATH), and neither leaves Dask's plain-HTTP dashboard open on the network: the scheduler's
+    listens on loopback, the workers have none. Every option they pass is one this Dask accepts."""
+    import re
+    import shlex
+    import subprocess
+
+    from twoprim.notebooks import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Grading on many machines", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if "dask " in line.split("#")[0]]
+    assert [shlex.split(line)[:2] for line in lines] == [[".venv/bin/dask", "scheduler"], [".venv/bin/dask", "worker"]]
+    for line in lines:
+        argv = shlex.split(line)
+        assert (ROOT / argv[0]).is_file(), argv[0]
+        dashboard = re.search(r"--dashboard-address (\S+)", line)
+        assert "--no-dashboard" in argv or (dashboard and dashboard.group(1).startswith("127.0.0.1:")), line
+        known = subprocess.run([str(ROOT / argv[0]), argv[1], "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+        for option in [a for a in argv if a.startswith("--")]:
+            assert option in known, (option, line)
+    assert "createdb" in section and "./course db-init" in section

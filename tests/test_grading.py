@@ -7,6 +7,7 @@ import csv
 import datetime
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from twoprim.grading.gradebook import committed, database_url
 from twoprim.nbgrader_cli import nbgrader
 from twoprim.notebooks import ROOT
 
-from .classroom import answered, bad_ex01_class, course_copy, student_version, write
+from .classroom import answered, bad_ex01_class, course_copy, prepend, student_version, write
 
 AID = "ex01_dot"
 FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
@@ -38,15 +39,15 @@ EXPECTED = {
     "extra_files": (15, "graded", "ignored extra files: notes.txt, scratch.ipynb"),
     "many_lines": (15, "graded", "all cells ran"),
     "one_huge_line": (15, "graded", "all cells ran"),
-    "infinite_loop": (13, "graded", "ex01_dot-dot_loop-solution ran past the time limit and was interrupted; "
-                                    "failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
+    "infinite_loop": (13, "graded", "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
+                                    "interrupted; failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
     "limits_probe": (15, "graded", "all cells ran"),
     "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
     "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
                                   "despite: ex01_dot-top_k-solution line 1: 64 * 2 ** 30 (a size of a billion or more: "
                                   "a memory or time bomb)"),
     "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
-                                      "(found: timestamp.txt); ask the student to submit ex01_dot.ipynb"),
+                                      "(found: submission_secret.txt, timestamp.txt); ask the student to submit ex01_dot.ipynb"),
     "no_timestamp": (15, "graded", "no timestamp.txt; graded without a submission time"),
     "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
                               "truncated or was not saved from Jupyter; ask the student to resubmit"),
@@ -61,13 +62,52 @@ EXPECTED = {
                               "or running out of memory); the cells after it could not run"),
     "stripped_metadata": (15, "graded", "23 cells had lost their nbgrader metadata; recognised them by their source "
                                         "and the functions they define"),
-    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit and "
-                                        "ignored the interrupt (a loop that catches KeyboardInterrupt?); the notebook "
-                                        "could not finish"),
+    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit of 10 "
+                                        "s and ignored the interrupt (a loop that catches KeyboardInterrupt?); the "
+                                        "notebook could not finish"),
     "torch_py": (15, "graded", "ignored extra files: torch.py"),
     "truncated": (0, "failed", None),  # the JSON error's position depends on the notebook's length
     "warning_in_test": (15, "graded", "all cells ran"),
     "wrong_top_k": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
+    # files that are not notebooks, or not files
+    "empty": (0, "failed", "ex01_dot.ipynb is empty (0 bytes); ask the student to resubmit"),
+    "binary": (0, "failed", "ex01_dot.ipynb is a binary file (byte 1: 8b 08 00 00, invalid start byte); a notebook "
+                            "saved by Jupyter is UTF-8 JSON; ask the student to resubmit"),
+    "wrong_nbformat": (0, "failed", "ex01_dot.ipynb is a notebook of format version 3, not 4 (what Jupyter writes "
+                                    "today): opened in JupyterLab and saved, it becomes one; ask the student to "
+                                    "resubmit"),
+    "renamed_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/renamed_notebook/ex01_dot/ "
+                                      "(found: ex01_dot (1).ipynb, submission_secret.txt, timestamp.txt); ex01_dot "
+                                      "(1).ipynb looks like it, renamed: ask the student to rename it ex01_dot.ipynb "
+                                      "and resubmit"),
+    "folder_in_place": (0, "failed", "ex01_dot.ipynb is a folder in grader/submitted/folder_in_place/ex01_dot/, not a "
+                                     "file: refused, nothing was read through it (grading reads only regular files); "
+                                     "ask the student to submit ex01_dot.ipynb"),
+    "link_to_classmate": (0, "failed", "ex01_dot.ipynb is a symbolic link (to ../../perfect/ex01_dot/ex01_dot.ipynb) in "
+                                       "grader/submitted/link_to_classmate/ex01_dot/, not a file: refused, nothing was "
+                                       "read through it (grading reads only regular files); ask the student to submit "
+                                       "ex01_dot.ipynb"),
+    "link_to_shadow": (0, "failed", "ex01_dot.ipynb is a symbolic link (to /etc/shadow) in grader/submitted/"
+                                    "link_to_shadow/ex01_dot/, not a file: refused, nothing was read through it "
+                                    "(grading reads only regular files); ask the student to submit ex01_dot.ipynb"),
+    "fifo_in_place": (0, "failed", "ex01_dot.ipynb is a named pipe (FIFO) in grader/submitted/fifo_in_place/ex01_dot/, "
+                                   "not a file: refused, nothing was read through it (grading reads only regular "
+                                   "files); ask the student to submit ex01_dot.ipynb"),
+    "latin1": (0, "failed", None),  # the byte offset is measured from the file (test below)
+    "utf16": (0, "failed", "ex01_dot.ipynb is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the "
+                           "file was re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON; ask the "
+                           "student to resubmit"),
+    "bom": (15, "graded", "ex01_dot.ipynb starts with a UTF-8 byte-order mark; read without it"),
+    "crlf": (15, "graded", "all cells ran"),
+    "huge_markdown": (15, "graded", "all cells ran"),
+    "thousands_of_cells": (15, "graded", "all cells ran"),
+    "endless_sleep": (13, "graded", "ex01_dot-dot_loop (cell 5), ex01_dot-dot_loop-hidden (cell 6) ran past their time "
+                                    "limit of 10 s and were interrupted; failing checks: ex01_dot-dot_loop, "
+                                    "ex01_dot-dot_loop-hidden"),
+    "process_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
+                                   "despite: ex01_dot-top_k-solution line 1: import subprocess (starts processes)"),
+    "no_secret": (15, "graded", "all cells ran"),
+    "garbage_secret": (15, "graded", "all cells ran"),
 }
 
 
@@ -97,18 +137,29 @@ def bad_class(tmp_path_factory):
     def on_outcome(outcome):
         arrived.append((outcome.student, outcome.student in committed(AID, database_url(course))))
 
-    outcomes = grading.autograde(AID, root=course, workers=2, progress=False, trust=["os_exit", "segfault", "memory_bomb"],
+    outcomes = grading.autograde(AID, root=course, workers=2, progress=False,
+                                 trust=["os_exit", "segfault", "memory_bomb", "process_bomb"],
                                  cell_timeout=10, wall_seconds=60, on_outcome=on_outcome)
-    yield course, outcomes, before, arrived
+    exchange = course / "exchange"
+    exchange.mkdir()
+    saved = os.environ.get("TWOPRIM_EXCHANGE")
+    os.environ["TWOPRIM_EXCHANGE"] = str(exchange)
+    try:
+        released = course_cli.feedback(AID, root=course)
+    finally:
+        os.environ.pop("TWOPRIM_EXCHANGE") if saved is None else os.environ.__setitem__("TWOPRIM_EXCHANGE", saved)
+    yield course, outcomes, before, arrived, released
 
 
 def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
-    course, outcomes, _, _ = bad_class
+    course, outcomes, _, _, _ = bad_class
     rows = _rows(course)
     assert list(rows) == sorted(EXPECTED), "one CSV row per student, sorted"
     for student, (score, status, reason) in EXPECTED.items():
         row = rows[student]
         assert (float(row["score"]), float(row["max_score"]), row["status"]) == (score, 15.0, status), student
+        if student == "latin1":
+            continue  # its byte offset is measured from the file below
         if reason is None:
             assert row["reason"].startswith("ex01_dot.ipynb is not valid JSON (line "), row["reason"]
             assert row["reason"].endswith("the file is truncated or was not saved from Jupyter; ask the student to "
@@ -118,8 +169,65 @@ def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
     assert len(outcomes) == len(EXPECTED)
 
 
+def test_invalid_utf8_is_reported_with_its_byte_offset(bad_class):
+    course, _, _, _, _ = bad_class
+    data = (course / "grader" / "submitted" / "latin1" / AID / f"{AID}.ipynb").read_bytes()
+    with pytest.raises(UnicodeDecodeError) as info:
+        data.decode("utf-8")
+    offset = info.value.start
+    assert _rows(course)["latin1"]["reason"].startswith(
+        f"ex01_dot.ipynb is not UTF-8 text (byte {offset}: {data[offset:offset + 4].hex(' ')}, invalid "), offset
+
+
+def test_nothing_is_read_through_a_link_and_every_refusal_names_what_it_found(bad_class):
+    """A symbolic link, a FIFO or a folder where the notebook should be is refused by what it is; a link to a
+    classmate's notebook never earns that notebook's grade, and grading never blocks on a pipe."""
+    course, outcomes, _, _, _ = bad_class
+    by = {o.student: o for o in outcomes}
+    for student in ("link_to_classmate", "link_to_shadow", "fifo_in_place", "folder_in_place"):
+        assert (by[student].status, by[student].score, by[student].autograded) == ("failed", 0.0, {}), student
+        assert not (course / "grader" / "autograded" / student).exists()
+    assert by["perfect"].score == 15
+
+
+def test_a_cell_that_runs_out_of_time_says_so_in_the_feedback_with_its_number_and_limit(bad_class):
+    course, _, _, _, released = bad_class
+    nb = nbformat.read(str(course / "grader" / "autograded" / "endless_sleep" / AID / f"{AID}.ipynb"), as_version=4)
+    [(i, cell)] = [(i, c) for i, c in enumerate(nb.cells)
+                   if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-dot_loop"]
+    [error] = cell.outputs
+    assert error.ename == "CellTimeoutError"
+    assert error.evalue.startswith(f"✘ {AID}-dot_loop: cell {i + 1} ran past its time limit of 10 s and was "
+                                   f"interrupted: an endless loop"), error.evalue
+    html = (course / "grader" / "feedback" / "endless_sleep" / AID / f"{AID}.html").read_text()
+    assert f"cell {i + 1} ran past its time limit of 10 s and was interrupted" in html
+    assert "endless_sleep" in released.released
+
+
+def test_feedback_is_released_to_everyone_graded_and_names_the_others_with_why(bad_class):
+    course, _, _, _, released = bad_class
+    rows = _rows(course)
+    cannot = {"no_secret": "no submission_secret.txt in grader/submitted/no_secret/ex01_dot/",
+              "garbage_secret": "submission_secret.txt in grader/submitted/garbage_secret/ex01_dot/ is not text",
+              "no_timestamp": "no readable timestamp.txt in grader/submitted/no_timestamp/ex01_dot/",
+              "bad_timestamp": "no readable timestamp.txt in grader/submitted/bad_timestamp/ex01_dot/"}
+    graded = {s for s, r in rows.items() if r["status"] == "graded"}
+    assert sorted(released.released) == sorted(graded - set(cannot))
+    for student, why in cannot.items():
+        assert released.held[student].startswith(why), released.held[student]
+    for student in set(rows) - graded:
+        assert released.held[student] == f"{rows[student]['status']} in grading, so there is no feedback to give " \
+                                          f"(the report says why)"
+    assert set(released.held) == set(rows) - set(released.released)
+    for student in released.released:
+        assert (course / "grader" / "feedback" / student / AID / f"{AID}.html").is_file(), student
+    assert len(list((course / "exchange" / grading.COURSE_ID / "feedback").glob("*.html"))) == len(released.released)
+    text = released.describe()
+    assert f"released to {len(released.released)} student(s)" in text and "  no_secret: no submission_secret" in text
+
+
 def test_each_outcome_is_handed_on_once_after_it_is_committed(bad_class):
-    _, outcomes, _, arrived = bad_class
+    _, outcomes, _, arrived, _ = bad_class
     assert sorted(student for student, _ in arrived) == sorted(o.student for o in outcomes)
     assert all(was_committed for _, was_committed in arrived)
 
@@ -129,7 +237,7 @@ def test_each_outcome_is_handed_on_once_after_it_is_committed(bad_class):
     ("one_huge_line", "more characters cut by the grader", "x" * 30_000),  # ours cuts one long line
 ])
 def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept, cut):
-    course, _, _, _ = bad_class
+    course, _, _, _, _ = bad_class
     path = course / "grader" / "autograded" / student / AID / f"{AID}.ipynb"
     assert path.stat().st_size < 200_000
     nb = nbformat.read(str(path), as_version=4)
@@ -138,14 +246,14 @@ def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept,
 
 
 def test_each_kernel_runs_under_the_memory_limit(bad_class):
-    course, _, _, _ = bad_class
+    course, _, _, _, _ = bad_class
     nb = nbformat.read(str(course / "grader" / "autograded" / "limits_probe" / AID / f"{AID}.ipynb"), as_version=4)
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert f"address space limit {grading.MEMORY_LIMIT_BYTES}" in printed
 
 
 def test_reports_histogram_and_summary(bad_class):
-    course, _, _, _ = bad_class
+    course, _, _, _, _ = bad_class
     png = course / "grader" / "reports" / f"{AID}_tests.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = grading.write_reports(AID, root=course)
@@ -154,15 +262,45 @@ def test_reports_histogram_and_summary(bad_class):
     assert summary["median"] == 15.0
     text = grading.format_summary(summary, root=course)
     assert f"{len(EXPECTED)} submissions, {len(graded)} graded" in text
+    _, outcomes, _, _, _ = bad_class
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("graded", "failed", "flagged")}
+    assert {k: summary[k] for k in counts} == counts, "the run's counts and the report's agree"
+    assert "workers" not in text, "the summary of a report alone names no workers: they were another run's"
+    lines = grading.format_problems(summary).splitlines()
+    failed = sorted(s for s, (_, status, _) in EXPECTED.items() if status == "failed")
+    assert [line.split(":")[0].split()[-1] for line in lines] == failed  # one line each, with the reason
+    assert all(line.startswith("  failed ") and len(line) <= 160 for line in lines)
 
 
 def test_grading_again_gives_the_same_reports_and_never_touches_submissions(bad_class):
-    course, _, before, _ = bad_class
+    course, _, before, _, _ = bad_class
     first = (course / "grader" / "reports" / f"{AID}.csv").read_text()
     again = ["perfect", "wrong_top_k", "stripped_metadata", "not_json"]
     grading.autograde(AID, root=course, workers=2, students=again, progress=False)
     assert (course / "grader" / "reports" / f"{AID}.csv").read_text() == first
     assert _digest(course / "grader" / "submitted") == before
+
+
+def test_a_correct_notebook_with_large_output_scores_the_same_on_a_loaded_machine(tmp_path):
+    """50 MB printed by a correct answer: graded idle, then with two busy processes beside the grader, whose load
+    stretches the cell past its wall-clock limit (6 s here). The limit counts the kernel's CPU time
+    (`execute.CpuTimedExecute`) and the output may drain for as long (not nbclient's 4 s): the same score."""
+    import subprocess
+    import sys
+
+    course = _course(tmp_path / "course")
+    write(course / "grader" / "submitted", "loud", AID,
+          prepend(AID, f"{AID}-neuron-solution", "for i in range(500_000):\n    print('x' * 99)"))
+    [idle] = grading.autograde(AID, root=course, progress=False, cell_timeout=6)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        [loaded] = grading.autograde(AID, root=course, progress=False, cell_timeout=6, force=True)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert (idle.status, idle.score, idle.reason) == ("graded", 15.0, "all cells ran"), idle.reason
+    assert (loaded.status, loaded.score, loaded.reason) == (idle.status, idle.score, idle.reason), loaded.reason
 
 
 LATE_POLICY = '\nc.LateSubmissionPlugin.penalty_method = "zero"  # the instructor\'s policy: late scores nothing\n'
@@ -252,7 +390,7 @@ def test_a_due_date_without_a_time_zone_is_refused(tmp_path):
 
 
 def test_unknown_student_is_refused(bad_class):
-    course, _, _, _ = bad_class
+    course, _, _, _, _ = bad_class
     with pytest.raises(SystemExit, match="no submission of ex01_dot for nobody"):
         grading.autograde(AID, root=course, students=["nobody"], progress=False)
 
@@ -323,3 +461,16 @@ def test_the_benchmark_splits_a_run_into_fixed_seconds_and_a_marginal_rate():
     fixed, marginal = bench.fit(arrivals)
     assert marginal == pytest.approx(0.5) and fixed == pytest.approx(12 + 0.5 * 20 - 20 * 0.5)
     assert bench.fit([3.0]) == (0.0, 3.0)
+
+
+def test_the_benchmark_names_every_student_whose_score_moved_between_runs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    same = {"s000": 15.0, "s001": 0.0}
+    assert bench.differences([same, dict(same), dict(same)], dict(same)) == {}
+    assert bench.differences([same, {"s000": 15.0, "s001": 1.0}, same]) == {"s001": [0.0, 1.0, 0.0]}
+    assert bench.differences([same, same], {"s000": 19.0, "s001": 0.0}) == {"s000": [15.0, 15.0, 19.0]}
+    assert bench.differences([same, {"s000": 15.0}]) == {"s001": [0.0, None]}, "a student missing from a run"

@@ -221,10 +221,26 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
     return f"{line}; due {due:%Y-%m-%d %H:%M} UTC: " + "; ".join(parts)
 
 
-def feedback(aid: str, *, root: Path = ROOT) -> None:
-    """Generate the feedback HTML of every graded submission of `aid` and release it to the exchange."""
-    nbgrader(["generate_feedback", aid, "--force"], root=root, capture=True)
-    nbgrader(["release_feedback", aid], root=root, capture=True)
+def feedback(aid: str, *, root: Path = ROOT):
+    """Generate the feedback HTML of every graded submission of `aid` and release it to the exchange, one student at
+    a time: returns who got it and why the others did not (`grading.feedback.Released`)."""
+    from .grading.feedback import release_feedback
+
+    return release_feedback(aid, root=root)
+
+
+def run_autograde(aid: str, *, root: Path = ROOT, db: str | None = None, **options) -> int:
+    """`./course autograde`: grade, print the summary of the report and one line per failed, held or not graded
+    student; exit status 1 when a submission could not be graded through a fault of the grader (they are named)."""
+    from . import grading
+
+    outcomes = grading.autograde(aid, root=root, db=db, **options)
+    summary = grading.write_reports(aid, root=root, url=grading.database_url(root, db), run=outcomes)
+    print(grading.format_summary(summary, root=root))
+    problems = grading.format_problems(summary)
+    if problems:
+        print(problems)
+    return 1 if any(o.status == grading.NOT_GRADED for o in outcomes) else 0
 
 
 def refuse_students(command: str, root: Path = ROOT) -> None:
@@ -416,18 +432,20 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "collect":
         print(collect(args.assignment))
     elif args.command == "autograde":
-        grading.autograde(args.assignment, workers=args.workers, students=args.student,
-                          unisolated=args.unisolated, trust=args.trust,
-                          cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
-                          scheduler=args.scheduler, db=args.db, force=args.force)
-        url = grading.database_url(ROOT, args.db)
-        print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
+        return run_autograde(args.assignment, workers=args.workers, students=args.student,
+                             unisolated=args.unisolated, trust=args.trust,
+                             cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
+                             scheduler=args.scheduler, db=args.db, force=args.force)
     elif args.command == "feedback":
-        feedback(args.assignment)
-        print(f"feedback for {args.assignment} generated in grader/feedback/ and released to the exchange")
+        result = feedback(args.assignment)
+        print(result.describe())
+        return 1 if result.held else 0
     elif args.command == "report":
         url = grading.database_url(ROOT, args.db)
-        print(grading.format_summary(grading.write_reports(args.assignment, url=url)))
+        summary = grading.write_reports(args.assignment, url=url)
+        print(grading.format_summary(summary))
+        if grading.format_problems(summary):
+            print(grading.format_problems(summary))
     elif args.command in ("similarity", "analysis", "export"):
         from .analytics.commands import run as analytics
 
@@ -436,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db))
     elif args.command == "db-init":
         url = grading.database_url(ROOT, args.db)
+        if grading.create_db(url):
+            print(f"created the database of {grading.display_url(url)}")
         grading.init_db(url)
         print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
     elif args.command == "cluster-certs":

@@ -15,8 +15,9 @@
   its autograded notebook written to grader/autograded/ (`gradebook`), one submission per transaction, so running it
   again gives the same grades, finishes a run that stopped, and never touches grader/submitted/.
 
-Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor) or `failed` (with a
-reason in words); the batch always finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen
+Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor), `failed` (with a
+reason in words) or, when the grader itself failed it (a worker or the scheduler lost, the grader's own error, after
+retries), `not graded`: no grade is written or changed for it, and the next run grades it. The batch always finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen
 summary (`reports`). A learner grades their own notebook the same way with `selfgrade`.
 
 | module | what it holds |
@@ -28,7 +29,8 @@ summary (`reports`). A learner grades their own notebook the same way with `self
 | `cluster` | the batch on a Dask cluster: `autograde` |
 | `tls` | Dask's TLS for a cluster of many machines: `cluster_certs`, the client's `Security` |
 | `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
-| `reports` | CSV, chart and the summary |
+| `reports` | CSV, chart and the summary, and the terminal's line per failed, held or not graded student |
+| `feedback` | `./course feedback`: each student's feedback generated and released on its own |
 | `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |
 """
 from __future__ import annotations
@@ -45,7 +47,8 @@ _WHERE = {
     "statuses": ".gradebook", "submitted_students": ".gradebook",
     "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
     "realign": ".realign",
-    "format_summary": ".reports", "summary": ".reports", "write_reports": ".reports",
+    "format_summary": ".reports", "format_problems": ".reports", "summary": ".reports", "write_reports": ".reports",
+    "NOT_GRADED": ".reports", "not_graded": ".gradebook", "release_feedback": ".feedback", "create_db": ".gradebook",
     "SelfGrade": ".learner", "selfgrade": ".learner", "require_hidden_checks": ".learner",
     "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
     "SUBMISSION_WALL_SECONDS": ".submission", "Outcome": ".submission", "grade_task": ".submission",

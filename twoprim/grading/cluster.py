@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import logging
 import os
+import time
 from functools import cache
 from pathlib import Path
 from typing import Callable
@@ -22,17 +24,22 @@ from typing import Callable
 from .. import sandbox
 from ..nbgrader_cli import CourseError
 from ..notebooks import ROOT
-from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, refresh_late_penalties,
-                        released_notebooks, scratch_gradebooks, snapshot, submission_files, submitted_students)
+from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission,
+                        record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot,
+                        submitted_students)
 from .preprocessors import DEFAULT_CELL_TIMEOUT
 from .reports import write_reports
-from .submission import SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
+from .submission import NOT_GRADED, SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
 from . import tls
 
 __all__ = ["autograde", "connect", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "TWOPRIM_SCHEDULER"
 CONNECT_TIMEOUT_S = 10
+MAX_ATTEMPTS = 3        # a submission the cluster lost is sent this many times in all before it is "not graded"
+RECOVER_S = 60          # how long a run waits for a lost cluster (scheduler, workers) to come back between tries
+SCATTER_TIMEOUT_S = 60
+MERGE_TRIES = 3         # the gradebook gone: tried again after 1 s and 2 s before the run stops
 
 
 @cache
@@ -117,8 +124,11 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         init_db(url)
         released = released_notebooks(aid, root, url)
         source = sorted((root / "solutions" / aid).rglob("*.ipynb"))
-        files = {s: submission_files(aid, s, root) for s in (students or everyone)}
-        digests = {s: digest(f, *(p.read_bytes() for p in source), str(s in (trust or [])).encode())
+        read = {s: read_submission(aid, s, root) for s in (students or everyone)}
+        files = {s: f for s, (f, _) in read.items()}
+        refused = {s: r for s, (_, r) in read.items()}
+        digests = {s: digest(f, *(p.read_bytes() for p in source), str(s in (trust or [])).encode(),
+                             repr(sorted(refused[s].items())).encode())
                    for s, f in files.items()}
         done = committed(aid, url) if not (force or students) else {}
         todo = [s for s in (students or everyone) if done.get(s) != digests[s]]
@@ -133,85 +143,213 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         in_process = in_process or (client is None and len(todo) == 1)  # one submission: no worker to start
         if client is None and not in_process:
             client = connect(None, min(workers, len(todo)))
-        return _run(client, aid, root, url, todo, files, digests, released, progress=progress, trust=set(trust or []),
-                    unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
-                    kernel_threads=1 if (scheduler or (min(workers, len(todo)) > 1 and client is not None)) else None,
-                    on_workers=on_workers, on_outcome=on_outcome)
+        run = _Run(client, aid, root, url, digests, on_outcome=on_outcome, on_workers=on_workers,
+                   reconnect=(lambda: connect(scheduler, 1)) if scheduler else None)
+        try:
+            return run.grade(todo, files, refused, released, progress=progress, trust=set(trust or []),
+                             unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
+                             kernel_threads=1 if (scheduler or (min(workers, len(todo)) > 1 and client is not None))
+                             else None)
+        finally:
+            client = run.client
     finally:
         if client is not None:
             client.close()
 
 
-def _run(client, aid, root, url, todo, files, digests, released, *, progress, trust, unisolated, cell_timeout,
-         wall_seconds, kernel_threads, on_workers=None, on_outcome=None) -> list[Outcome]:
-    import tempfile
+class _Run:
+    """One autograde run on a cluster (or here, `client` None): every submission graded, each outcome committed as
+    it arrives, a fault of the grader retried (`MAX_ATTEMPTS` in all, re-sending the gradebook snapshot a lost
+    worker took with it, waiting up to `RECOVER_S` for the cluster to come back), a submission that ran into a time
+    limit beside other grading graded again alone, and what could still not be graded recorded as not graded."""
 
-    from distributed import as_completed
-    from tqdm import tqdm
+    def __init__(self, client, aid, root, url, digests, *, on_outcome=None, on_workers=None, reconnect=None):
+        self.client, self.aid, self.root, self.url, self.digests = client, aid, root, url, digests
+        self.on_outcome, self.on_workers, self.reconnect = on_outcome, on_workers, reconnect
+        self.outcomes: list[Outcome] = []
+        self.counts: collections.Counter = collections.Counter()
+        self.bar = None
 
-    with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
-        snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
-    if client is not None:
-        snap = client.scatter(snap, broadcast=True, workers=on_workers)
-    tasks = {student: make_task(aid, student, files[student], root=root, released=released,
-                                cell_timeout=cell_timeout, wall_seconds=wall_seconds, trusted=student in trust,
-                                unisolated=unisolated, kernel_threads=kernel_threads) for student in todo}
-    if client is None:  # here, one after another
-        futures = {}
-        results = ((student, grade_task(task, snap)) for student, task in tasks.items())
-    else:
-        futures = {client.submit(grade_task, task, snap, key=f"grade-{aid}-{student}-{digests[student][:12]}",
-                                 pure=False, workers=on_workers, allow_other_workers=False): student
-                   for student, task in tasks.items()}
-        results = ((futures[f], _result(f, futures[f])) for f in as_completed(futures, loop=client.loop))
-    bar = tqdm(total=len(tasks), unit="student", disable=not progress, dynamic_ncols=True,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
-    outcomes: list[Outcome] = []
-    by_worker: collections.Counter = collections.Counter()
-    failed = 0
-    try:
-        for student, outcome in results:
+    def grade(self, todo, files, refused, released, *, progress, trust, unisolated, cell_timeout, wall_seconds,
+              kernel_threads) -> list[Outcome]:
+        import tempfile
+
+        from tqdm import tqdm
+
+        aid, root, url = self.aid, self.root, self.url
+        with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
+            self.snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
+        self.tasks = {student: make_task(aid, student, files[student], root=root, released=released,
+                                         cell_timeout=cell_timeout, wall_seconds=wall_seconds,
+                                         trusted=student in trust, unisolated=unisolated,
+                                         kernel_threads=kernel_threads, refused=refused[student])
+                      for student in todo}
+        self.bar = tqdm(total=len(todo), unit="student", disable=not progress, dynamic_ncols=True,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+        faults: dict[str, str] = {}
+        try:
+            if self.client is None:  # here, one after another
+                for student in todo:
+                    for attempt in range(MAX_ATTEMPTS):
+                        outcome = grade_task(self.tasks[student], self.snap)
+                        if outcome.status != NOT_GRADED:
+                            break
+                    self._settle(student, outcome, faults)
+            else:
+                self._on_cluster(todo, faults)
+            for student in sorted(faults):  # still not graded: said so, no grade written or changed
+                outcome = Outcome(student, status=NOT_GRADED, reason=faults[student])
+                record_not_graded(aid, student, outcome.reason, url, digest_of=self.digests[student])
+                self.outcomes.append(outcome)
+                self._count(outcome)
+        except GradebookUnavailable as err:
+            if self.client is not None:
+                with contextlib.suppress(Exception):
+                    self.client.cancel(list(getattr(self, "futures", {})))
+            left = sorted(set(todo) - {o.student for o in self.outcomes})
+            raise GradebookUnavailable(
+                f"{str(err).removeprefix('error: ')}. {len(self.outcomes)} of {len(todo)} submissions were "
+                f"committed before it went away and are kept; run the same command again to grade the other "
+                f"{len(left)} ({_names(left)})") from err
+        finally:
+            self.bar.close()
+        self.outcomes.sort(key=lambda o: o.student)
+        try:
+            refresh_late_penalties(aid, root, url)  # those graded before this run, under today's due dates
+            write_reports(aid, root=root, url=url)
+        except GradebookUnavailable as err:
+            raise GradebookUnavailable(f"{str(err).removeprefix('error: ')}; every submission of this run was "
+                                       f"committed before it went away: run `./course report {aid}` once it is "
+                                       f"back") from err
+        return self.outcomes
+
+    def _on_cluster(self, todo, faults) -> None:
+        """Every submission of `todo` on the cluster, in rounds: those the cluster lost go again in the next."""
+        concurrent = len(todo) > 1 and self._threads() > 1
+        left, alone, attempts = list(todo), [], collections.Counter()
+
+        def handle(student: str, outcome: Outcome) -> None:
+            if outcome.status == NOT_GRADED:
+                faults[student] = f"{outcome.reason} (tried {attempts[student]} times)"
+                left.append(student)
+            elif outcome.time_limit and concurrent and not outcome.limit_by_cpu:
+                alone.append((student, outcome))  # timed on the wall clock: graded again alone before it counts
+            else:
+                self._settle(student, outcome, faults)
+
+        for round_ in range(MAX_ATTEMPTS):
+            sending, left[:] = list(left), []
+            for student in sending:
+                attempts[student] += 1
+            self._submit(sending, attempts, handle)
+            if not left or round_ == MAX_ATTEMPTS - 1 or not self._recover():
+                break
+        for student, first in alone:
+            got: list[Outcome] = []
+            self._submit([student], {student: "alone"}, lambda _, o: got.append(o))
+            outcome = got[0] if got and got[0].status != NOT_GRADED else first
+            outcome.reason = (f"{outcome.reason}; graded again alone, with nothing else of this run beside it, "
+                              f"after it ran into {first.time_limit} beside other submissions")
+            self._settle(student, outcome, faults)
+
+    def _threads(self) -> int:
+        try:
+            info = self.client.scheduler_info()["workers"]
+            return sum(w.get("nthreads", 1) for a, w in info.items() if not self.on_workers or a in self.on_workers)
+        except Exception:  # noqa: BLE001
+            return 2
+
+    def _submit(self, students, attempts, handle) -> None:
+        """Grade `students` on the cluster (the snapshot sent again each time: the copies a lost worker held are
+        gone) and `handle` each outcome as it arrives; a lost task or cluster as a NOT_GRADED one saying why."""
+        from distributed import as_completed
+
+        client, seen = self.client, set()
+        try:
+            snap = client.scatter(self.snap, broadcast=True, workers=self.on_workers, timeout=SCATTER_TIMEOUT_S)
+            self.futures = {}
+            for student in students:
+                tag = attempts[student]
+                key = f"grade-{self.aid}-{student}-{self.digests[student][:12]}" + ("" if tag == 1 else f".{tag}")
+                future = client.submit(grade_task, self.tasks[student], snap, key=key, pure=False,
+                                       workers=self.on_workers, allow_other_workers=False)
+                self.futures[future] = student
+            for future in as_completed(self.futures, loop=client.loop):
+                student = self.futures[future]
+                seen.add(student)
+                handle(student, _result(future, student))
+        except GradebookUnavailable:
+            raise
+        except Exception as err:  # noqa: BLE001 - the cluster went away: its tasks were lost, not graded
+            why = _fault(err, "the connection to the cluster was lost")
+            for student in students:
+                if student not in seen:
+                    handle(student, Outcome(student, status=NOT_GRADED, reason=why))
+
+    def _recover(self) -> bool:
+        """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""
+        deadline = time.monotonic() + RECOVER_S
+        while time.monotonic() < deadline:
             try:
-                merge(aid, outcome, root, url, digest_of=digests[student])
-            except GradebookUnavailable as err:
-                if client is not None:
-                    client.cancel(list(futures))
-                bar.close()
-                left = len(tasks) - len(outcomes)
-                raise GradebookUnavailable(
-                    f"{str(err).removeprefix('error: ')}. {len(outcomes)} of {len(tasks)} submissions were "
-                    f"committed before it went away and are kept; run the same command again to grade the other "
-                    f"{left}") from err
-            outcomes.append(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
-            by_worker[outcome.worker] += 1
-            failed += outcome.status == "failed"
-            bar.set_postfix_str(f"graded {len(outcomes) - failed}, failed {failed}; {outcome.student} on "
-                                f"{outcome.worker}")
-            bar.update(1)
-    finally:
-        bar.close()
-    if progress and len(by_worker) > 1:
-        print("graded by: " + ", ".join(f"{w} ({n})" for w, n in sorted(by_worker.items())))
-    outcomes.sort(key=lambda o: o.student)
-    try:
-        refresh_late_penalties(aid, root, url)  # those graded before this run, under today's due dates
-        write_reports(aid, root=root, url=url)
-    except GradebookUnavailable as err:
-        raise GradebookUnavailable(f"{str(err).removeprefix('error: ')}; every submission of this run was committed "
-                                   f"before it went away: run `./course report {aid}` once it is back") from err
-    return outcomes
+                if self.client.status not in ("running", "connecting") and self.reconnect is not None:
+                    with contextlib.suppress(Exception):
+                        self.client.close()
+                    self.client = self.reconnect()
+                if self.client.status == "running":
+                    self.client.wait_for_workers(1, timeout=max(1.0, deadline - time.monotonic()))
+                    return True
+            except (Exception, CourseError):  # noqa: BLE001 - not back yet (CourseError: the scheduler unreachable)
+                pass
+            time.sleep(1)
+        return False
+
+    def _settle(self, student, outcome, faults) -> None:
+        """Commit one outcome (a fault of the grader is kept for the end, never merged)."""
+        if outcome.status == NOT_GRADED:
+            faults[student] = outcome.reason
+            return
+        if any(o.student == student for o in self.outcomes):
+            return
+        for attempt in range(MERGE_TRIES):
+            try:
+                merge(self.aid, outcome, self.root, self.url, digest_of=self.digests[student])
+                break
+            except GradebookUnavailable:
+                if attempt == MERGE_TRIES - 1:
+                    raise
+                time.sleep(2 ** attempt)
+        faults.pop(student, None)
+        self.outcomes.append(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        self._count(outcome)
+
+    def _count(self, outcome) -> None:
+        self.counts[outcome.status] += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
+                                     + f"; {outcome.student}" + (f" on {outcome.worker}" if outcome.worker else ""))
+            self.bar.update(1)
+
+
+def _names(students: list[str], most: int = 12) -> str:
+    return ", ".join(students[:most]) + (f" and {len(students) - most} more" if len(students) > most else "")
+
+
+def _fault(err: BaseException, what: str) -> str:
+    return f"{what} ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
 
 
 def _result(future, student: str) -> Outcome:
-    """The outcome a task returned, or a failed one saying why the cluster could not grade it."""
+    """The outcome a task returned, or a NOT_GRADED one saying why the cluster could not grade it: a lost worker,
+    a lost scheduler, a cancelled task are faults of the grader, never a student's grade."""
     from distributed import KilledWorker
 
     try:
         return future.result()
     except KilledWorker as err:
-        return Outcome(student, reason=f"every worker that took this submission died while grading it ({err}); "
-                                       f"look for a notebook that brings down the machine")
+        return Outcome(student, status=NOT_GRADED,
+                       reason=f"every worker that took this submission died while grading it ({err}); if it happens "
+                              f"again, look for a notebook that brings down the machine")
     except Exception as err:  # noqa: BLE001 - one student's task failing never stops the batch
-        return Outcome(student, reason=f"the cluster could not grade it: {type(err).__name__}: {err}")
+        return Outcome(student, status=NOT_GRADED, reason=_fault(err, "the cluster lost this submission's task"))

@@ -33,12 +33,14 @@ from typing import Iterator
 from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment, in_process_alembic
 
 __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
-           "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "digest", "snapshot",
-           "committed", "statuses", "merge", "scratch_gradebooks"]
+           "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "read_submission",
+           "read_regular", "NotRegularFile", "digest", "snapshot",
+           "committed", "statuses", "merge", "scratch_gradebooks", "create_db", "record_not_graded", "not_graded"]
 
 DB_ENV = "TWOPRIM_DB"
 TABLE = "twoprim_autograde"
 EXTENSIONS = "twoprim_extension"
+NOT_GRADED_TABLE = "twoprim_not_graded"
 UNTIL = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -108,8 +110,23 @@ def display_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url).replace("postgresql+psycopg://", "postgresql://")
 
 
+def _createdb_command(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return (f"createdb -h {u.host or 'localhost'} -p {u.port or 5432}" + (f" -U {u.username}" if u.username else "")
+            + f" {u.database}")
+
+
 def _explain(url: str, err: Exception) -> GradebookUnavailable:
     detail = " ".join(str(getattr(err, "orig", None) or err).split())[:300]
+    if re.search(r'database ".*" does not exist', detail):
+        from sqlalchemy.engine import make_url
+
+        return GradebookUnavailable(f"the gradebook's database {make_url(url).database!r} does not exist on "
+                                    f"{display_url(url)} ({detail}). `./course db-init --db URL` creates it when the "
+                                    f"URL's user may create databases; otherwise the server's administrator creates "
+                                    f"it: {_createdb_command(url)}")
     return GradebookUnavailable(f"the gradebook at {display_url(url)} cannot be reached ({type(err).__name__}: "
                                 f"{detail}). Start the database or check the URL; for PostgreSQL the password comes "
                                 f"from PGPASSWORD or ~/.pgpass, and `./course db-init --db URL` creates the tables")
@@ -155,6 +172,10 @@ def _tables():
                       Column("assignment", String(128), primary_key=True),
                       Column("student", String(128), primary_key=True),
                       Column("until", String(32), nullable=False), Column("granted_at", String(32), nullable=False))
+    Table(NOT_GRADED_TABLE, metadata,  # a submission the grader could not grade (its fault): why, and when
+          Column("assignment", String(128), primary_key=True), Column("student", String(128), primary_key=True),
+          Column("digest", String(64), nullable=False), Column("reason", Text, nullable=False),
+          Column("at", String(32), nullable=False))
     return autograde, extension
 
 
@@ -162,10 +183,71 @@ def _table():
     return _tables()[0]
 
 
+def _not_graded_table():
+    return _tables()[0].metadata.tables[NOT_GRADED_TABLE]
+
+
+def record_not_graded(aid: str, student: str, reason: str, url: str, *, digest_of: str = "") -> None:
+    """Note that `student`'s submission of `aid` could not be graded, through a fault of the grader, and why; no
+    grade is written or changed (an earlier one stays, with its autograded notebook), and `committed` does not count
+    it, so the next run grades it."""
+    from sqlalchemy import delete
+
+    table = _not_graded_table()
+    with gradebook(url) as gb:
+        table.metadata.create_all(gb.engine, tables=[table])
+        gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == student))
+        gb.db.execute(table.insert().values(assignment=aid, student=student, digest=digest_of, reason=reason,
+                                            at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        gb.db.commit()
+
+
+def not_graded(aid: str, url: str) -> dict[str, dict]:
+    """student -> {digest, reason, at} of each submission of `aid` the grader could not grade, and has not since."""
+    from sqlalchemy import select
+
+    table = _not_graded_table()
+    with gradebook(url) as gb:
+        if not gb.engine.dialect.has_table(gb.db.connection(), NOT_GRADED_TABLE):
+            return {}
+        rows = gb.db.execute(select(table).where(table.c.assignment == aid)).mappings().all()
+    return {row["student"]: dict(row) for row in rows}
+
+
 def init_db(url: str) -> None:
     """Create nbgrader's schema and the course's tables where they are missing (idempotent)."""
     with gradebook(url) as gb:
         _table().metadata.create_all(gb.engine)
+
+
+def create_db(url: str) -> bool:
+    """For a PostgreSQL gradebook, create its database when the server has none of that name (True when created):
+    through the server's `postgres` database, as the URL's user. A user who may not create databases gets an
+    error with the `createdb` command the server's administrator runs."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    u = make_url(url)
+    if not u.drivername.startswith("postgresql") or not u.database:
+        return False
+    engine = create_engine(u.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if conn.execute(text("select 1 from pg_database where datname = :n"), {"n": u.database}).scalar():
+                return False
+            conn.execute(text(f'CREATE DATABASE "{u.database.replace(chr(34), chr(34) * 2)}"'))
+            return True
+    except (OperationalError, DBAPIError) as err:
+        detail = " ".join(str(getattr(err, "orig", None) or err).split())[:300]
+        if "permission denied" in detail.lower():
+            raise GradebookUnavailable(f"{u.username or 'this user'} may not create the database {u.database!r} on "
+                                       f"{display_url(url)} ({detail}); the server's administrator creates it, "
+                                       f"owned by {u.username or 'you'}: {_createdb_command(url)} -O "
+                                       f"{u.username or 'USER'}; then run ./course db-init again") from err
+        raise _explain(url, err) from err
+    finally:
+        engine.dispose()
 
 
 def released_notebooks(aid: str, root: Path, url: str | None = None) -> dict:
@@ -212,14 +294,81 @@ def snapshot(aid: str, root: Path, url: str, dest: Path) -> Path:
 
 
 def submitted_students(aid: str, root: Path) -> list[str]:
+    """Every student with something at grader/submitted/<student>/<aid> (a folder, or anything else in its place,
+    which `read_submission` refuses with its reason); links are never followed."""
     base = root / "grader" / "submitted"
-    return sorted(p.name for p in base.iterdir() if (p / aid).is_dir()) if base.is_dir() else []
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and os.path.lexists(p / aid))
+
+
+def _what_it_is(mode: int, path: Path) -> str:
+    import stat
+
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link (to {os.readlink(path)})"
+        except OSError:
+            return "a symbolic link"
+    return {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
+            stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path`, a regular file; a link, FIFO, device or folder in its place raises `NotRegularFile`
+    naming what it is. Never reads through a link (O_NOFOLLOW) and never blocks on a pipe (O_NONBLOCK)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise err from None
+        raise NotRegularFile(_what_it_is(mode, path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(_what_it_is(mode, path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+class NotRegularFile(OSError):
+    """What sits where a regular file should (a link, a FIFO, a device, a folder), in words."""
+
+
+def read_submission(aid: str, student: str, root: Path) -> tuple[dict[str, bytes], dict[str, str]]:
+    """(files, refused) of grader/submitted/<student>/<aid>/, top level only (nbgrader submits a flat folder): the
+    bytes of each regular file, and for anything else (a symbolic link, a FIFO, a device, a folder, or the
+    submission folder itself not being one) what it is. Nothing is read through a link."""
+    import stat
+
+    folder = root / "grader" / "submitted" / student / aid
+    for place, key in ((folder.parent, ".."), (folder, ".")):
+        try:
+            mode = os.lstat(place).st_mode
+        except FileNotFoundError:
+            return {}, {}
+        if not stat.S_ISDIR(mode):
+            return {}, {key: _what_it_is(mode, place)}
+    files, refused = {}, {}
+    for p in sorted(folder.iterdir()):
+        try:
+            files[p.name] = read_regular(p)
+        except NotRegularFile as err:
+            refused[p.name] = str(err)
+        except OSError as err:
+            refused[p.name] = f"unreadable ({err.strerror or err})"
+    return files, refused
 
 
 def submission_files(aid: str, student: str, root: Path) -> dict[str, bytes]:
-    """The files of a student's submission folder (top level only: nbgrader submits a flat folder)."""
-    folder = root / "grader" / "submitted" / student / aid
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
+    """The regular files of a student's submission folder (`read_submission` without what it refused)."""
+    return read_submission(aid, student, root)[0]
 
 
 def digest(files: dict[str, bytes], *extra: bytes) -> str:
@@ -373,14 +522,13 @@ def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: s
     from nbgrader.utils import parse_utc
     from sqlalchemy import delete
 
+    from sqlalchemy import delete as _delete
+
     url = url or database_url(root)
+    if outcome.status not in ("graded", "failed", "flagged"):  # NOT_GRADED: the grader's fault, never a grade
+        raise ValueError(f"{outcome.student}: an outcome {outcome.status!r} is not merged (record_not_graded)")
     dest = root / "grader" / "autograded" / outcome.student / aid
-    if dest.exists():
-        shutil.rmtree(dest)
-    if outcome.autograded:
-        dest.mkdir(parents=True)
-        for name, data in outcome.autograded.items():
-            (dest / name).write_bytes(data)
+    _replace_folder(dest, outcome.autograded)
     table = _table()
     with gradebook(url) as gb:
         gb.update_or_create_student(outcome.student)
@@ -400,8 +548,31 @@ def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: s
         gb.db.flush()
         late_penalties(gb, sub, root)
         gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == outcome.student))
+        if gb.engine.dialect.has_table(gb.db.connection(), NOT_GRADED_TABLE):
+            pending = _not_graded_table()
+            gb.db.execute(_delete(pending).where(pending.c.assignment == aid, pending.c.student == outcome.student))
         gb.db.execute(table.insert().values(
             assignment=aid, student=outcome.student, digest=digest_of, status=outcome.status,
             reason=outcome.reason, score=outcome.score, max_score=outcome.max_score, seconds=outcome.seconds,
             worker=outcome.worker, graded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
         gb.db.commit()
+
+
+def _replace_folder(dest: Path, files: dict[str, bytes]) -> None:
+    """grader/autograded/<student>/<aid>/ becomes exactly `files` (none: no folder), swapped in whole: the earlier
+    folder is removed only once the new one is complete."""
+    fresh = dest.with_name(f".{dest.name}.new")
+    old = dest.with_name(f".{dest.name}.old")
+    for leftover in (fresh, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    if files:
+        fresh.mkdir(parents=True)
+        for name, data in files.items():
+            (fresh / Path(name).name).write_bytes(data)
+    if dest.exists():
+        dest.rename(old)
+    if files:
+        fresh.rename(dest)
+    if old.exists():
+        shutil.rmtree(old)

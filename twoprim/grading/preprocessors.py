@@ -3,7 +3,10 @@
 - `StderrIsNotFailure`: a warning printed while a correct answer is checked keeps its points;
 - `HideHiddenTestSource`: feedback never quotes a hidden test's source;
 - `TruncateOutputs`: no single output beyond `MAX_OUTPUT_CHARS`;
-- `record_cell_start`: notes the cell about to run, so a dead or hung kernel is reported with its cell.
+- `record_cell_start`: notes the cell about to run, so a dead or hung kernel is reported with its cell;
+- `execute.CpuTimedExecute` (a module of its own: it imports nbgrader's preprocessors): nbgrader's Execute whose
+  cell time limit counts the kernel's CPU seconds where the grader can see them, so a loaded machine never fails a
+  cell that works.
 
 Every cell has the same time limit, `DEFAULT_CELL_TIMEOUT` unless the grader passes another (`--cell-timeout`).
 """
@@ -16,7 +19,7 @@ from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
 __all__ = ["DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "grade_id", "record_cell_start", "record_kernel_ready",
-           "StderrIsNotFailure",
+           "StderrIsNotFailure", "KERNEL_UID_ENV", "CPU_LIMIT_LOG_ENV",
            "HideHiddenTestSource", "TruncateOutputs"]
 
 # Cold imports of torch and a first Dynamo trace are the slowest legitimate cells (a few seconds on 2 cores).
@@ -24,6 +27,9 @@ DEFAULT_CELL_TIMEOUT = 60
 MAX_OUTPUT_CHARS = 20_000           # per output in the autograded notebook and the feedback
 CELL_LOG_ENV = "TWOPRIM_CELL_LOG"   # where `record_cell_start` writes (set by the grader around each run)
 TIMING_ENV = "TWOPRIM_TIMING_LOG"   # where the hooks note when the kernel was ready and each cell started
+KERNEL_UID_ENV = "TWOPRIM_KERNEL_UID"    # the uid the graded kernel runs as (set by the grader), for its CPU time
+CPU_LIMIT_LOG_ENV = "TWOPRIM_CPU_LIMIT_LOG"  # where CpuTimedExecute notes how it judged each cell that timed out
+STRETCH = 4                          # a starved cell may run this many times its limit in wall-clock time
 
 
 def grade_id(cell) -> str | None:
@@ -108,3 +114,4 @@ def _cut(text: str) -> str:
     if len(text) <= MAX_OUTPUT_CHARS:
         return text
     return text[:MAX_OUTPUT_CHARS] + f"\n[... {len(text) - MAX_OUTPUT_CHARS:,} more characters cut by the grader]\n"
+

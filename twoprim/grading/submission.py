@@ -29,10 +29,10 @@ from ..audit import audit
 from ..catalog import checks_module_name
 from . import kernels
 from .gradebook import scratch_gradebooks
-from .preprocessors import CELL_LOG_ENV, DEFAULT_CELL_TIMEOUT, TIMING_ENV
+from .preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
 from .realign import realign
 
-__all__ = ["Outcome", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES",
+__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES",
            "SUBMISSION_WALL_SECONDS"]
 
 # Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
@@ -40,12 +40,16 @@ MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
 CPU_LIMIT_SECONDS = sandbox.CPU_LIMIT_SECONDS
 FILE_SIZE_LIMIT_BYTES = sandbox.FILE_SIZE_LIMIT_BYTES
 SUBMISSION_WALL_SECONDS = 900       # one submission, all its cells; past that its kernel is killed
+# A fault of the grader (a worker or the scheduler lost, the grader's own error): no grade is written for it, an
+# earlier one stays, and the next run grades it again. Never a student's 0.
+NOT_GRADED = "not graded"
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
 class Outcome:
     student: str
-    status: str = "failed"                  # "graded", "failed" or "flagged" (held by the audit)
+    status: str = "failed"                  # "graded", "failed", "flagged" (held by the audit) or NOT_GRADED
     reason: str = ""
     score: float = 0.0
     max_score: float = 0.0
@@ -56,15 +60,19 @@ class Outcome:
     seconds: float = 0.0
     worker: str = ""                        # which worker graded it (host and process)
     phases: dict = field(default_factory=dict)      # seconds per phase of grading (`scripts/profile_grading.py`)
+    time_limit: str = ""                    # a time limit this submission ran into (cell or whole), in words
+    limit_by_cpu: bool = False              # every cell limit it ran into was judged on its kernel's CPU time
 
 
 def make_task(aid: str, student: str, files: dict[str, bytes], *, root: Path, released: dict,
               cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
-              trusted: bool = False, unisolated: bool = False, kernel_threads: int | None = None) -> dict:
+              trusted: bool = False, unisolated: bool = False, kernel_threads: int | None = None,
+              refused: dict[str, str] | None = None) -> dict:
     """One submission as a task for `grade_task` (plain data, sent to any worker). The snapshot gradebook is
-    added by the batch, once for every task (`snapshot`)."""
+    added by the batch, once for every task (`snapshot`). `refused`: what sat in the submission folder that is not
+    a regular file (name -> what it is; `gradebook.read_submission`), never read."""
     source = root / "solutions" / aid
-    return {"aid": aid, "student": student, "files": files,
+    return {"aid": aid, "student": student, "files": files, "refused": dict(refused or {}),
             "released": {n: nbformat.writes(nb) for n, nb in released.items()},
             "source": {str(p.relative_to(source)): p.read_bytes() for p in sorted(source.rglob("*"))
                        if p.is_file() and ".ipynb_checkpoints" not in p.parts},
@@ -82,24 +90,62 @@ def _parse_timestamp(text: str):
         return None
 
 
-def _notebook_problem(path: Path) -> str | None:
-    """Why a submitted file is not a gradable notebook, or None."""
+def _notebook_text(name: str, data: bytes) -> tuple[str | None, str | None]:
+    """(the notebook's text, None), or (None, why the submitted file is not a gradable notebook). A UTF-8
+    byte-order mark is dropped (some editors write one; the notebook is valid)."""
+    if not data.strip():
+        return None, f"{name} is empty ({len(data)} bytes)"
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return None, (f"{name} is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the file was "
+                      f"re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON")
     try:
-        raw = path.read_text()
-    except UnicodeDecodeError:
-        return f"{path.name} is not a text file (it is not a notebook saved by Jupyter)"
-    if not raw.strip():
-        return f"{path.name} is empty"
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        binary = b"\0" in data[:4096]
+        return None, (f"{name} is {'a binary file' if binary else 'not UTF-8 text'} (byte {err.start}: "
+                      f"{data[err.start:err.start + 4].hex(' ')}, {err.reason}); a notebook saved by Jupyter is "
+                      f"UTF-8 JSON{'' if binary else ': the file was re-saved in another encoding'}")
     try:
-        json.loads(raw)
+        parsed = json.loads(raw)
     except json.JSONDecodeError as err:
-        return (f"{path.name} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the file is "
-                f"truncated or was not saved from Jupyter")
+        return None, (f"{name} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the file is "
+                      f"truncated or was not saved from Jupyter")
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("cells", parsed.get("worksheets")), list):
+        return None, f"{name} is JSON but not a notebook (no list of cells)"
+    major = parsed.get("nbformat")
+    if major != 4:
+        return None, (f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today): "
+                      f"opened in JupyterLab and saved, it becomes one")
     try:
-        nbformat.read(str(path), as_version=4)
+        nbformat.reads(raw, as_version=4)
     except Exception as err:  # noqa: BLE001
-        return f"{path.name} is JSON but not a notebook ({type(err).__name__}: {str(err)[:200]})"
-    return None
+        return None, f"{name} is JSON but not a notebook ({type(err).__name__}: {str(err)[:200]})"
+    return raw, None
+
+
+def _missing_reason(task: dict, missing: list[str], present: list[str]) -> str:
+    """Why the notebook(s) `missing` cannot be graded: not there, or something that is not a file in its place."""
+    student, aid, refused = task["student"], task["aid"], task.get("refused") or {}
+    where = f"grader/submitted/{student}/{aid}/"
+    if ".." in refused or "." in refused:
+        which = ".." if ".." in refused else "."
+        place = f"grader/submitted/{student}/" if which == ".." else where
+        return (f"{place} is {refused[which]}, not a folder: refused, nothing was read through it; collect the "
+                f"submission again (grading reads only regular files)")
+    in_place = [f"{m} is {refused[m]}" for m in missing if m in refused]
+    if in_place:
+        return (f"{'; '.join(in_place)} in {where}, not a file: refused, nothing was read through it (grading reads "
+                f"only regular files); ask the student to submit {', '.join(missing)}")
+    others = [p for p in present if p.endswith(".ipynb")]
+    found = ", ".join(present + [f"{n} ({what})" for n, what in refused.items()]) or "nothing"
+    wanted = ", ".join(missing)
+    if len(missing) == 1 and len(others) == 1:
+        advice = f"{others[0]} looks like it, renamed: ask the student to rename it {wanted} and resubmit"
+    else:
+        advice = f"ask the student to submit {wanted}"
+    return f"missing notebook {wanted} in {where} (found: {found}); {advice}"
 
 
 def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
@@ -114,8 +160,9 @@ def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             out = _grade(task)
-    except Exception as err:  # noqa: BLE001 - reported for this student; the batch carries on
-        out = Outcome(task["student"], reason=f"the grader itself failed: {type(err).__name__}: {err}")
+    except Exception as err:  # noqa: BLE001 - a fault of the grader, never the student's: not graded, said why
+        out = Outcome(task["student"], status=NOT_GRADED,
+                      reason=f"the grader itself failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
     out.worker = kernels.worker_name()
     out.seconds = time.monotonic() - start
     return out
@@ -147,19 +194,23 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     present = sorted(task["files"])
     missing = [f"{nb}.ipynb" for nb in notebooks if f"{nb}.ipynb" not in present]
     if missing:
-        found = ", ".join(present) or "nothing"
-        out.reason = (f"missing notebook {', '.join(missing)} in grader/submitted/{student}/{aid}/ (found: {found}); "
-                      f"ask the student to submit {', '.join(missing)}")
+        out.reason = _missing_reason(task, missing, present)
         return out
     for nb in notebooks:
-        problem = _notebook_problem(sub_dir / f"{nb}.ipynb")
+        text, problem = _notebook_text(f"{nb}.ipynb", task["files"][f"{nb}.ipynb"])
         if problem:
             out.reason = f"{problem}; ask the student to resubmit"
             return out
+        if task["files"][f"{nb}.ipynb"].startswith(BOM):
+            notes.append(f"{nb}.ipynb starts with a UTF-8 byte-order mark; read without it")
+        (sub_dir / f"{nb}.ipynb").write_text(text)
     exchange_files = {"timestamp.txt", "submission_secret.txt"}  # written by nbgrader submit; feedback needs both
     extra = [p for p in present if p not in {f"{nb}.ipynb" for nb in notebooks} | exchange_files]
     if extra:
         notes.append(f"ignored extra files: {', '.join(extra)}")
+    if task.get("refused"):
+        notes.append("ignored, never read (not regular files): " + ", ".join(
+            f"{n} ({what})" for n, what in sorted(task["refused"].items())))
 
     course = work / "course"
     grader = course / "grader"
@@ -207,7 +258,9 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     cell_log = work / "cell.log"
     with sandbox.claimed_uid() as uid:
         paths = sandbox.prepare_box(box, uid)
-        box_env = {verdicts.CAPTURE_ENV: str(paths["capture"])}
+        box_env = {verdicts.CAPTURE_ENV: str(paths["capture"]), CPU_LIMIT_LOG_ENV: str(work / "cpu-limit.log")}
+        if uid is not None and warm is not None:  # the kernel's own uid: its CPU time is what its cells are timed on
+            box_env[KERNEL_UID_ENV] = str(uid)
         if warm is not None:
             box_env.update({sandbox.ENV_BOX: str(box), sandbox.ENV_UID: str(uid or ""),
                             forkserver.ENV_SOCKET: str(warm.socket),
@@ -227,15 +280,20 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     capture = paths["capture"]
     out.phases.update(kernels.timings(work / "timing.log", phase, time.monotonic()))
 
+    judged = (work / "cpu-limit.log").read_text().split() if (work / "cpu-limit.log").is_file() else []
+    out.limit_by_cpu = bool(judged) and set(judged) == {"cpu"}
     autograded = grader / "autograded" / student / aid
     db = grader / "gradebook.db"
     last_cell = cell_log.read_text() if cell_log.exists() else None
     if watchdog.fired:
+        out.time_limit = f"the submission's limit of {task['wall_seconds']:.0f} s"
         out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
                       f"look for an infinite loop in the notebook")
         return out
     if status != "ok" or not autograded.is_dir():
-        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell)
+        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
+        if "CellTimeoutError" in log_text:
+            out.time_limit = f"the cell limit of {task['cell_timeout']} s"
         return out
 
     from nbgrader.api import Gradebook, MissingEntry
@@ -244,7 +302,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         try:
             sub = gb.find_submission(aid, student)
         except MissingEntry:
-            out.reason = _nbgrader_failure(log_text, 1, last_cell)
+            out.reason = _nbgrader_failure(log_text, 1, last_cell, task["cell_timeout"])
             return out
         max_points = {}
         for nb in sub.notebooks:
@@ -255,10 +313,12 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
                 out.comments[(nb.name, comment.name)] = comment.auto_comment
         out.max_score = float(sub.max_score)
     phase = time.monotonic()
-    notes[:0] = _judge_in_grader(aid, course, autograded, notebooks, capture, out, max_points)
+    notes[:0] = _judge_in_grader(aid, course, autograded, notebooks, capture, out, max_points, task["cell_timeout"])
     out.phases["verdicts"] = time.monotonic() - phase
     out.score = float(sum(v for v in out.grades.values() if v is not None))
-    notes[:0] = _execution_notes(autograded, notebooks)
+    notes[:0] = _execution_notes(autograded, notebooks, task["cell_timeout"])
+    if any(" ran past its time limit" in n or " ran past their time limit" in n for n in notes):
+        out.time_limit = f"the cell limit of {task['cell_timeout']} s"
     out.status = "graded"
     out.reason = "; ".join(notes) or "all cells ran"
     out.autograded = {p.name: p.read_bytes() for p in sorted(autograded.iterdir()) if p.is_file()}
@@ -280,10 +340,34 @@ def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.Note
     return findings
 
 
+TIMED_OUT = "CellTimeoutError"
+
+
+def timeout_words(index: int, limit: int | None) -> str:
+    """What a student reads where a cell ran out of time (`index`: the cell's position, from 0)."""
+    limit_text = f" of {limit} s" if limit else ""
+    return (f"cell {index + 1} ran past its time limit{limit_text} and was interrupted: an endless loop, or "
+            f"work far slower than the exercise needs; the cells after it ran on")
+
+
+def _explain_timeouts(nb: nbformat.NotebookNode, limit: int | None) -> set[int]:
+    """Every cell that ran out of time says so in words, with its number and the limit (nbclient's own output says
+    only 'No reply from kernel before timeout'); returns their positions."""
+    found = set()
+    for i, cell in enumerate(nb.cells):
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if o.get("output_type") == "error" and o.get("ename") == TIMED_OUT:
+                o["evalue"] = timeout_words(i, limit)
+                o["traceback"] = [f"{TIMED_OUT}: {o['evalue']}"]
+                found.add(i)
+    return found
+
+
 def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
-                     max_points: dict) -> list[str]:
+                     max_points: dict, cell_timeout: int | None = None) -> list[str]:
     """Score every graded test cell by running its trusted source here, in the grader, on what the kernel
-    recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs."""
+    recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs (and, for
+    a check that ran out of time, that first, with the cell's number and its limit)."""
     replay = verdicts.Replay(capture)
     for name in notebooks:
         source = nbformat.read(str(course / "solutions" / aid / f"{name}.ipynb"), as_version=4)
@@ -293,6 +377,8 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
                 learner |= verdicts.defined_names(cell.source)
         path = autograded / f"{name}.ipynb"
         nb = nbformat.read(str(path), as_version=4)
+        timed_out = _explain_timeouts(nb, cell_timeout)
+        position = {id(c): i for i, c in enumerate(nb.cells)}
         shown = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         for cell in source.cells:
             meta = cell.metadata.get("nbgrader", {})
@@ -303,6 +389,12 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
             out.grades[(name, gid)] = max_points.get((name, gid), float(meta.get("points", 0))) if verdict.passed \
                 else 0.0
             if gid in shown:
+                i = position[id(shown[gid])]
+                if i in timed_out and not verdict.passed:  # the time limit first: it is why no result came back
+                    text = f"✘ {gid}: {timeout_words(i, cell_timeout)}.\n{verdict.text}"
+                    shown[gid].outputs = [nbformat.v4.new_output("error", ename=TIMED_OUT, evalue=text,
+                                                                 traceback=text.splitlines())]
+                    continue
                 shown[gid].outputs = [nbformat.v4.new_output("stream", name="stdout", text=verdict.text)
                                       if verdict.passed else
                                       nbformat.v4.new_output("error", ename="CheckFailure", evalue=verdict.text,
@@ -324,6 +416,13 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
     config.CourseDirectory.db_url = f"sqlite:///{grader / 'gradebook.db'}"
     config.Execute.timeout = cell_timeout
+    # after a cell's reply, its output may take a while to arrive on a loaded machine (a notebook that prints
+    # hundreds of megabytes): the same limit as the cell's, not nbclient's 4 s, before the kernel is judged stuck
+    config.Execute.iopub_timeout = max(4, cell_timeout)
+    # the cell limit judged on the kernel's CPU time where the grader sees it (`execute.CpuTimedExecute`)
+    config.Autograde.autograde_preprocessors = [
+        "twoprim.grading.execute.CpuTimedExecute" if p == "nbgrader.preprocessors.Execute" else p
+        for p in config.Autograde.autograde_preprocessors]
     if kernel:
         config.Execute.kernel_name = kernel
     if box:  # Unix sockets in the box: they reach into the sandbox, and no TCP ports are raced for between workers
@@ -343,7 +442,7 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     return ("ok" if result.get("success") else "error"), log
 
 
-def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
+def _execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | None = None) -> list[str]:
     """What went wrong while the notebook ran, in an instructor's words (from the autograded notebook). First an
     error in a cell that is neither a check nor an answer (the setup cell, another given cell, a cell the student
     added), with its cell and message: every check that needs what that cell defines fails because of it, so it is
@@ -361,10 +460,13 @@ def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
                 if o.get("output_type") != "error":
                     continue
                 ename = o.get("ename", "")
-                if ename == "CellTimeoutError":
-                    timed_out.append(meta.get("grade_id") or f"cell {i}")
+                where = f"{meta['grade_id']} (cell {i + 1})" if meta.get("grade_id") else f"cell {i + 1}"
+                if ename == TIMED_OUT:
+                    timed_out.append(where)
+                    if meta.get("grade") and not meta.get("solution"):
+                        failed.append(meta.get("grade_id"))
                 elif ename == "DeadKernelError" or "DeadKernel" in " ".join(o.get("traceback", [])):
-                    died.append(meta.get("grade_id") or f"cell {i}")
+                    died.append(where)
                 elif meta.get("grade") and not meta.get("solution"):
                     failed.append(meta.get("grade_id"))
                 elif not meta.get("solution") and not str(meta.get("grade_id", "")).endswith("-hints"):
@@ -387,15 +489,19 @@ def _execution_notes(autograded: Path, notebooks: list[str]) -> list[str]:
             notes.append(f"the kernel died in {died[0]} (a crash, os._exit or running out of memory); later cells "
                          f"did not run")
         if timed_out:
-            notes.append(f"{', '.join(timed_out)} ran past the time limit and was interrupted")
+            limit = f" of {cell_timeout} s" if cell_timeout else ""
+            notes.append(f"{', '.join(timed_out)} ran past {'its' if len(timed_out) == 1 else 'their'} time "
+                         f"limit{limit} and {'was' if len(timed_out) == 1 else 'were'} interrupted")
         if failed:
             notes.append(f"failing checks: {', '.join(failed)}")
     return notes
 
 
 _FAILURES = [
-    (r"CellTimeoutError", "{cell} kept running past its time limit and ignored the interrupt (a loop that catches "
-                          "KeyboardInterrupt?); the notebook could not finish"),
+    (r"Timeout waiting for execute reply", "{cell} kept running past its time limit{limit} and ignored the interrupt "
+                                           "(a loop that catches KeyboardInterrupt?); the notebook could not finish"),
+    (r"CellTimeoutError", "{cell} sent more output than the grader could take in before its time limit{limit}; "
+                          "the notebook could not finish"),
     (r"Kernel died|DeadKernelError", "the kernel died while running {cell} (a crash, os._exit() or running out of "
                                      "memory); the cells after it could not run"),
     (r"Duplicate grade id|duplicate grade id", "two cells share a grade id; the student should delete the copy and "
@@ -406,11 +512,12 @@ _FAILURES = [
 ]
 
 
-def _nbgrader_failure(log_text: str, returncode: int, last_cell: str | None = None) -> str:
+def _nbgrader_failure(log_text: str, returncode: int, last_cell: str | None = None,
+                      cell_timeout: int | None = None) -> str:
     cell = last_cell or "a cell"
     for pattern, reason in _FAILURES:
         if re.search(pattern, log_text):
-            return reason.format(cell=cell)
+            return reason.format(cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "")
     if returncode < 0:
         return f"the grading process was killed by signal {-returncode} (CPU or memory limit) while running {cell}"
     errors = [l.split("]", 1)[-1].strip() for l in log_text.splitlines() if "ERROR" in l]
