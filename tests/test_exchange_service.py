@@ -123,7 +123,8 @@ def _run(kind: str, c, aid: str = AID, **attrs):
 def room(tmp_path):
     course = tmp_path / "course"
     (course / "exercises" / AID).mkdir(parents=True)
-    (course / "exercises" / AID / f"{AID}.ipynb").write_bytes(_notebook("def dot(x, w):\n    raise NotImplementedError"))
+    stub = _notebook("def dot(x, w):\n    raise NotImplementedError")
+    (course / "exercises" / AID / f"{AID}.ipynb").write_bytes(stub)
     (course / "exercises" / AID / "data.csv").write_text("1,2\n")
     state = {"course": course, "tmp": tmp_path,
              "service": Running(tmp_path / "store", max_file=2_000_000, max_submission=8_000_000)}
@@ -144,7 +145,6 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     from nbgrader.exchange import ExchangeError
 
     from twoprim.exchange.client import collect_from_service, Remote, _newest_submissions
-    from twoprim.exchange.intake import admit
 
     s, course = room["service"], room["course"]
     teach = _config(course, course, s.url, "t-teach")
@@ -181,7 +181,8 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     assert [(x.student, x.source) for x in subs] == [("ann", f"service submission {second.submission['id']}")]
     assert b"(x * w).sum()" in subs[0].files[f"{AID}.ipynb"] and "timestamp.txt" not in subs[0].files
     assert subs[0].claimed and subs[0].arrived.strftime("%Y-%m-%d %H:%M:%S.%f UTC") == second.submission["timestamp"]
-    admit(AID, subs, [], root=course)
+    collect, _ = _run("Collect", teach)  # the formgrader's Collect button, `nbgrader collect`: intake.admit
+    assert [r["student"] for r in collect.report.new] == ["ann"]
     collected = course / "grader" / "submitted" / "ann" / AID
     assert (collected / "timestamp.txt").read_text() == second.submission["timestamp"]  # the service's clock
     assert (collected / f"{AID}.ipynb").read_bytes() == mine.read_bytes()

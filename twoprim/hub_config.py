@@ -138,8 +138,9 @@ def _service(plan: Plan) -> str:
 
     command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(plan.store),
                "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}"]
-    return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the account
-# that already holds the class's work, and the only one that can open its store, grader/exchange/), on loopback.
+    return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the
+# account that already holds the class's work, and the only one that can open its store, grader/exchange/), on
+# loopback.
 c.JupyterHub.services = [{{
     "name": {NAME!r},
     "url": "http://127.0.0.1:{plan.service_port}",

@@ -29,7 +29,7 @@ from nbgrader.exchange.abc.exchange import ExchangeError
 from traitlets import Bool, Unicode, default
 
 from . import service as svc
-from .intake import STAMP, Submission, admit
+from .intake import Submission, admit
 
 __all__ = ["ServiceExchange", "ExchangeFetchAssignment", "ExchangeFetchFeedback", "ExchangeList",
            "ExchangeReleaseAssignment", "ExchangeReleaseFeedback", "ExchangeSubmit", "ExchangeCollect",

@@ -49,7 +49,7 @@ import json
 import os
 import sqlite3
 import tarfile
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -166,7 +166,7 @@ class Store:
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # committed means on disk: a crash right after "submitted" loses nothing
+            db.execute("PRAGMA synchronous=FULL")  # committed = on disk: a crash after "submitted" loses nothing
             db.execute("PRAGMA foreign_keys=ON")
             yield db
         finally:
