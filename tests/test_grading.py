@@ -474,3 +474,53 @@ def test_the_benchmark_names_every_student_whose_score_moved_between_runs():
     assert bench.differences([same, {"s000": 15.0, "s001": 1.0}, same]) == {"s001": [0.0, 1.0, 0.0]}
     assert bench.differences([same, same], {"s000": 19.0, "s001": 0.0}) == {"s000": [15.0, 15.0, 19.0]}
     assert bench.differences([same, {"s000": 15.0}]) == {"s001": [0.0, None]}, "a student missing from a run"
+
+
+def test_a_fault_of_the_grader_is_retried_then_recorded_not_graded_never_a_zero(tmp_path, monkeypatch, capsys):
+    """The grader's own failure (here: a worker process out of memory) is tried again; what still fails is "not
+    graded": no grade written, an earlier grade and autograded notebook kept, the command exits 1 naming it, and the
+    same command run again (no --force) grades it. A stand-in for the task keeps this to the bookkeeping."""
+    from twoprim.grading import cluster
+    from twoprim.grading.gradebook import not_graded
+
+    course = _course(tmp_path / "course")
+    for student in ("flaky", "broken"):
+        write(course / "grader" / "submitted", student, AID, answered(AID))
+    url = database_url(course)
+    calls: dict[str, int] = {}
+    still_broken = {"broken"}
+
+    def task(task, snapshot=None):
+        student = task["student"]
+        calls[student] = calls.get(student, 0) + 1
+        if student in still_broken or (student == "flaky" and calls[student] == 1):
+            return grading.Outcome(student, status=grading.NOT_GRADED,
+                                   reason="the grader itself failed: MemoryError: ")
+        return grading.Outcome(student, status="graded", reason="all cells ran", score=15.0, max_score=15.0,
+                               autograded={f"{AID}.ipynb": f"graded {student}".encode()})
+
+    monkeypatch.setattr(cluster, "grade_task", task)
+    earlier = grading.Outcome("broken", status="graded", reason="all cells ran", score=15.0, max_score=15.0,
+                              autograded={f"{AID}.ipynb": b"the earlier autograded notebook"})
+    grading.init_db(url)
+    grading.released_notebooks(AID, course, url)  # the assignment in the gradebook, as a first autograde leaves it
+    grading.merge(AID, earlier, course, url, digest_of="an earlier submission")
+    rc = course_cli.run_autograde(AID, root=course, progress=False, in_process=True)
+    printed = capsys.readouterr().out
+    assert rc == 1 and calls == {"flaky": 2, "broken": cluster.MAX_ATTEMPTS}, (rc, calls)
+    assert "1 graded, 0 failed, 1 not graded (a fault of the grader, not the students')" in printed, printed
+    assert "  NOT GRADED broken: the grader itself failed: MemoryError" in printed, printed
+    assert "run the same command again, without --force, to grade them" in printed
+    assert set(not_graded(AID, url)) == {"broken"}
+    assert committed(AID, url)["broken"] == "an earlier submission", "the earlier grade's row is kept"
+    assert (course / "grader" / "autograded" / "broken" / AID / f"{AID}.ipynb").read_bytes() == \
+        b"the earlier autograded notebook"
+    row = _rows(course)["broken"]
+    assert row["status"] == "not graded" and row["reason"].startswith("the grader itself failed: MemoryError")
+    assert "the score is the earlier grade's, kept" in row["reason"]
+
+    still_broken.clear()  # the machine has its memory back: the same command, no --force
+    assert course_cli.run_autograde(AID, root=course, progress=False, in_process=True) == 0
+    assert calls["broken"] == cluster.MAX_ATTEMPTS + 1 and calls["flaky"] == 2, "only the one not graded"
+    assert not not_graded(AID, url) and _rows(course)["broken"]["status"] == "graded"
+    assert (course / "grader" / "autograded" / "broken" / AID / f"{AID}.ipynb").read_bytes() == b"graded broken"
