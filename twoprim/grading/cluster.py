@@ -5,7 +5,12 @@ on Kubernetes through dask-kubernetes). One grading path: local grading is the s
 
 Results come back to this process, which alone writes the gradebook (SQLite or PostgreSQL, `gradebook`) and the
 reports, one submission per transaction, as they arrive. Dask regrades a task whose worker died on another worker;
-a grade is merged once, when its result arrives. A submission already committed in its current form (same files,
+a grade is merged once, when its result arrives. A fault of the grader is never a student's grade: a task the
+cluster lost (every copy of the scattered gradebook snapshot gone with its workers, the scheduler gone, a cancelled
+task, the grader's own error) is sent again once the cluster is back (`MAX_ATTEMPTS` in all, the snapshot scattered
+again), and what is still not graded is recorded so (`gradebook.record_not_graded`): no grade written, an earlier
+one and its autograded notebook kept, graded by the next run. A submission that ran into a time limit judged on the
+wall clock while others were graded beside it is graded again alone before that limit counts. A submission already committed in its current form (same files,
 same assignment source) is not graded again unless named with `--student` or `--force`, so a run that stopped half
 way (the database went away) is finished by running it again.
 """
