@@ -346,7 +346,8 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     hub = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
     [service] = hub.JupyterHub.services
     assert service["name"] == svc.NAME and service["user"] == "teach" and service["url"] == "http://127.0.0.1:8003"
-    assert service["command"][-6:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50"]
+    assert service["command"][-8:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50",
+                                       "--gradebook", f"sqlite:///{tmp_path / 'course' / 'grader' / 'gradebook.db'}"]
     assert svc.SCOPE in hub.Spawner.server_token_scopes
     assert hub.JupyterHub.load_roles == [{"name": "user", "scopes": ["self", svc.SCOPE]}]
     student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run" / "student")).load_config()
@@ -360,3 +361,41 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     assert "services" not in hub.JupyterHub and "server_token_scopes" not in hub.Spawner
     student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run-fs" / "student")).load_config()
     assert "ExchangeFactory" not in student and student.Exchange.root == str(tmp_path / "exchange")
+
+
+def _gradebook_with_due_dates(folder: Path, due: dict):
+    """An nbgrader gradebook with these due dates (naive UTC): what the formgrader or ./course release writes."""
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{folder / 'gradebook.db'}"
+    with Gradebook(url, COURSE) as gb:
+        for aid, when in due.items():
+            gb.update_or_create_assignment(aid, duedate=when)
+    return url
+
+
+def test_each_student_sees_their_own_deadline_read_from_the_gradebook_at_each_request(tmp_path):
+    """Students cannot read the gradebook (nbgrader#943), and no folder is shared with them: the listing of released
+    assignments carries each one's due date, read from the gradebook at each request (a date moved in the formgrader
+    shows at once), and a student's own extension, never another's."""
+    import datetime
+
+    from twoprim.grading.gradebook import grant_extension
+
+    due = datetime.datetime(2026, 12, 9, 22, 59)
+    url = _gradebook_with_due_dates(tmp_path, {AID: due})
+    running = Running(tmp_path / "store", deadlines=svc.gradebook_deadlines(url))
+    try:
+        for aid in (AID, "ex02_gemm"):
+            running.store.release(COURSE, aid, {f"{aid}.ipynb": _notebook("pass")}, by="teach", force=False)
+        listing = {e["assignment_id"]: e["due"] for e in running.call("GET", f"assignments/{COURSE}", "t-ann").json()}
+        assert listing == {AID: "2026-12-09T22:59:00Z", "ex02_gemm": None}
+        grant_extension(AID, "ann", datetime.datetime(2026, 12, 11, 12), tmp_path, url)
+        _gradebook_with_due_dates(tmp_path, {"ex02_gemm": datetime.datetime(2026, 12, 16, 22, 59)})  # formgrader
+        seen = {who: {e["assignment_id"]: e["due"] for e in running.call("GET", f"assignments/{COURSE}", tok).json()}
+                for tok, who in TOKENS.items()}
+        assert seen["ann"] == {AID: "2026-12-11T12:00:00Z", "ex02_gemm": "2026-12-16T22:59:00Z"}
+        assert seen["ben"] == seen["teach"] == {AID: "2026-12-09T22:59:00Z", "ex02_gemm": "2026-12-16T22:59:00Z"}
+        assert running.call("GET", f"assignments/{COURSE}").status_code == 401  # a token, as for everything else
+    finally:
+        running.stop()

@@ -52,15 +52,19 @@ WRONG_DOT = ('def dot(x, w):\n    """x·w, summing each vector first (a slip: Σ
              '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
              '    return x.sum() * w.sum()  # () * () -> ()\n')
 ISOLATION_CELL = '''import json, os
-from twoprim import hints, state
+from twoprim import hints, progress, state
 hints.hint("dot")  # recorded in the student's own workspace
+notes = []
+room = progress._classroom(notes)  # what the exchange service tells this student's progress, with their server's token
 def _open(path):
     try:
         os.listdir(path) if os.path.isdir(path) else open(path, "rb").close()
         return "read"
     except Exception as err:
         return type(err).__name__
-print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(state.workspace())}))
+print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(state.workspace()),
+                                 "released": sorted(room.released) if room else notes,
+                                 "submitted": sorted(room.submitted) if room else notes}))
 '''
 
 
@@ -773,9 +777,9 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         # file permissions, as the course set them
         for private in ("solutions", "grader"):
             assert (course / private).stat().st_mode & 0o077 == 0, f"{private}/ is readable by others"
-        # the exchange is the service: no folder students write to; its store is the instructor's alone
-        assert oct(exchange.stat().st_mode & 0o777) == "0o755" and exchange.stat().st_uid == pwd.getpwnam(
-            instructor).pw_uid
+        # the exchange is the service: no folder is shared with students (none is made); its store is the
+        # instructor's alone
+        assert not exchange.exists() and not exchange.parent.is_symlink()
         store = course / "grader" / "exchange"
         assert store.stat().st_mode & 0o777 == 0o700 and store.stat().st_uid == pwd.getpwnam(instructor).pw_uid
         service = _Service(course, hub)
@@ -912,6 +916,9 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         # the student's progress and hints live in their home (twoprim.state.workspace)
                         mine = pwd.getpwnam(name)
                         assert seen["workspace"] == mine.pw_dir, seen
+                        # progress hears from the exchange service (with the server's own token) what is released
+                        # and what this student submitted: no folder is shared with them
+                        assert seen["released"] == [AID] and seen["submitted"] == [AID], seen
                         state_file = Path(mine.pw_dir) / ".twoprim-progress.json"
                         assert state_file.stat().st_uid == mine.pw_uid
                         assert json.loads(state_file.read_text())["hints"][f"{AID}-dot"] >= 1

@@ -211,6 +211,52 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     assert "ex01_dot" not in deadlines.read(exchange) and "ex02_gemm" in deadlines.read(exchange)
 
 
+def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(tmp_path, monkeypatch):
+    """With the classroom's exchange service (./course hub's default) no folder is shared with students: progress asks
+    the service, with the server's own hub token, what is released, this student's deadlines (read from the
+    gradebook at each request: a date moved in the formgrader shows at once) and their submissions."""
+    from twoprim.exchange import service as svc
+
+    from .test_exchange_service import TOKENS, Running, _gradebook_with_due_dates, _notebook
+
+    home = tmp_path / "home"
+    shutil.copytree(ROOT / "lessons", home / "lessons")
+    (home / "exercises" / "ex01_dot").mkdir(parents=True)
+    put(home, "ex01_dot", answered("ex01_dot"))
+    mark_run(home)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    soon = now + datetime.timedelta(days=2, hours=3, minutes=30)
+    url = _gradebook_with_due_dates(tmp_path, {"ex01_dot": soon})
+    running = Running(tmp_path / "store", deadlines=svc.gradebook_deadlines(url))
+    try:
+        for aid in ("ex01_dot", "ex02_gemm"):
+            running.store.release("two-primitives", aid, {f"{aid}.ipynb": _notebook("pass")}, by="teach", force=False)
+        ann = next(t for t, who in TOKENS.items() if who == "ann")
+        for name, value in (("TWOPRIM_WORKSPACE", home), ("TWOPRIM_EXCHANGE_URL", running.url),
+                            ("JUPYTERHUB_API_TOKEN", ann), ("JUPYTER_DATA_DIR", tmp_path / "data")):
+            monkeypatch.setenv(name, str(value))
+        monkeypatch.delenv("TWOPRIM_EXCHANGE", raising=False)
+        r = progress.report()
+        assert r.classroom and not r.notes and sorted(by_aid(r)) == ["ex01_dot", "ex02_gemm"], r.notes
+        ex01 = by_aid(r)["ex01_dot"]
+        assert (ex01.due, ex01.submitted) == (soon, {"at": "", "stale": ""})
+        assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC"), \
+            r.next_step
+
+        answer = running.store.submit("two-primitives", "ex01_dot", "ann",
+                                      {"ex01_dot.ipynb": (home / "exercises" / "ex01_dot" / "ex01_dot.ipynb").read_bytes()})
+        os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (time.time() - 120,) * 2)  # saved before it
+        moved = soon + datetime.timedelta(days=1)
+        _gradebook_with_due_dates(tmp_path, {"ex01_dot": moved})  # edited in the formgrader
+        ex01 = by_aid(progress.report())["ex01_dot"]
+        assert ex01.submitted == {"at": answer["timestamp"], "stale": ""} and ex01.due == moved
+        assert progress._complete(ex01)
+    finally:
+        running.stop()
+    r = progress.report()  # the service gone: said so, never a traceback
+    assert len(r.notes) == 1 and "the classroom's exchange service did not answer" in r.notes[0], r.notes
+
+
 # Visible checks that read only the form of an answer (its value is measured when grading): ex06's short answers,
 # and ex07's lazy_answer, which checks one of its three numbers and the form of the other two.
 FORM_ONLY = {"ex06_compile": set(ex06.ANSWERS), "ex07_mlx": {"lazy_answer"}}

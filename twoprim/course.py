@@ -182,9 +182,13 @@ def _publish_due_date(aid: str, root: Path):
     """Write `aid`'s due date in the gradebook where students read it (`twoprim.deadlines`), or take it out when it
     has none; returns it."""
     from . import deadlines
+    from .exchange.client import uses_service
     from .grading.gradebook import database_url, due_date as due_in_gradebook
 
-    when, exchange = due_in_gradebook(aid, database_url(root)), exchange_root(root)
+    when = due_in_gradebook(aid, database_url(root))
+    if uses_service(root):  # the classroom's exchange service reads it from the gradebook at each request
+        return when
+    exchange = exchange_root(root)
     if deadlines.read(exchange).get(aid) != when:
         deadlines.publish(exchange, aid, when)
     return when

@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ip", default=None,
                    help="the address the hub listens on (default: 127.0.0.1; with --public, every interface)")
     p.add_argument("--exchange", type=Path, default=Path(os.environ.get("TWOPRIM_EXCHANGE") or DEFAULT_EXCHANGE),
-                   help=f"the folder students read due dates from, and with --exchange-kind filesystem nbgrader's "
-                        f"shared exchange ($TWOPRIM_EXCHANGE, else {DEFAULT_EXCHANGE})")
+                   help=f"with --exchange-kind filesystem: nbgrader's shared exchange folder ($TWOPRIM_EXCHANGE, else "
+                        f"{DEFAULT_EXCHANGE}); the exchange service shares no folder")
     p.add_argument("--exchange-kind", choices=("service", "filesystem"), default="service",
                    help="service (default): the exchange is a JupyterHub service that knows who submits and stamps "
                         "the time, keeping submissions where no student can read them; filesystem: nbgrader's "
@@ -187,7 +187,7 @@ def verify_as_student(plan: Plan, student: pwd.struct_passwd, others: list[pwd.s
     """Read, as a student, what they must and must not reach; refuse to start when a permission is wrong."""
     private = [plan.course / p for p in ("solutions", "grader", ".git") if (plan.course / p).exists()]
     private += [Path(o.pw_dir) for o in others]
-    public = [plan.course / p for p in PUBLIC if (plan.course / p).exists()] + [plan.exchange]
+    public = [plan.course / p for p in PUBLIC if (plan.course / p).exists()] + ([] if plan.service else [plan.exchange])
     try:
         probe = as_user(student.pw_uid, student.pw_gid,
                         [str(plan.venv / "bin" / "python"), "-I", "-S", "-c", CHECK_AS_STUDENT,
@@ -205,20 +205,14 @@ def verify_as_student(plan: Plan, student: pwd.struct_passwd, others: list[pwd.s
                               f": chmod -R go+rX {path}")
 
 
-def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd, *, shared: bool = True) -> None:
-    """nbgrader's exchange: a folder every account can write to (its docs: `chmod ugo+rw`, 0777); the course's
-    folder in it, from an earlier class, is handed to this instructor. With the exchange service (`shared` False)
-    it only holds the due dates students read (`twoprim.deadlines`): the instructor's, 0755, nobody else writes."""
+def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd) -> None:
+    """nbgrader's exchange (--exchange-kind filesystem): a folder every account can write to (its docs: `chmod
+    ugo+rw`, 0777); the course's folder in it, from an earlier class, is handed to this instructor. The exchange
+    service needs no folder at all: students reach it, and the due dates, over HTTP."""
     missing = [p for p in [*reversed(exchange.parents), exchange] if not p.exists()]
     for folder in missing:
         folder.mkdir()
         folder.chmod(0o755)
-    if not shared:
-        for path in (exchange, exchange / COURSE_ID):
-            path.mkdir(exist_ok=True)
-            os.chown(path, instructor.pw_uid, instructor.pw_gid)
-            path.chmod(0o755)
-        return
     exchange.chmod(0o777)
     course_dir = exchange / COURSE_ID
     if course_dir.is_dir() and course_dir.stat().st_uid != instructor.pw_uid:
@@ -253,9 +247,10 @@ def prepare(plan: Plan) -> dict[str, str]:
         account, passwords[name] = ensure_account(name, "student", name in renew)
         accounts.append(account)
     give_course(plan.course, instructor)
-    prepare_exchange(plan.exchange, instructor, shared=not plan.service)
-    if plan.service:
+    if plan.service:  # nothing is shared with students: the service holds the class's work, its URL is all they get
         prepare_store(plan.store, instructor)
+    else:
+        prepare_exchange(plan.exchange, instructor)
     for account in accounts:
         furnish_home(plan, account)
     record = plan.course / "grader" / CLASSROOM_FILE
@@ -289,7 +284,7 @@ def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
               *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
                  f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
               (f"Exchange: the service {plan.service_url} (JupyterHub says who submits; submissions are kept in "
-               f"{plan.store}, which only {plan.instructor} can read; due dates in {plan.exchange})."
+               f"{plan.store}, which only {plan.instructor} can read; no folder is shared with students)."
                if plan.service else
                f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course "
                f"collect, autograde, feedback)."),

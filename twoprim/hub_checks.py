@@ -324,7 +324,8 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
                           f"`ss -ltnp 'sport = :{args.port}'` shows what listens there): stop it, or start on another "
                           f"port with --port {args.port + 1}")
     proxy = find_proxy(course)
-    check_exchange(args.exchange)
+    if getattr(args, "exchange_kind", "service") == "filesystem":  # the service needs no shared folder
+        check_exchange(args.exchange)
     hint = f" HUB_ARGS=\"{' '.join(sys.argv[2:])}\"" if len(sys.argv) > 2 and sys.argv[1] == "hub" else ""
     check_environment(course, course / ".venv", hint)
     hub_port = free_port()

@@ -135,9 +135,11 @@ def _service(plan: Plan) -> str:
     if not plan.service:
         return "# The exchange: nbgrader's shared folder (--exchange-kind filesystem); no exchange service.\n"
     from .exchange.service import NAME, SCOPE
+    from .grading.gradebook import database_url
 
     command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(plan.store),
-               "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}"]
+               "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}",
+               "--gradebook", database_url(plan.course)]  # due dates students see, read at each request
     return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the
 # account that already holds the class's work, and the only one that can open its store, grader/exchange/), on
 # loopback.
@@ -215,9 +217,10 @@ def pre_spawn_hook(spawner):
     """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
     env = spawner.environment = dict(spawner.environment)
     env["PATH"] = PATH
-    env["TWOPRIM_EXCHANGE"] = EXCHANGE
-    if EXCHANGE_URL:
-        env["TWOPRIM_EXCHANGE_URL"] = EXCHANGE_URL  # the exchange service (nbgrader's config names it too)
+    if EXCHANGE_URL:  # the exchange service (nbgrader's config names it too): due dates and submissions too
+        env["TWOPRIM_EXCHANGE_URL"] = EXCHANGE_URL
+    else:  # nbgrader's shared folder
+        env["TWOPRIM_EXCHANGE"] = EXCHANGE
     if spawner.user.name == INSTRUCTOR:
         spawner.notebook_dir = COURSE
         env["JUPYTER_CONFIG_PATH"] = INSTRUCTOR_CONFIG

@@ -400,11 +400,60 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
     return {"score": score, "max_score": max_score, "stale": stale, "failing": failing}
 
 
-def _assignment_ids(root: Path, classroom: bool = False) -> list[str]:
+def _assignment_ids(root: Path, released: set[str] = frozenset()) -> list[str]:
     """Assignments from solutions/ (twoprim.notebooks.assignments) and, for a learner's copy without solutions/,
-    from exercises/; on the classroom hub also every one released to the exchange, fetched or not."""
+    from exercises/; on the classroom hub also every one `released`, fetched or not."""
     found = {p.parent.name for p in (root / "exercises").glob("*/*.ipynb") if p.stem == p.parent.name}
-    return sorted(set(assignments(root)) | found | (_released() if classroom else set()))
+    return sorted(set(assignments(root)) | found | set(released))
+
+
+@dataclass
+class Classroom:
+    """What the classroom's exchange says of this student: released assignments, their deadlines, submissions."""
+
+    released: set[str]
+    due: dict[str, datetime.datetime]
+    submitted: dict[str, dict] | None = None  # aid -> {"at": its arrival, nbgrader's format; "epoch": seconds};
+    # None: not known here (the shared folder): nbgrader's own record of each submission is read instead
+
+    def submission(self, aid: str, notebook: Path) -> dict:
+        last = (self.submitted or {}).get(aid)
+        if last is None:
+            return {"at": "", "stale": ""}
+        saved_after = notebook.is_file() and notebook.stat().st_mtime > last["epoch"] + 1
+        return {"at": last["at"], "stale": "you saved the notebook after submitting it" if saved_after else ""}
+
+
+def _classroom(notes: list[str]) -> Classroom | None:
+    """On a hub server with the classroom's exchange service ($TWOPRIM_EXCHANGE_URL and the server's
+    $JUPYTERHUB_API_TOKEN): what the service says for this student, its deadlines read from the gradebook at each
+    request. None elsewhere, or when it does not answer (a note says so; the shared folder is read instead)."""
+    import urllib.error
+    import urllib.request
+
+    url, token = os.environ.get("TWOPRIM_EXCHANGE_URL", ""), os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    if not (url and token):
+        return None
+
+    def get(path: str):
+        request = urllib.request.Request(f"{url.rstrip('/')}/api/{path}", headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    try:
+        listing, mine = get(f"assignments/{COURSE_ID}"), get(f"submissions/{COURSE_ID}")
+    except (OSError, ValueError, urllib.error.URLError) as err:
+        notes.append(f"the classroom's exchange service did not answer ({err}): released assignments, due dates "
+                     f"and submissions may be missing below")
+        return None
+    due = {e["assignment_id"]: datetime.datetime.strptime(e["due"], deadlines.FORMAT)
+           for e in listing if e.get("due")}
+    room = Classroom({e["assignment_id"] for e in listing}, due, {})
+    for record in mine:  # oldest first: the newest of each assignment wins
+        at = record["timestamp"]
+        epoch = calendar.timegm(time.strptime(at.split(".")[0], "%Y-%m-%d %H:%M:%S"))
+        room.submitted[record["assignment_id"]] = {"at": at, "epoch": epoch}
+    return room
 
 
 def _released() -> set[str]:
@@ -531,16 +580,18 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
     lesson_list = [lesson_status(p) for p in lessons(root)]
     work: list[AssignmentStatus] = []
     todo: list[tuple[AssignmentStatus, str]] = []
-    due_dates = deadlines.read(os.environ.get("TWOPRIM_EXCHANGE")) if classroom else {}
-    for aid in _assignment_ids(root, classroom):
+    room = _classroom(notes) if classroom else None
+    if room is None and classroom:  # nbgrader's shared folder (./course hub --exchange-kind filesystem)
+        room = Classroom(_released(), deadlines.read(os.environ.get("TWOPRIM_EXCHANGE")))
+    for aid in _assignment_ids(root, room.released if room else set()):
         path = root / "exercises" / aid / f"{aid}.ipynb"
         a = AssignmentStatus(aid, path, "missing")
         a.hints_total = sum(len(v) for gid, v in HINTS.items() if gid.startswith(f"{aid}-"))
         a.hints_used = sum(n for gid, n in state["hints"].items() if gid.startswith(f"{aid}-"))
         work.append(a)
-        if classroom:
-            a.submitted = _read_submission(aid, path)
-            a.due = due_dates.get(aid)
+        if room is not None:
+            a.submitted = room.submission(aid, path) if room.submitted is not None else _read_submission(aid, path)
+            a.due = room.due.get(aid)
         if not path.is_file():
             a.problem = ("not fetched yet: fetch it from the Assignments tab" if classroom
                          else f"{path.relative_to(root)} does not exist")

@@ -29,7 +29,7 @@ HTTP API (all under the service's prefix, JSON errors {"error": message}; file s
 
     GET  api/health                                   no token needed: {"service": name}
     GET  api/limits                                   the size limits
-    GET  api/assignments/<course>                     released assignments
+    GET  api/assignments/<course>                     released assignments, each with your deadline ("due")
     GET  api/assignments/<course>/<aid>               the released files (tar)
     POST api/assignments/<course>/<aid>[?force=1]     (instructor) release: body = tar
     GET  api/submissions/<course>[?assignment=][&student=NAME|&all=1]   yours; another's or all: instructor only
@@ -55,7 +55,8 @@ from urllib.parse import urlparse
 
 from .intake import MAX_BYTES, STAMP, check_name
 
-__all__ = ["NAME", "Store", "ExchangeRefusal", "pack", "unpack", "make_app", "main", "DEFAULT_MAX_FILE",
+__all__ = ["NAME", "Store", "ExchangeRefusal", "pack", "unpack", "make_app", "gradebook_deadlines", "main",
+           "DEFAULT_MAX_FILE",
            "DEFAULT_MAX_SUBMISSION", "megabytes"]
 
 NAME = "twoprim-exchange"                 # the service's name in JupyterHub (its URL prefix, its access scope)
@@ -276,14 +277,36 @@ class Store:
 # --- the HTTP service -----------------------------------------------------------------------------------------
 
 
+def gradebook_deadlines(url: str):
+    """student -> {assignment: that student's deadline, "YYYY-MM-DDTHH:MM:SSZ"}: the due date in the course's
+    gradebook at `url`, or the student's extension when later, read anew at each request, so a due date set or moved
+    in the formgrader or by `./course release --due` or `extend` is what students see next."""
+
+    def read(student: str) -> dict[str, str]:
+        from ..grading.gradebook import extensions, gradebook
+
+        with gradebook(url) as gb:
+            due = {a.name: a.duedate for a in gb.assignments if a.duedate is not None}
+        for aid in list(due):
+            extended = extensions(aid, url).get(student)
+            if extended is not None and extended > due[aid]:
+                due[aid] = extended
+        return {aid: when.strftime("%Y-%m-%dT%H:%M:%SZ") for aid, when in due.items()}
+
+    return read
+
+
 def make_app(store: Store, hub_auth, *, course: str, instructors: set[str], prefix: str = f"/services/{NAME}/",
-             max_file: int = DEFAULT_MAX_FILE, max_submission: int = DEFAULT_MAX_SUBMISSION):
+             max_file: int = DEFAULT_MAX_FILE, max_submission: int = DEFAULT_MAX_SUBMISSION, deadlines=None):
     """The tornado application. `hub_auth`: JupyterHub's HubAuth (or, in tests, anything with an async
-    `user_for_token(token, sync=False)` that returns the hub's model of the token's owner, or None)."""
+    `user_for_token(token, sync=False)` that returns the hub's model of the token's owner, or None). `deadlines`:
+    student -> {assignment: their deadline} (`gradebook_deadlines`), shown beside each released assignment."""
+    import logging
+
     from tornado import web
 
     settings = dict(store=store, hub_auth=hub_auth, course=course, instructors=frozenset(instructors),
-                    max_file=max_file, max_submission=max_submission)
+                    max_file=max_file, max_submission=max_submission, deadlines=deadlines)
 
     class Base(web.RequestHandler):
         def write_error(self, status_code, **kwargs):
@@ -375,8 +398,17 @@ def make_app(store: Store, hub_auth, *, course: str, instructors: set[str], pref
 
     class Assignments(Base):
         async def get(self, course):
-            await self.who()
-            self.send_json(store.released(self.course(course)))
+            name = await self.who()
+            listing = store.released(self.course(course))
+            due: dict[str, str] = {}
+            if settings["deadlines"] is not None:
+                try:
+                    due = settings["deadlines"](name)
+                except Exception:  # noqa: BLE001 - the gradebook unreadable: the listing still answers
+                    logging.getLogger(NAME).exception("could not read the due dates from the gradebook")
+            for entry in listing:
+                entry["due"] = due.get(entry["assignment_id"])  # this student's deadline, or None
+            self.send_json(listing)
 
     class Assignment(Upload):
         async def get(self, course, aid):
@@ -471,6 +503,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the largest file of a submission, in MB (default {DEFAULT_MAX_FILE / 1e6:g})")
     p.add_argument("--max-submission-mb", type=float, default=None,
                    help="the largest submission, in MB (default: 4 times --max-file-mb)")
+    p.add_argument("--gradebook", default=None, metavar="URL",
+                   help="the course's gradebook, whose due dates (and each student's extension) students see")
     p.add_argument("--url", default=os.environ.get("JUPYTERHUB_SERVICE_URL", ""),
                    help="where to listen (default $JUPYTERHUB_SERVICE_URL, which JupyterHub sets)")
     p.add_argument("--off-loopback", action="store_true",
@@ -495,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.store)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{NAME}/")
     app = make_app(store, HubAuth(), course=args.course, instructors=set(args.instructor), prefix=prefix,
-                   max_file=max_file, max_submission=max_submission)
+                   max_file=max_file, max_submission=max_submission,
+                   deadlines=gradebook_deadlines(args.gradebook) if args.gradebook else None)
     logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s " + NAME + "] %(message)s")
 
     async def serve():
