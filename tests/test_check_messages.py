@@ -78,6 +78,18 @@ SAYS = {
     ("ex05_attention", "attention_flops", "value"): ("but FlopCounterMode counted",),
     ("ex05_attention", "attention_flops", "shape"): ("expected exactly the keys ['gemm', 'other']",),
     ("ex05_attention", "attention_flops", "dtype"): ("but a FLOP count is a Python int",),
+    ("ex10_xla", "count_hlo_ops", "value"): ("differs:  stablehlo.dot_general: expected 2, got 4", "a name or metadata"),
+    ("ex10_xla", "count_hlo_ops", "shape"): ("differs:  stablehlo.add: expected 2, got 0",),
+    ("ex10_xla", "count_hlo_ops", "dtype"): ("is not (str name: int count)",),
+    ("ex10_xla", "dot_general_gemm", "value"): ("got:      (2, 64, 4096, 1024)", "each the product of its sizes"),
+    ("ex10_xla", "dot_general_gemm", "shape"): ("but dot_general_gemm returns a tuple (batch, M, N, K)",),
+    ("ex10_xla", "dot_general_gemm", "dtype"): ("each a Python int",),
+    ("ex10_xla", "dot_general_flops", "value"): ("FLOPs = 2·batch·M·N·K",),
+    ("ex10_xla", "dot_general_flops", "shape"): ("but dot_general_flops returns an int",),
+    ("ex10_xla", "dot_general_flops", "dtype"): ("but dot_general_flops returns an int",),
+    ("ex10_xla", "gemm_counts", "value"): ("got:      (3, 5)", "in the jaxpr of the gradient"),
+    ("ex10_xla", "gemm_counts", "shape"): ("returns a tuple (forward, gradient) of GEMM counts",),
+    ("ex10_xla", "gemm_counts", "dtype"): ("each a Python int",),
 }
 
 
