@@ -16,6 +16,11 @@ float16 accumulation, strides ignored) before any generic advice.
 
 Visible checks run with the default cases below; the hidden checks in the solution notebook pass their own cases
 (built with the same builders) and `hidden=0`. Oracles compute in float64 with torch.
+
+Why this module is long: three kernels, each checked three ways (the interpreter's numbers, the rules of the
+launch, the compiled IR), and each wrong result diagnosed by its cause; a diagnosis stays beside the judge that
+calls it and the rule beside the evidence it reads, so that a message never drifts from what decides it. Compiling
+itself, and reading TTIR and PTX, is `triton_compile`'s.
 """
 from __future__ import annotations
 
