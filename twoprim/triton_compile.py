@@ -17,6 +17,10 @@ its replacements of `triton.language` in place after a kernel calls a library fu
 Every result (errors too) is kept on disk under `cache_dir()`, keyed by the kernel's source and that of every
 function it calls, the signature, the constexprs, the options and the target: a check that compiles the same kernel
 again reads a file. In a graded submission's sandbox the folder lies in the submission's own home.
+
+Why this module is long: one compile pipeline and a reader for each of its artefacts (TTIR, TTGIR, PTX, the cubin's
+resources), with the GPU limits those numbers are read against; split, a reader would sit apart from the compile
+that makes its input and the cache that keys it.
 """
 from __future__ import annotations
 

@@ -11,6 +11,9 @@ How a class reaches the service (`backend`):
 
 Selected in nbgrader's configuration by `select(c, url=..., store=...)`: the student's (written by `./course hub`)
 and the course's (`grader/nbgrader_config.py`, from grader/classroom.json, `configure_from_classroom`).
+
+Why this module is long: nbgrader's seven Exchange classes are small adapters over one backend, and the two ways to
+that backend (HTTP, the store) must answer alike; kept together, a class cannot drift from the backend it adapts.
 """
 from __future__ import annotations
 

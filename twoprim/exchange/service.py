@@ -38,6 +38,9 @@ HTTP API (all under the service's prefix, JSON errors {"error": message}; file s
     GET  api/feedback/<id>                            its feedback HTML (tar): its student or the instructor
     POST api/feedback/<course>/<aid>/<student>        (instructor) body = tar of <notebook>.html files and the
                                                       submission_secret.txt of the submission they grade
+
+Why this module is long: the store (its tables and every query) and the HTTP API over it, where each handler
+decides who may do what; split, a permission would sit apart from the data it guards.
 """
 from __future__ import annotations
 
