@@ -8,6 +8,10 @@ another JAX release, where XLA fuses differently or a jaxpr gains an op, the che
 The functions the checks trace are defined here (`SUBJECTS`), each with a one-line description so a failure says
 what was tried. Visible checks use the lesson's MLP and attention scores; the hidden checks in the solution notebook
 name other subjects (a scan, a layer norm, a convolution, nested jitted functions, a checkpointed block).
+
+Why this module is long: one assignment's checks (four graded functions), with the functions they trace, the texts
+they lower and compile, and a message for each way a wrong answer is known to go wrong; split further, a check would
+sit apart from the subjects and messages it needs.
 """
 from __future__ import annotations
 
