@@ -195,7 +195,8 @@ def hlo_ops(text: str) -> Counter:
 
 def fusions(text: str) -> list[dict[str, Any]]:
     """Every `fusion` instruction of an optimized HLO module: {"name", "kind" (kLoop, kOutput, kCustom, ...),
-    "calls" (the fused computation), "ops" (Counter of the opcodes inside it, parameters left out)}."""
+    "calls" (the fused computation), "backend" (the kind its backend config names, e.g. "__ynn_fusion"; "" when
+    none), "ops" (Counter of the opcodes inside it, parameters left out)}."""
     _USES["fusions"] += 1
     comps = hlo_computations(text)
     out = []
@@ -206,10 +207,11 @@ def fusions(text: str) -> list[dict[str, Any]]:
             name = re.match(r"^(?:ROOT\s+)?%?([\w.\-]+)", line).group(1)
             kind = re.search(r"\bkind=(\w+)", line)
             calls = re.search(r"\bcalls=%?([\w.\-]+)", line)
+            backend = re.search(r'"fusion_config":\{"kind":"(\w+)"', line)
             inside = Counter(o for o, _ in comps.get(calls.group(1), [])) if calls else Counter()
             inside.pop("parameter", None)
             out.append({"name": name, "kind": kind.group(1) if kind else "", "calls": calls.group(1) if calls else "",
-                        "ops": inside})
+                        "backend": backend.group(1) if backend else "", "ops": inside})
     return out
 
 
