@@ -100,7 +100,7 @@ EXTRA = {
         "gnn_layer"),
     # the matmul wrapper launches the kernel but returns torch's product: a rule of the exercise, judged in the
     # kernel and carried to the grader as "broken"; only matmul_kernel's points are lost.
-    ("ex08_triton", "torch_matmul"): (lambda: replaced("ex08_triton", "ex08_triton-matmul_kernel-solution",
+    ("ex09_triton", "torch_matmul"): (lambda: replaced("ex09_triton", "ex09_triton-matmul_kernel-solution",
                                                        "    return C", "    return A @ B"), "matmul_kernel"),
 }
 

@@ -419,12 +419,14 @@ def test_the_state_file_is_untracked():
         assert ignored.returncode == 0, f"{name} must be ignored by git (.gitignore)"
 
 
-def test_next_step_follows_the_course_outline_lesson_09_before_ex08(learner):
-    """README's outline pairs lesson 09 (Triton) with ex08_triton; lesson 08 has no assignment."""
+def test_next_step_follows_the_course_outline_each_lesson_then_its_assignment(learner):
+    """README's outline pairs each lesson with its assignment (lesson 09, Triton, with ex09_triton); lesson 08 has
+    none: its turn goes to lesson 09, then ex09_triton."""
     done = [progress.LessonStatus(p.stem, p, p.stem[:2] != "09", "not run yet") for p in lessons(learner)]
-    ex08 = progress.AssignmentStatus("ex08_triton", learner / "exercises" / "ex08_triton" / "ex08_triton.ipynb",
+    ex09 = progress.AssignmentStatus("ex09_triton", learner / "exercises" / "ex09_triton" / "ex09_triton.ipynb",
                                      "not started", checks={"add_kernel": progress.TODO})
-    step = progress._next_step(learner, done, [ex08])
+    step = progress._next_step(learner, done, [ex09])
     assert step.startswith("run lessons/09_triton_gemm.ipynb to the end"), step
-    done[-1] = progress.LessonStatus(done[-1].name, done[-1].path, True, "run to the end")
-    assert progress._next_step(learner, done, [ex08]).startswith("make `add_kernel` pass its check")
+    at = next(i for i, l in enumerate(done) if l.name.startswith("09"))
+    done[at] = progress.LessonStatus(done[at].name, done[at].path, True, "run to the end")
+    assert progress._next_step(learner, done, [ex09]).startswith("make `add_kernel` pass its check")

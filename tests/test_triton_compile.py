@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoprim import ex08, triton_compile  # ex08 first: it turns the interpreter on before the kernels below
+from twoprim import ex09, triton_compile  # ex09 first: it turns the interpreter on before the kernels below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

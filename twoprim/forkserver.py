@@ -116,7 +116,7 @@ def _warm_assignment(module: str) -> None:
 
 
 def serve(socket_path: str, modules: list[str]) -> None:
-    # what each import sets in the environment (ex08 turns on Triton's interpreter), a kernel keeps for the modules
+    # what each import sets in the environment (ex09 turns on Triton's interpreter), a kernel keeps for the modules
     # it uses (all but the assignments' checks, and its own assignment's), as if it had imported them itself
     # pydevd (imported with ipykernel's debugger) warns at import that frozen modules may hide breakpoints: not here
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")

@@ -506,7 +506,7 @@ def _read_submission(aid: str, notebook: Path) -> dict:
 def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus],
                classroom: bool = False) -> str:
     """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
-    (README.md's lesson table: lesson 09 comes with ex08_triton), else the assignment with the lesson's number."""
+    (README.md's lesson table: lesson 09 comes with ex09_triton), else the assignment with the lesson's number."""
     by_aid = {a.aid: a for a in work}
     paired = {row.lesson: row.assignment for row in (outline(root) or outline(ROOT)) if row.assignment}
     steps: list[LessonStatus | AssignmentStatus] = []

@@ -1,4 +1,4 @@
-"""ex08_triton: every check explains a wrong value, a missing mask, ignored strides and half-precision accumulation;
+"""ex09_triton: every check explains a wrong value, a missing mask, ignored strides and half-precision accumulation;
 every stated rule (the wrapper launches the kernel and computes nothing; tl.dot inside a K loop) catches its
 forbidden spelling. All kernels run in Triton's interpreter on CPU tensors."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from twoprim import ex08, triton_tools  # ex08 first: it turns the interpreter on before the kernels below
+from twoprim import ex09, triton_tools  # ex09 first: it turns the interpreter on before the kernels below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -22,7 +22,7 @@ from .conftest import fails, solution_namespace
 
 @pytest.fixture(scope="module")
 def sol():
-    return solution_namespace("ex08_triton")
+    return solution_namespace("ex09_triton")
 
 
 def test_everything_runs_in_the_interpreter():
@@ -43,7 +43,7 @@ TRITON_IMPORTED_FIRST = textwrap.dedent("""
         tl.store(out_ptr + cols, tl.sum(x, axis=0) + x.max(axis=0) + tl.cdiv(n, 2) + 0 * x, mask=cols < n)
 
     assert type(row_stats) is JITFunction
-    from twoprim import ex08, triton_tools
+    from twoprim import ex09, triton_tools
     from tests.conftest import solution_namespace
 
     x, out = torch.arange(10.0), torch.empty(10)
@@ -51,20 +51,20 @@ TRITON_IMPORTED_FIRST = textwrap.dedent("""
         row_stats[(1,)](x, out, 10, BLOCK=16)
     assert torch.equal(out, torch.full((10,), 45.0 + 9.0 + 5.0)), out
     assert seen.names() == ["row_stats"], seen.names()       # one launch, recorded once
-    sol = solution_namespace("ex08_triton")
-    for check, kernel, wrapper in [(ex08.check_add_kernel, "add_kernel", "add"),
-                                   (ex08.check_softmax_kernel, "softmax_kernel", "softmax"),
-                                   (ex08.check_matmul_kernel, "matmul_kernel", "matmul")]:
+    sol = solution_namespace("ex09_triton")
+    for check, kernel, wrapper in [(ex09.check_add_kernel, "add_kernel", "add"),
+                                   (ex09.check_softmax_kernel, "softmax_kernel", "softmax"),
+                                   (ex09.check_matmul_kernel, "matmul_kernel", "matmul")]:
         result = check(sol[kernel], sol[wrapper])
         print(result.task, result.cases, "cases ok")
 """)
 
 
 def test_the_interpreter_works_when_triton_was_imported_first(root, tmp_path):
-    """torch._inductor (or a learner's `import triton`) imports Triton before ex08 turns the interpreter on: Triton's
+    """torch._inductor (or a learner's `import triton`) imports Triton before ex09 turns the interpreter on: Triton's
     own `tl.sum`/`tl.max` and kernels decorated earlier are then JITFunctions, which the interpreter cannot call
     ("Cannot call @triton.jit'd outside of the scope of a kernel") or launch ("0 active drivers")."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # this process set it (ex08 above)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # this process set it (ex09 above)
     script = tmp_path / "triton_first.py"  # a file: Triton reads a kernel's source
     script.write_text(TRITON_IMPORTED_FIRST)
     env["PYTHONPATH"] = str(root)
@@ -72,7 +72,7 @@ def test_the_interpreter_works_when_triton_was_imported_first(root, tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     passed = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("cases ok")]
-    assert passed == [f"ex08_triton-{k}" for k in ("add_kernel", "softmax_kernel", "matmul_kernel")], done.stdout
+    assert passed == [f"ex09_triton-{k}" for k in ("add_kernel", "softmax_kernel", "matmul_kernel")], done.stdout
 
 
 def test_bfloat16_dot_reads_numbers_not_bit_patterns():
@@ -113,8 +113,8 @@ def _add_with(kernel):
 
 
 def test_add_without_mask_is_caught_on_a_ragged_length():
-    msg = fails(ex08.check_add_kernel, add_no_mask, _add_with(add_no_mask), ex08.add_cases([100]))
-    assert msg.startswith("✘ ex08_triton-add_kernel: ") and "length 100" in msg
+    msg = fails(ex09.check_add_kernel, add_no_mask, _add_with(add_no_mask), ex09.add_cases([100]))
+    assert msg.startswith("✘ ex09_triton-add_kernel: ") and "length 100" in msg
     # lanes 100-127 of the last block read past x; how many of them land inside y or out instead depends on where
     # the allocator put those (64-byte aligned: at least 12 never do), so the count is not pinned
     found = re.search(r"IndexError\('tl\.load: (\d+) of its 64 unmasked addresses lie outside every tensor argument "
@@ -123,18 +123,18 @@ def test_add_without_mask_is_caught_on_a_ragged_length():
 
 
 def test_add_ignoring_strides_is_caught():
-    msg = fails(ex08.check_add_kernel, add_no_stride, _add_with(add_no_stride), ex08.add_cases([100], strided=True))
+    msg = fails(ex09.check_add_kernel, add_no_stride, _add_with(add_no_stride), ex09.add_cases([100], strided=True))
     assert "wrong result" in msg and "non-contiguous" in msg and "stride" in msg.split("next:")[1]
-    ex08.check_add_kernel(add_no_stride, _add_with(add_no_stride), ex08.add_cases([100]))  # contiguous: right
+    ex09.check_add_kernel(add_no_stride, _add_with(add_no_stride), ex09.add_cases([100]))  # contiguous: right
 
 
 def test_add_in_torch_breaks_the_rule(sol):
-    msg = fails(ex08.check_add_kernel, sol["add_kernel"], lambda x, y: x + y)
+    msg = fails(ex09.check_add_kernel, sol["add_kernel"], lambda x, y: x + y)
     assert "breaks a rule" in msg and "launched no Triton kernel" in msg
 
 
 def test_add_that_launches_another_kernel_breaks_the_rule(sol):
-    msg = fails(ex08.check_add_kernel, sol["add_kernel"], _add_with(add_no_stride))
+    msg = fails(ex09.check_add_kernel, sol["add_kernel"], _add_with(add_no_stride))
     assert "it launched add_no_stride, but not add_kernel" in msg
 
 
@@ -159,20 +159,20 @@ def _softmax_with(kernel):
 
 
 def test_softmax_without_the_max_overflows_on_large_values():
-    ex08.check_softmax_kernel(softmax_unstable, _softmax_with(softmax_unstable), ex08.softmax_cases([(3, 20)]))
-    msg = fails(ex08.check_softmax_kernel, softmax_unstable, _softmax_with(softmax_unstable),
-                ex08.softmax_cases([(2, 64)], scale=200.0))
+    ex09.check_softmax_kernel(softmax_unstable, _softmax_with(softmax_unstable), ex09.softmax_cases([(3, 20)]))
+    msg = fails(ex09.check_softmax_kernel, softmax_unstable, _softmax_with(softmax_unstable),
+                ex09.softmax_cases([(2, 64)], scale=200.0))
     assert "exp overflows" in msg and "NaN" in msg
 
 
 def test_softmax_in_torch_breaks_the_rule(sol):
-    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], lambda x: torch.softmax(x, -1))
+    msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], lambda x: torch.softmax(x, -1))
     assert "breaks a rule" in msg and "launched no Triton kernel" in msg
 
     def both(x):
         sol["softmax"](x)  # launches the kernel, then returns torch's softmax
         return torch.softmax(x, -1)
-    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], both)
+    msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], both)
     assert "the kernel computes the softmax" in msg and "torch.softmax" in msg
 
 
@@ -243,9 +243,9 @@ def _matmul_with(kernel, block_k=32):
 
 def test_one_dot_without_a_k_loop_breaks_the_rule_even_when_right():
     matmul = _matmul_with(matmul_one_dot, block_k=None)  # one block as long as K: right values, no K loop
-    assert torch.allclose(matmul(*ex08.matmul_cases([(5, 6, 70)])[0].args), ex08._matmul64(
-        *ex08.matmul_cases([(5, 6, 70)])[0].args), atol=1e-4)
-    msg = fails(ex08.check_matmul_kernel, matmul_one_dot, matmul)
+    assert torch.allclose(matmul(*ex09.matmul_cases([(5, 6, 70)])[0].args), ex09._matmul64(
+        *ex09.matmul_cases([(5, 6, 70)])[0].args), atol=1e-4)
+    msg = fails(ex09.check_matmul_kernel, matmul_one_dot, matmul)
     assert "compiles for a GPU" in msg and "its TTIR has tt.dot outside any scf.for" in msg, msg
     assert "one block of K, not a loop over K's blocks" in msg
 
@@ -254,14 +254,14 @@ def test_a_k_loop_that_runs_once_breaks_the_rule_even_when_right(sol):
     """The solution's kernel, launched with BLOCK_K ≥ K: tl.dot sits in a loop in the source, but the loop takes all
     of K in one step, so the source check alone would pass it."""
     matmul = _matmul_with(sol["matmul_kernel"], block_k=None)
-    case = ex08.matmul_cases([(5, 6, 70)])
-    assert torch.allclose(matmul(*case[0].args), ex08._matmul64(*case[0].args), atol=1e-4)
-    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul)
+    case = ex09.matmul_cases([(5, 6, 70)])
+    assert torch.allclose(matmul(*case[0].args), ex09._matmul64(*case[0].args), atol=1e-4)
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], matmul)
     assert "M=37, N=45, K=70" in msg and "for K = 70 each program called tl.dot once, on a block 128 wide" in msg
     assert "keep BLOCK_K fixed (32)" in msg
-    ex08.check_matmul_kernel(sol["matmul_kernel"], matmul, ex08.matmul_cases([(37, 45, 64)]))  # K ≤ LOOP_K: one block
-    ex08.check_matmul_kernel(sol["matmul_kernel"], _matmul_with(sol["matmul_kernel"], block_k=64),
-                             ex08.matmul_cases([(37, 45, 70)]))  # two steps of 64: a loop over K
+    ex09.check_matmul_kernel(sol["matmul_kernel"], matmul, ex09.matmul_cases([(37, 45, 64)]))  # K ≤ LOOP_K: one block
+    ex09.check_matmul_kernel(sol["matmul_kernel"], _matmul_with(sol["matmul_kernel"], block_k=64),
+                             ex09.matmul_cases([(37, 45, 70)]))  # two steps of 64: a loop over K
 
 
 @triton.jit
@@ -282,14 +282,14 @@ def matmul_dead_dot(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_b
 
 
 def test_a_tl_dot_that_never_runs_breaks_the_rule_even_when_right():
-    cases = ex08.matmul_cases([(37, 45, 70)])
-    msg = fails(ex08.check_matmul_kernel, matmul_dead_dot, _matmul_with(matmul_dead_dot), cases)
+    cases = ex09.matmul_cases([(37, 45, 70)])
+    msg = fails(ex09.check_matmul_kernel, matmul_dead_dot, _matmul_with(matmul_dead_dot), cases)
     assert "matmul_dead_dot ran without calling tl.dot" in msg and "computed another way" in msg, msg
     assert "tl.dot inside a loop over K" in msg
 
 
 def test_launches_record_each_programs_dot_blocks(sol):
-    A, B = ex08.matmul_cases([(40, 20, 70)])[0].args
+    A, B = ex09.matmul_cases([(40, 20, 70)])[0].args
     with triton_tools.launches() as seen:
         sol["matmul"](A, B)
     (launch,) = seen.of(sol["matmul_kernel"])
@@ -301,29 +301,29 @@ def test_torch_matmul_in_the_wrapper_breaks_the_rule(sol):
     def matmul(A, B):
         sol["matmul"](A, B)  # launches the kernel, then returns torch's product
         return A @ B
-    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul)
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], matmul)
     assert "no torch matmul in the wrapper" in msg and "aten.mm" in msg
 
 
 def test_half_precision_accumulation_is_caught():
     """Rounded to float16 after every block: it compiles, and the compiled loop carries a float16 tile."""
-    cases = ex08.accumulation_cases([torch.float16])
-    msg = fails(ex08.check_matmul_kernel, matmul_half_acc, _matmul_with(matmul_half_acc), cases)
+    cases = ex09.accumulation_cases([torch.float16])
+    msg = fails(ex09.check_matmul_kernel, matmul_half_acc, _matmul_with(matmul_half_acc), cases)
     assert "float32 accumulation needed" in msg and "the loop over K carries its accumulator as tensor<32x32xf16>" in msg
     assert "carry the sum from one block of K to the next in float32" in msg
 
 
 def test_missing_k_mask_is_caught_when_k_is_ragged():
-    ex08.check_matmul_kernel(matmul_no_k_mask, _matmul_with(matmul_no_k_mask), ex08.matmul_cases([(37, 45, 64)]))
-    msg = fails(ex08.check_matmul_kernel, matmul_no_k_mask, _matmul_with(matmul_no_k_mask),
-                ex08.matmul_cases([(37, 45, 70)]))
+    ex09.check_matmul_kernel(matmul_no_k_mask, _matmul_with(matmul_no_k_mask), ex09.matmul_cases([(37, 45, 64)]))
+    msg = fails(ex09.check_matmul_kernel, matmul_no_k_mask, _matmul_with(matmul_no_k_mask),
+                ex09.matmul_cases([(37, 45, 70)]))
     assert "M=37, N=45, K=70" in msg and "IndexError('tl.load: " in msg and "outside every tensor argument" in msg
 
 
 def test_the_solution_passes_every_dtype_and_layout(sol):
-    cases = (ex08.matmul_cases([(33, 17, 40)], [torch.float32, torch.float16, torch.bfloat16], layout="strided")
-             + ex08.matmul_cases([(9, 40, 33)], [torch.bfloat16], layout="transposed") + ex08.accumulation_cases())
-    ex08.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], cases)
+    cases = (ex09.matmul_cases([(33, 17, 40)], [torch.float32, torch.float16, torch.bfloat16], layout="strided")
+             + ex09.matmul_cases([(9, 40, 33)], [torch.bfloat16], layout="transposed") + ex09.accumulation_cases())
+    ex09.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], cases)
 
 
 def test_guards_name_what_is_wrong(sol):
@@ -359,10 +359,10 @@ def _line_of(kernel, text: str) -> int:
 
 def test_fp16_accumulator_runs_in_the_interpreter_but_does_not_compile():
     """The interpreter promotes acc to float32 and gets every value right; Triton's compiler refuses the kernel."""
-    cases = ex08.matmul_cases([(37, 45, 70)], [torch.float16], seed=3)
+    cases = ex09.matmul_cases([(37, 45, 70)], [torch.float16], seed=3)
     A, B = cases[0].args
     assert torch.allclose(_matmul_with(matmul_fp16_accumulator)(A, B).double(), A.double() @ B.double(), rtol=1e-2)
-    msg = fails(ex08.check_matmul_kernel, matmul_fp16_accumulator, _matmul_with(matmul_fp16_accumulator), cases)
+    msg = fails(ex09.check_matmul_kernel, matmul_fp16_accumulator, _matmul_with(matmul_fp16_accumulator), cases)
     assert "it does not compile for sm_90" in msg and "Loop-carried variable acc has initial type" in msg, msg
     assert f"at line {_line_of(matmul_fp16_accumulator, 'for k0 in range')} of the cell that defines it: " \
            f"`for k0 in range(0, K, BLOCK_K):`" in msg, msg
@@ -393,10 +393,10 @@ def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
     for 16-bit floats, so x − max is float32): read from the TTIR, the check passes and says so."""
     from twoprim.triton_compile import compile_kernel
 
-    ex08.check_softmax_kernel(softmax_no_cast, _softmax_with(softmax_no_cast),
-                              ex08.softmax_cases([(4, 33)], [torch.bfloat16], seed=22))
+    ex09.check_softmax_kernel(softmax_no_cast, _softmax_with(softmax_no_cast),
+                              ex09.softmax_cases([(4, 33)], [torch.bfloat16], seed=22))
     out = capsys.readouterr().out
-    assert "✔ ex08_triton-softmax_kernel" in out and "runs in float32 (read from the TTIR" in out, out
+    assert "✔ ex09_triton-softmax_kernel" in out and "runs in float32 (read from the TTIR" in out, out
     sig = {"x_ptr": "*bf16", "out_ptr": "*bf16", "n_cols": "i32", "stride_xm": "i32", "stride_xn": "i32",
            "stride_om": "i32", "BLOCK_N": "constexpr"}
     c = compile_kernel(softmax_no_cast, sig, {"BLOCK_N": 64}, "sm_90")
@@ -409,8 +409,8 @@ def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
 def test_softmax_rounded_to_16_bits_midway_is_caught_from_the_compiled_kernel(dtype):
     """Its division runs in float32 (Triton promotes it), on operands rounded to 16 bits: float16's numbers pass the
     tolerance, the compiled TTIR does not."""
-    msg = fails(ex08.check_softmax_kernel, softmax_divides_in_16_bits, _softmax_with(softmax_divides_in_16_bits),
-                ex08.softmax_cases([(4, 33)], [dtype], seed=22))
+    msg = fails(ex09.check_softmax_kernel, softmax_divides_in_16_bits, _softmax_with(softmax_divides_in_16_bits),
+                ex09.softmax_cases([(4, 33)], [dtype], seed=22))
     t = "bf16" if dtype == torch.bfloat16 else "f16"
     assert f"the kernel rounds a value to {t} (arith.truncf, line " \
            f"{_line_of(softmax_divides_in_16_bits, 'e.to(half) /')} of the cell" in msg, msg
@@ -429,8 +429,8 @@ def _matmul_swapped_grid(kernel):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_a_swapped_grid_is_told_its_cause(sol, dtype):
-    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], _matmul_swapped_grid(sol["matmul_kernel"]),
-                ex08.matmul_cases([(70, 33, 40)], [dtype], seed=5))
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], _matmul_swapped_grid(sol["matmul_kernel"]),
+                ex09.matmul_cases([(70, 33, 40)], [dtype], seed=5))
     assert "cause:    with 32×32 tiles, C has 3×2 tiles but the right ones form a 2×2 block" in msg, msg
     assert "the grid's axes are exchanged" in msg and "float32" not in msg.split("cause:")[1]
 
@@ -450,8 +450,8 @@ def matmul_last_block_only(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, s
 
 
 def test_only_the_last_block_of_k_is_told_its_cause():
-    msg = fails(ex08.check_matmul_kernel, matmul_last_block_only, _matmul_with(matmul_last_block_only),
-                ex08.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
+    msg = fails(ex09.check_matmul_kernel, matmul_last_block_only, _matmul_with(matmul_last_block_only),
+                ex09.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
     assert "cause:    C equals the product of the last block of K only (columns 64..69 of A)" in msg, msg
     assert "add each block's tl.dot to the accumulator" in msg
 
@@ -463,8 +463,8 @@ def test_strides_ignored_are_told_their_cause(sol):
         sol["matmul_kernel"][(triton.cdiv(M, 32), triton.cdiv(N, 32))](
             A, B, C, M, N, K, *A.stride(), N, 1, *C.stride(), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
         return C
-    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul,
-                ex08.matmul_cases([(20, 33, 40)], [torch.float32], layout="transposed", seed=4))
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], matmul,
+                ex09.matmul_cases([(20, 33, 40)], [torch.float32], layout="transposed", seed=4))
     assert "cause:    C equals the product with B read as if it were contiguous" in msg, msg
 
 
@@ -483,8 +483,8 @@ def matmul_broadcast(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_
 
 
 def test_a_broadcast_multiply_and_sum_has_no_tensor_core_instruction():
-    msg = fails(ex08.check_matmul_kernel, matmul_broadcast, _matmul_with(matmul_broadcast),
-                ex08.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
+    msg = fails(ex09.check_matmul_kernel, matmul_broadcast, _matmul_with(matmul_broadcast),
+                ex09.matmul_cases([(37, 45, 70)], [torch.float32], seed=3))
     assert "compiled for sm_90, its PTX has no tensor-core instruction (0 wgmma.mma_async, 0 mma.sync)" in msg, msg
     assert f"line {_line_of(matmul_broadcast, 'tl.sum(a.to')} of the cell" in msg and "FP32 multiply-adds" in msg
 
@@ -520,9 +520,9 @@ def test_the_solutions_gemm_compiles_to_tensor_core_instructions(sol, blocks):
 
 
 def test_the_solution_passes_and_its_tick_names_the_compiled_evidence(sol, capsys):
-    ex08.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], ex08.matmul_cases([(37, 45, 70)], [torch.float16]))
+    ex09.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], ex09.matmul_cases([(37, 45, 70)], [torch.float16]))
     out = capsys.readouterr().out
-    assert "✔ ex08_triton-matmul_kernel" in out and "compiled for sm_90 and sm_80, its PTX multiplies on the tensor " \
+    assert "✔ ex09_triton-matmul_kernel" in out and "compiled for sm_90 and sm_80, its PTX multiplies on the tensor " \
                                                     "cores" in out
     assert re.search(r"sm_90: \d+ mma\.sync; \d+ registers/thread, \d+ B shared memory per program", out), out
     assert "TTIR: tt.dot f16·f16 -> f32 inside scf.for over K" in out and "program(s) per SM on an NVIDIA H100/H200" in out
@@ -545,8 +545,8 @@ def matmul_total_rounded_each_block(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, str
 
 def test_a_total_rounded_to_float16_every_block_is_told_its_cause():
     """The loop carries float32, so the compiled loop passes; C itself shows the float16 rounding after every block."""
-    msg = fails(ex08.check_matmul_kernel, matmul_total_rounded_each_block,
-                _matmul_with(matmul_total_rounded_each_block), ex08.accumulation_cases([torch.float16]))
+    msg = fails(ex09.check_matmul_kernel, matmul_total_rounded_each_block,
+                _matmul_with(matmul_total_rounded_each_block), ex09.accumulation_cases([torch.float16]))
     assert "wrong result" in msg and "cause:    C matches a sum rounded to float16 after every block of 32" in msg, msg
     assert "it grows with K (32 roundings here)" in msg
 
@@ -558,8 +558,8 @@ def test_tiles_left_out_on_the_ragged_edge_are_told_their_cause(sol):
         sol["matmul_kernel"][(M // 32, N // 32)](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
                                                  BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
         return C
-    msg = fails(ex08.check_matmul_kernel, sol["matmul_kernel"], matmul,
-                ex08.matmul_cases([(37, 45, 40)], [torch.float32], seed=6))
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], matmul,
+                ex09.matmul_cases([(37, 45, 40)], [torch.float32], seed=6))
     assert "cause:    with 32×32 tiles, only tiles on the ragged edge are wrong (rows 0-31 × columns 32-44" in msg, msg
 
 
@@ -573,8 +573,8 @@ def softmax_pads_with_zero(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_
 
 
 def test_softmax_padding_that_adds_to_the_sum_is_told_its_cause():
-    msg = fails(ex08.check_softmax_kernel, softmax_pads_with_zero, _softmax_with(softmax_pads_with_zero),
-                ex08.softmax_cases([(3, 33)], seed=7))
+    msg = fails(ex09.check_softmax_kernel, softmax_pads_with_zero, _softmax_with(softmax_pads_with_zero),
+                ex09.softmax_cases([(3, 33)], seed=7))
     assert re.search(r"cause:    rows 0, 1, 2 sum to 0\.\d+ instead of 1; the row has 33 values in a block of 64: 31 "
                      r"padding lanes that must add nothing", msg), msg
 
@@ -585,5 +585,5 @@ def test_softmax_rows_no_program_wrote_are_told_their_cause(sol):
         sol["softmax_kernel"][(x.shape[0] - 1,)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
                                                  BLOCK_N=triton.next_power_of_2(x.shape[1]))
         return out
-    msg = fails(ex08.check_softmax_kernel, sol["softmax_kernel"], softmax, ex08.softmax_cases([(4, 20)], seed=8))
+    msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], softmax, ex09.softmax_cases([(4, 20)], seed=8))
     assert "cause:    rows 3 (of 4) are wrong, the others right" in msg and "the grid is (M,)" in msg, msg

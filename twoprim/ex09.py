@@ -1,4 +1,4 @@
-"""Checks for assignment ex08_triton: three Triton kernels and their launch wrappers — a vector add, a row softmax
+"""Checks for assignment ex09_triton: three Triton kernels and their launch wrappers — a vector add, a row softmax
 and a tiled GEMM with `tl.dot` over K's blocks.
 
 Every kernel runs in Triton's interpreter (`TRITON_INTERPRET=1`, set by `triton_tools.setup()` when this module is
@@ -46,7 +46,7 @@ __all__ = [
     "guard_add", "guard_softmax", "guard_matmul",
 ]
 
-TASK = "ex08_triton"
+TASK = "ex09_triton"
 HALF = (torch.float16, torch.bfloat16)
 
 
@@ -662,7 +662,7 @@ def _print_hardware(name: str, evidence: dict, kind: str) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 HINTS: dict[str, tuple[str, ...]] = {
-    "ex08_triton-add_kernel": (
+    "ex09_triton-add_kernel": (
         "Lesson 09's vector add is the pattern: each program owns one block of indices, found from its program id "
         "and `tl.arange`, and the wrapper launches as many programs as there are blocks.",
         "Element i of x lives at `x_ptr + i * stride_x`, whatever its layout. A boolean mask comparing the indices "
@@ -670,7 +670,7 @@ HINTS: dict[str, tuple[str, ...]] = {
         "The wrapper only allocates the output (`torch.empty`, x's dtype) and launches: the grid is a tuple with "
         "`triton.cdiv(n, BLOCK)` programs, and the kernel's BLOCK is passed by keyword.",
     ),
-    "ex08_triton-softmax_kernel": (
+    "ex09_triton-softmax_kernel": (
         "One program per row, and the whole row fits in one block: BLOCK_N is the next power of two at or above N, "
         "and the mask covers the padding.",
         "Padding must not change the result: load it as minus infinity, since exp of that is 0. Element (i, j) is "
@@ -678,7 +678,7 @@ HINTS: dict[str, tuple[str, ...]] = {
         "Convert the loaded row to float32 before any arithmetic, subtract its maximum so exp never overflows, and "
         "divide by the sum; the store converts back to the output's dtype.",
     ),
-    "ex08_triton-matmul_kernel": (
+    "ex09_triton-matmul_kernel": (
         "Each program computes one (BLOCK_M, BLOCK_N) tile of C; the grid is two-dimensional, one axis for blocks "
         "of rows and one for blocks of columns.",
         "Inside, a Python `for` loop walks K in steps of BLOCK_K. Row offsets as a column (`[:, None]`) plus column "
@@ -691,7 +691,7 @@ HINTS: dict[str, tuple[str, ...]] = {
 
 
 def warm_up() -> None:
-    """Run by a grading forkserver once, before it forks the first ex08 kernel (`twoprim.forkserver`): the first
+    """Run by a grading forkserver once, before it forks the first ex09 kernel (`twoprim.forkserver`): the first
     compile in a process pays about a second for the compiler's own start (LLVM, libdevice, the backends), which every
     kernel would pay again. Compiles a small kernel of this module for both targets, in a throwaway cache."""
     import tempfile
