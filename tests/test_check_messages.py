@@ -41,6 +41,8 @@ def spoil(out, how: str):
         return {"value": out + 1, "shape": (out,), "dtype": torch.tensor(out)}[how]
     if isinstance(out, tuple) and all(isinstance(v, torch.Tensor) for v in out):
         return (spoil(out[0], how), *out[1:])
+    if isinstance(out, list):  # rows of a table
+        return {"value": out[::-1], "shape": out[:-1], "dtype": [list(r) for r in out]}[how]
     if isinstance(out, tuple):  # sizes
         return {"value": (out[0] + 1, *out[1:]), "shape": out[:-1], "dtype": tuple(float(v) for v in out)}[how]
     if isinstance(out, dict):  # counts by name
@@ -78,6 +80,21 @@ SAYS = {
     ("ex05_attention", "attention_flops", "value"): ("but FlopCounterMode counted",),
     ("ex05_attention", "attention_flops", "shape"): ("expected exactly the keys ['gemm', 'other']",),
     ("ex05_attention", "attention_flops", "dtype"): ("but a FLOP count is a Python int",),
+    ("ex08_shapes", "llama_block_gemms", "value"): ("rows named ['down'",),
+    ("ex08_shapes", "llama_block_gemms", "shape"): ("expected ['q', 'kv'",),
+    ("ex08_shapes", "llama_block_gemms", "dtype"): ("not (name, count, M, N, K)",),
+    ("ex08_shapes", "padded", "value"): ("is not a multiple of 64",),
+    ("ex08_shapes", "padded", "shape"): ("but padded returns a Python int",),
+    ("ex08_shapes", "padded", "dtype"): ("but padded returns a Python int",),
+    ("ex08_shapes", "tile_efficiency", "value"): ("float 2; expected 1",),
+    ("ex08_shapes", "tile_efficiency", "shape"): ("returns a Python float in (0, 1]",),
+    ("ex08_shapes", "tile_efficiency", "dtype"): ("returns a Python float in (0, 1]",),
+    ("ex08_shapes", "wave_efficiency", "value"): ("1024 tiles on 132 SMs: 8 waves",),
+    ("ex08_shapes", "wave_efficiency", "shape"): ("returns a Python float in (0, 1]",),
+    ("ex08_shapes", "wave_efficiency", "dtype"): ("returns a Python float in (0, 1]",),
+    ("ex08_shapes", "block_tile_efficiency", "value"): ("expected 0.",),
+    ("ex08_shapes", "block_tile_efficiency", "shape"): ("returns a Python float in (0, 1]",),
+    ("ex08_shapes", "block_tile_efficiency", "dtype"): ("returns a Python float in (0, 1]",),
     ("ex10_xla", "count_hlo_ops", "value"): ("differs:  stablehlo.dot_general: expected 2, got 4", "a name or metadata"),
     ("ex10_xla", "count_hlo_ops", "shape"): ("differs:  stablehlo.add: expected 2, got 0",),
     ("ex10_xla", "count_hlo_ops", "dtype"): ("is not (str name: int count)",),

@@ -210,9 +210,10 @@ def _judge_rows(got, want, case: Case) -> str:
         raise Mismatch(f"{describe(got)}, but llama_block_gemms returns a list of (name, count, M, N, K) tuples",
                        next_step="build a list and append one tuple per GEMM, in the order the block runs them")
     for i, row in enumerate(got):
-        if len(row) != 5 or not isinstance(row[0], str) or any(
+        if not isinstance(row, tuple) or len(row) != 5 or not isinstance(row[0], str) or any(
                 isinstance(v, bool) or not isinstance(v, Integral) for v in row[1:]):
-            raise Mismatch(f"row {i} is {row!r}, not (name, count, M, N, K) with a str name and each a Python int",
+            raise Mismatch(f"row {i} is {type(row).__name__} {row!r}, not (name, count, M, N, K): a tuple of a str "
+                           f"name and four Python ints",
                            next_step="every row is a tuple (str, int, int, int, int); avoid `/`, which makes floats")
     names = [r[0] for r in got]
     want_names = [r[0] for r in want]
