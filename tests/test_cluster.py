@@ -152,7 +152,6 @@ def test_workers_killed_mid_submission_with_the_scattered_gradebook_lose_and_dou
     pg, dask = servers
     course = _course(tmp_path / "course")
     url = pg.createdb("killed_workers")
-    committed_at: dict[str, list] = {}
     thread, done = _graded_in_background(course, dask, url)
     try:
         victims = _in_flight(dask, "worker0")

@@ -47,7 +47,8 @@ EXPECTED = {
                                   "despite: ex01_dot-top_k-solution line 1: 64 * 2 ** 30 (a size of a billion or more: "
                                   "a memory or time bomb)"),
     "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
-                                      "(found: submission_secret.txt, timestamp.txt); ask the student to submit ex01_dot.ipynb"),
+                                      "(found: submission_secret.txt, timestamp.txt); ask the student to submit "
+                                      "ex01_dot.ipynb"),
     "no_timestamp": (15, "graded", "no timestamp.txt; graded without a submission time"),
     "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
                               "truncated or was not saved from Jupyter; ask the student to resubmit"),
@@ -83,10 +84,10 @@ EXPECTED = {
     "folder_in_place": (0, "failed", "ex01_dot.ipynb is a folder in grader/submitted/folder_in_place/ex01_dot/, not a "
                                      "file: refused, nothing was read through it (grading reads only regular files); "
                                      "ask the student to submit ex01_dot.ipynb"),
-    "link_to_classmate": (0, "failed", "ex01_dot.ipynb is a symbolic link (to ../../perfect/ex01_dot/ex01_dot.ipynb) in "
-                                       "grader/submitted/link_to_classmate/ex01_dot/, not a file: refused, nothing was "
-                                       "read through it (grading reads only regular files); ask the student to submit "
-                                       "ex01_dot.ipynb"),
+    "link_to_classmate": (0, "failed", "ex01_dot.ipynb is a symbolic link (to ../../perfect/ex01_dot/ex01_dot.ipynb) "
+                                       "in grader/submitted/link_to_classmate/ex01_dot/, not a file: refused, nothing "
+                                       "was read through it (grading reads only regular files); ask the student to "
+                                       "submit ex01_dot.ipynb"),
     "link_to_shadow": (0, "failed", "ex01_dot.ipynb is a symbolic link (to /etc/shadow) in grader/submitted/"
                                     "link_to_shadow/ex01_dot/, not a file: refused, nothing was read through it "
                                     "(grading reads only regular files); ask the student to submit ex01_dot.ipynb"),

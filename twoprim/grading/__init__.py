@@ -17,8 +17,8 @@
 
 Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor), `failed` (with a
 reason in words) or, when the grader itself failed it (a worker or the scheduler lost, the grader's own error, after
-retries), `not graded`: no grade is written or changed for it, and the next run grades it. The batch always finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen
-summary (`reports`). A learner grades their own notebook the same way with `selfgrade`.
+retries), `not graded`: no grade is written or changed for it, and the next run grades it. The batch always
+finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner grades their own notebook the same way with `selfgrade`.
 
 | module | what it holds |
 | --- | --- |

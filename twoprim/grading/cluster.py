@@ -10,9 +10,11 @@ cluster lost (every copy of the scattered gradebook snapshot gone with its worke
 task, the grader's own error) is sent again once the cluster is back (`MAX_ATTEMPTS` in all, the snapshot scattered
 again), and what is still not graded is recorded so (`gradebook.record_not_graded`): no grade written, an earlier
 one and its autograded notebook kept, graded by the next run. A submission that ran into a time limit judged on the
-wall clock while others were graded beside it is graded again alone before that limit counts. A submission already committed in its current form (same files,
-same assignment source) is not graded again unless named with `--student` or `--force`, so a run that stopped half
-way (the database went away) is finished by running it again.
+wall clock while others were graded beside it is graded again alone before that limit counts.
+
+A submission already committed in its current form (same files, same assignment source) is not graded again unless
+named with `--student` or `--force`, so a run that stopped half way (the database went away) is finished by running
+it again.
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment, in_process_alembic
+from .submitted import NotRegularFile, read_regular, read_submission, submission_files, submitted_students
 
 __all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
            "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "read_submission",
@@ -221,9 +222,8 @@ def init_db(url: str) -> None:
 
 
 def create_db(url: str) -> bool:
-    """For a PostgreSQL gradebook, create its database when the server has none of that name (True when created):
-    through the server's `postgres` database, as the URL's user. A user who may not create databases gets an
-    error with the `createdb` command the server's administrator runs."""
+    """For a PostgreSQL gradebook, create its database (through the server's `postgres` one, as the URL's user) when
+    there is none of that name; True when created. Without the right, an error names the administrator's `createdb`."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import DBAPIError, OperationalError
@@ -291,84 +291,6 @@ def snapshot(aid: str, root: Path, url: str, dest: Path) -> Path:
         db.unlink(missing_ok=True)
         _generate(aid, root, f"sqlite:///{db}", Path(scratch))
     return db
-
-
-def submitted_students(aid: str, root: Path) -> list[str]:
-    """Every student with something at grader/submitted/<student>/<aid> (a folder, or anything else in its place,
-    which `read_submission` refuses with its reason); links are never followed."""
-    base = root / "grader" / "submitted"
-    if not base.is_dir():
-        return []
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and os.path.lexists(p / aid))
-
-
-def _what_it_is(mode: int, path: Path) -> str:
-    import stat
-
-    if stat.S_ISLNK(mode):
-        try:
-            return f"a symbolic link (to {os.readlink(path)})"
-        except OSError:
-            return "a symbolic link"
-    return {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
-            stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of `path`, a regular file; a link, FIFO, device or folder in its place raises `NotRegularFile`
-    naming what it is. Never reads through a link (O_NOFOLLOW) and never blocks on a pipe (O_NONBLOCK)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            raise err from None
-        raise NotRegularFile(_what_it_is(mode, path)) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(_what_it_is(mode, path))
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
-
-
-class NotRegularFile(OSError):
-    """What sits where a regular file should (a link, a FIFO, a device, a folder), in words."""
-
-
-def read_submission(aid: str, student: str, root: Path) -> tuple[dict[str, bytes], dict[str, str]]:
-    """(files, refused) of grader/submitted/<student>/<aid>/, top level only (nbgrader submits a flat folder): the
-    bytes of each regular file, and for anything else (a symbolic link, a FIFO, a device, a folder, or the
-    submission folder itself not being one) what it is. Nothing is read through a link."""
-    import stat
-
-    folder = root / "grader" / "submitted" / student / aid
-    for place, key in ((folder.parent, ".."), (folder, ".")):
-        try:
-            mode = os.lstat(place).st_mode
-        except FileNotFoundError:
-            return {}, {}
-        if not stat.S_ISDIR(mode):
-            return {}, {key: _what_it_is(mode, place)}
-    files, refused = {}, {}
-    for p in sorted(folder.iterdir()):
-        try:
-            files[p.name] = read_regular(p)
-        except NotRegularFile as err:
-            refused[p.name] = str(err)
-        except OSError as err:
-            refused[p.name] = f"unreadable ({err.strerror or err})"
-    return files, refused
-
-
-def submission_files(aid: str, student: str, root: Path) -> dict[str, bytes]:
-    """The regular files of a student's submission folder (`read_submission` without what it refused)."""
-    return read_submission(aid, student, root)[0]
 
 
 def digest(files: dict[str, bytes], *extra: bytes) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shutil
@@ -31,9 +30,10 @@ from . import kernels
 from .gradebook import scratch_gradebooks
 from .preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
 from .realign import realign
+from .submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text
 
-__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES",
-           "SUBMISSION_WALL_SECONDS"]
+__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS",
+           "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]
 
 # Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
 MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
@@ -43,7 +43,6 @@ SUBMISSION_WALL_SECONDS = 900       # one submission, all its cells; past that i
 # A fault of the grader (a worker or the scheduler lost, the grader's own error): no grade is written for it, an
 # earlier one stays, and the next run grades it again. Never a student's 0.
 NOT_GRADED = "not graded"
-BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -88,64 +87,6 @@ def _parse_timestamp(text: str):
         return parse_utc(text.strip())
     except Exception:  # noqa: BLE001 - any unparsable timestamp is reported, never fatal
         return None
-
-
-def _notebook_text(name: str, data: bytes) -> tuple[str | None, str | None]:
-    """(the notebook's text, None), or (None, why the submitted file is not a gradable notebook). A UTF-8
-    byte-order mark is dropped (some editors write one; the notebook is valid)."""
-    if not data.strip():
-        return None, f"{name} is empty ({len(data)} bytes)"
-    if data.startswith(BOM):
-        data = data[len(BOM):]
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return None, (f"{name} is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the file was "
-                      f"re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON")
-    try:
-        raw = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        binary = b"\0" in data[:4096]
-        return None, (f"{name} is {'a binary file' if binary else 'not UTF-8 text'} (byte {err.start}: "
-                      f"{data[err.start:err.start + 4].hex(' ')}, {err.reason}); a notebook saved by Jupyter is "
-                      f"UTF-8 JSON{'' if binary else ': the file was re-saved in another encoding'}")
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as err:
-        return None, (f"{name} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the file is "
-                      f"truncated or was not saved from Jupyter")
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("cells", parsed.get("worksheets")), list):
-        return None, f"{name} is JSON but not a notebook (no list of cells)"
-    major = parsed.get("nbformat")
-    if major != 4:
-        return None, (f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today): "
-                      f"opened in JupyterLab and saved, it becomes one")
-    try:
-        nbformat.reads(raw, as_version=4)
-    except Exception as err:  # noqa: BLE001
-        return None, f"{name} is JSON but not a notebook ({type(err).__name__}: {str(err)[:200]})"
-    return raw, None
-
-
-def _missing_reason(task: dict, missing: list[str], present: list[str]) -> str:
-    """Why the notebook(s) `missing` cannot be graded: not there, or something that is not a file in its place."""
-    student, aid, refused = task["student"], task["aid"], task.get("refused") or {}
-    where = f"grader/submitted/{student}/{aid}/"
-    if ".." in refused or "." in refused:
-        which = ".." if ".." in refused else "."
-        place = f"grader/submitted/{student}/" if which == ".." else where
-        return (f"{place} is {refused[which]}, not a folder: refused, nothing was read through it; collect the "
-                f"submission again (grading reads only regular files)")
-    in_place = [f"{m} is {refused[m]}" for m in missing if m in refused]
-    if in_place:
-        return (f"{'; '.join(in_place)} in {where}, not a file: refused, nothing was read through it (grading reads "
-                f"only regular files); ask the student to submit {', '.join(missing)}")
-    others = [p for p in present if p.endswith(".ipynb")]
-    found = ", ".join(present + [f"{n} ({what})" for n, what in refused.items()]) or "nothing"
-    wanted = ", ".join(missing)
-    if len(missing) == 1 and len(others) == 1:
-        advice = f"{others[0]} looks like it, renamed: ask the student to rename it {wanted} and resubmit"
-    else:
-        advice = f"ask the student to submit {wanted}"
-    return f"missing notebook {wanted} in {where} (found: {found}); {advice}"
 
 
 def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
