@@ -24,7 +24,9 @@ finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen su
 | --- | --- |
 | `preprocessors` | the nbgrader preprocessors and hooks named in grader/nbgrader_config.py |
 | `realign` | repairing a submission's nbgrader cells against the released notebook |
+| `submitted` | reading grader/submitted/ (regular files only, never through a link) and why a file is no notebook |
 | `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
+| `execute` | the cell time limit, judged on the graded kernel's CPU time (`CpuTimedExecute`) |
 | `kernels` | a worker's kernels: scratch, kernelspec, warm forkserver, watchdog, the grading profile |
 | `cluster` | the batch on a Dask cluster: `autograde` |
 | `tls` | Dask's TLS for a cluster of many machines: `cluster_certs`, the client's `Security` |
