@@ -150,7 +150,40 @@ def test_block_tile_efficiency_names_the_cause(wrong, cause):
     assert cause in fails(ex08.check_block_tile_efficiency, _fn("block_tile_efficiency", wrong), cases)
 
 
+def _heads_from(pick):
+    """A better_head_count that measures both blocks with the reference and answers through `pick(heads, effs)`."""
+    def fn(batch, seq, d_model, d_ff, vocab, heads, tile=(128, 128, 64)):
+        effs = [ex08.reference_block_tile_efficiency(ex08.reference_llama_block_gemms(
+            batch, seq, d_model, h, h, d_ff, vocab), tile) for h in heads]
+        return pick(heads, effs)
+    fn.__name__ = "better_head_count"
+    return fn
+
+
+GPT2 = ex08.heads_cases([(8, 1024, 768, 3072, 50257, (12, 16), (128, 128, 64))])
+TIE = ex08.heads_cases([(2, 256, 1024, 4096, None, (16, 8), (64, 64, 64))])
+
+
+@pytest.mark.parametrize("pick, cases, cause", [
+    (lambda h, e: (h[0], e[1] / e[0]) if e[0] >= e[1] else (h[1], e[0] / e[1]), GPT2, "worse ÷ better"),
+    (lambda h, e: (h[1], e[0] / e[1]) if e[0] >= e[1] else (h[0], e[1] / e[0]), GPT2, "the lower efficiency"),
+    (lambda h, e: (h[0], e[0] - e[1]) if e[0] >= e[1] else (h[1], e[1] - e[0]), GPT2, "that is a difference"),
+    (lambda h, e: (h[1], 1.0), TIE, "on a tie return the first head count"),
+    (lambda h, e: (str(h[0]), 1.0), GPT2, "is not one of the two head counts"),
+])
+def test_better_head_count_names_the_cause(pick, cases, cause):
+    assert cause in fails(ex08.check_better_head_count, _heads_from(pick), cases)
+
+
+def test_better_head_count_on_gpt2_small_is_twelve_heads_of_64():
+    """The question the hidden checks ask, answered by the reference: 12 heads of 64 beat 16 of 48 on 128×128×64."""
+    heads, ratio = ex08.reference_better_head_count(8, 1024, 768, 3072, 50257, (16, 12))
+    assert heads == 12 and ratio > 1
+
+
 @pytest.mark.parametrize("call, error, says", [
+    (lambda: ex08.guard_heads("f", 1, 8, 768, 96, None, (12,)), TypeError, "heads must be a pair"),
+    (lambda: ex08.guard_heads("f", 1, 8, 768, 96, None, (12, 10)), ValueError, "not a multiple of n_heads=10"),
     (lambda: ex08.guard_config("f", 1, 8, 64, 5, 5, 96, None), ValueError, "not a multiple of n_heads=5"),
     (lambda: ex08.guard_config("f", 1, 8, 64, 4, 3, 96, None), ValueError, "not a multiple of n_kv_heads=3"),
     (lambda: ex08.guard_config("f", 1, 8.0, 64, 4, 2, 96, None), TypeError, "seq must be an int, got float"),

@@ -3,7 +3,8 @@
 A LLaMA-style block's forward GEMMs (grouped-query attention, a SwiGLU MLP) from its configuration; the padding
 that makes a size a multiple; tile quantization (useful ÷ computed work when a GEMM is computed in whole tiles);
 wave quantization (tiles spread over the SMs in whole waves; the H200 has 132 SMs, NVIDIA's H200 product brief and
-Hopper architecture whitepaper); and the FLOP-weighted tile efficiency of a whole block.
+Hopper architecture whitepaper); the FLOP-weighted tile efficiency of a whole block; and which of two head counts
+gives a block the better shapes, by the learner's own functions (the hidden checks ask it of GPT-2 small).
 
 Everything here is exact arithmetic: the oracles below are the reference formulas, computed when the check runs
 (in the grader, at grading time), never a timing of this machine. Visible checks run the default cases; the hidden
@@ -20,10 +21,10 @@ from .checks import Case, CheckResult, Mismatch, describe, run_check
 
 __all__ = [
     "H200_SMS", "ROW_NAMES", "reference_llama_block_gemms", "reference_padded", "reference_tile_efficiency",
-    "reference_wave_efficiency", "reference_block_tile_efficiency", "guard_config", "guard_positive",
+    "reference_wave_efficiency", "reference_block_tile_efficiency", "reference_better_head_count", "heads_cases", "guard_config", "guard_positive", "guard_heads",
     "guard_tile", "guard_rows", "llama_cases", "padded_cases", "tile_cases", "wave_cases", "block_cases",
     "check_llama_block_gemms", "check_padded", "check_tile_efficiency", "check_wave_efficiency",
-    "check_block_tile_efficiency",
+    "check_block_tile_efficiency", "check_better_head_count",
 ]
 
 TASK = "ex08_shapes"
@@ -64,6 +65,14 @@ def guard_tile(fn: str, tile, length: int) -> None:
         raise TypeError(f"{fn}: tile must be a tuple of {length} ints "
                         f"{'(tm, tn, tk)' if length == 3 else '(tm, tn)'}, got {describe(tile)}.")
     guard_positive(fn, **{f"tile[{i}]": t for i, t in enumerate(tile)})
+
+
+def guard_heads(fn: str, batch, seq, d_model, d_ff, vocab, heads) -> None:
+    """The block's sizes as in guard_config; heads a pair of head counts, each dividing d_model."""
+    if not isinstance(heads, (tuple, list)) or len(heads) != 2:
+        raise TypeError(f"{fn}: heads must be a pair of head counts such as (12, 16), got {describe(heads)}.")
+    for h in heads:
+        guard_config(fn, batch, seq, d_model, h, h, d_ff, vocab)
 
 
 def guard_rows(fn: str, rows) -> None:
@@ -114,6 +123,13 @@ def reference_block_tile_efficiency(rows, tile=(128, 128, 64)) -> float:
     return float(Fraction(useful, done))
 
 
+def reference_better_head_count(batch, seq, d_model, d_ff, vocab, heads, tile=(128, 128, 64)) -> tuple[int, float]:
+    effs = [Fraction(reference_block_tile_efficiency(reference_llama_block_gemms(batch, seq, d_model, h, h, d_ff,
+                                                                                 vocab), tile)) for h in heads]
+    best = 0 if effs[0] >= effs[1] else 1
+    return heads[best], float(effs[best] / effs[1 - best])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Case builders
 # ----------------------------------------------------------------------------------------------------------------
@@ -157,6 +173,13 @@ def block_cases(specs: Sequence[tuple]) -> list[Case]:
         label = f"the rows of a LLaMA-style block {cfg}, tile={tile}" + (f" ({s[2]})" if len(s) > 2 else "")
         out.append(Case(label, (rows, tile)))
     return out
+
+
+def heads_cases(specs: Sequence[tuple]) -> list[Case]:
+    """(batch, seq, d_model, d_ff, vocab, heads, tile[, note]) each."""
+    names = ("batch", "seq", "d_model", "d_ff", "vocab", "heads", "tile")
+    return [Case(", ".join(f"{n}={v}" for n, v in zip(names, s[:7])) + (f" ({s[7]})" if len(s) > 7 else ""),
+                 tuple(s[:7])) for s in specs]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -336,6 +359,35 @@ def _judge_block(got, want, case: Case) -> str:
     raise Mismatch(f"float {value:.12g}; expected {want:.12g}", next_step=cause)
 
 
+def _judge_heads(got, want, case: Case) -> str:
+    heads = case.args[5]
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise Mismatch(f"{describe(got)}, but better_head_count returns a tuple (heads, ratio)",
+                       next_step="return the better of the two head counts and the ratio of the efficiencies")
+    h, ratio = got
+    if isinstance(h, bool) or not isinstance(h, Integral) or h not in heads:
+        raise Mismatch(f"{got!r}: {h!r} is not one of the two head counts {heads} (an int)",
+                       next_step="return one of the head counts you were given, as it was given")
+    value = _float_result("better_head_count's ratio", ratio)
+    if h == want[0] and _close(value, want[1]):
+        return ""
+    batch, seq, d_model, d_ff, vocab, _, tile = case.args
+    effs = [reference_block_tile_efficiency(reference_llama_block_gemms(batch, seq, d_model, n, n, d_ff, vocab),
+                                            tile) for n in heads]
+    if h != want[0] and want[1] == 1.0:
+        cause = "the two blocks tie; on a tie return the first head count"
+    elif _close(value, 1 / want[1]) and want[1] != 1.0:
+        cause = "the ratio is worse ÷ better; divide the better block's efficiency by the worse one's (≥ 1)"
+    elif h != want[0] and _close(value, want[1]):
+        cause = "that is the head count with the lower efficiency; the better one has the higher block efficiency"
+    elif _close(abs(value), abs(effs[0] - effs[1])) or _close(value, want[1] - 1):
+        cause = "that is a difference; the ratio is one efficiency divided by the other"
+    else:
+        cause = ("build each block with llama_block_gemms (n_kv_heads = n_heads, the vocab given) and compare their "
+                 "block_tile_efficiency on this tile")
+    raise Mismatch(f"{got!r}; expected ({want[0]}, {want[1]:.12g})", next_step=cause)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
@@ -386,6 +438,15 @@ def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = Non
                      hidden=hidden, next_step="sum useful and computed work over all rows, each count times")
 
 
+def check_better_head_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    cases = cases if cases is not None else heads_cases([
+        (4, 512, 512, 2048, None, (8, 16), (128, 128, 64), "head sizes 64 and 32")])
+    return run_check(f"{TASK}-better_head_count", fn, cases, expected=reference_better_head_count,
+                     judge=_judge_heads,
+                     proves="which of two head counts gives the block the better tile efficiency, and by what ratio",
+                     hidden=hidden, next_step="compare the two blocks' FLOP-weighted tile efficiencies")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Hints: two or three per graded function, least detailed first; none is solution code (`twoprim.hints`)
 # ----------------------------------------------------------------------------------------------------------------
@@ -425,5 +486,12 @@ HINTS: dict[str, tuple[str, ...]] = {
         "a row with count c contributes c times its own work to each total.",
         "Computed work of one GEMM is its M·N·K with each size padded to its tile, the denominator of "
         "tile_efficiency.",
+    ),
+    "ex08_shapes-better_head_count": (
+        "Your other functions already do the work: build each block's rows, then measure each block as a whole.",
+        "The block is plain multi-head attention here, so each head count is both n_heads and n_kv_heads; keep the "
+        "vocab you were given (None means no LM head row).",
+        "The ratio is the better efficiency over the worse one, so it is at least 1; when the two are equal, the "
+        "first head count wins and the ratio is exactly 1.",
     ),
 }
