@@ -20,16 +20,16 @@ from typing import Callable, Sequence
 from .checks import Case, CheckResult, Mismatch, describe, run_check
 
 __all__ = [
-    "H200_SMS", "ROW_NAMES", "reference_llama_block_gemms", "reference_padded", "reference_tile_efficiency",
-    "reference_wave_efficiency", "reference_block_tile_efficiency", "reference_better_head_count", "heads_cases", "guard_config", "guard_positive", "guard_heads",
-    "guard_tile", "guard_rows", "llama_cases", "padded_cases", "tile_cases", "wave_cases", "block_cases",
+    "H200_SMS", "reference_llama_block_gemms", "reference_padded", "reference_tile_efficiency",
+    "reference_wave_efficiency", "reference_block_tile_efficiency", "reference_better_head_count",
+    "guard_config", "guard_positive", "guard_heads", "guard_tile", "guard_rows",
+    "llama_cases", "padded_cases", "tile_cases", "wave_cases", "block_cases", "heads_cases",
     "check_llama_block_gemms", "check_padded", "check_tile_efficiency", "check_wave_efficiency",
     "check_block_tile_efficiency", "check_better_head_count",
 ]
 
 TASK = "ex08_shapes"
 H200_SMS = 132  # streaming multiprocessors of the H200 (NVIDIA H200 product brief; Hopper whitepaper, GH100 SXM5)
-ROW_NAMES = ("q", "kv", "scores", "weights_v", "out", "gate_up", "down", "lm_head")
 _FIELDS = ("name", "count", "M", "N", "K")
 
 
