@@ -3,6 +3,7 @@ guards reject bad input by name, and the reference agrees with lesson 08's GPT-2
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 
@@ -95,6 +96,12 @@ def _fn(name, body):
 def test_padded_names_the_cause(wrong, cause):
     cases = ex08.padded_cases([(50257, 64), (4096, 8)])
     assert cause in fails(ex08.check_padded, _fn("padded", wrong), cases)
+
+
+def test_padded_names_float_rounding_beyond_two_to_the_53():
+    wrong = _fn("padded", lambda n, m: math.ceil(n / m) * m)
+    cases = ex08.padded_cases([(50257, 64), (2**60 + 1, 2)])
+    assert "a float cannot hold every integer" in fails(ex08.check_padded, wrong, cases)
 
 
 def _ceil_to(n, m):

@@ -269,7 +269,10 @@ def _judge_padded(got, want, case: Case) -> str:
     _int_result("padded", got, want)
     if got == want:
         return ""
-    if got == n + m and n % m == 0:
+    if max(n, m) > 2**53:
+        cause = (f"n = {n:,} is beyond 2⁵³, where a float cannot hold every integer: n / multiple (and math.ceil of "
+                 f"it) rounds; use integer arithmetic only (// and %)")
+    elif got == n + m and n % m == 0:
         cause = f"{n:,} is already a multiple of {m}: it stays as it is (the smallest multiple ≥ n may be n itself)"
     elif got == n // m * m:
         cause = f"{got:,} is rounded down, below n; round up: the smallest multiple of {m} that is ≥ {n:,}"
