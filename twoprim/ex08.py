@@ -9,6 +9,9 @@ gives a block the better shapes, by the learner's own functions (the hidden chec
 Everything here is exact arithmetic: the oracles below are the reference formulas, computed when the check runs
 (in the grader, at grading time), never a timing of this machine. Visible checks run the default cases; the hidden
 checks in the solution notebook pass their own cases (built with the same builders) and `hidden=0`.
+
+Why this module is long: each of six graded functions has its reference, case builder, guard, a judge that names
+the cause of each likely mistake, its check and its hints; apart, a message would sit away from the judge deciding it.
 """
 from __future__ import annotations
 
