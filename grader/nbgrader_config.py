@@ -17,7 +17,9 @@ GRADER = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(GRADER)
 
 c.CourseDirectory.root = ROOT
-c.CourseDirectory.course_id = "two-primitives"
+from twoprim.config import COURSE_ID  # noqa: E402
+
+c.CourseDirectory.course_id = COURSE_ID
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 c.CourseDirectory.submitted_directory = os.path.join("grader", "submitted")
@@ -43,7 +45,7 @@ c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 c.Execute.on_cell_start = preprocessors.record_cell_start
 c.Execute.on_notebook_start = preprocessors.record_kernel_ready   # for the grading profile
 # nbgrader makes autograded notebooks read-only (0444); the course's grader then writes its verdicts into them
-# (twoprim/verdicts.py), which an instructor who is not root (the classroom's, ./course hub) may only do in files
+# (twoprim/core/verdicts.py), which an instructor who is not root (the classroom's, ./course hub) may only do in files
 # they can write. grader/ itself stays private.
 c.Autograde.permissions = 644
 c.Autograde.autograde_preprocessors = [

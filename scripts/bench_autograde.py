@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, course_copy, solution_code, student_version, write  # noqa: E402
 from twoprim import grading  # noqa: E402
-from twoprim.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
-from twoprim.notebooks import assignments  # noqa: E402
+from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
+from twoprim.core.notebooks import assignments  # noqa: E402
 
 PROJECTED_CLASS = 200
 

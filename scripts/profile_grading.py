@@ -22,16 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, course_copy, write  # noqa: E402
-from twoprim import grading, sandbox  # noqa: E402
-from twoprim.catalog import checks_module_name  # noqa: E402
-from twoprim.notebooks import assignments  # noqa: E402
+from twoprim import grading
+from twoprim.grading import sandbox  # noqa: E402
+from twoprim.core.catalog import checks_module_name  # noqa: E402
+from twoprim.core.notebooks import assignments  # noqa: E402
 
 
 def cold_imports(aid: str) -> dict[str, float]:
     """Seconds a fresh interpreter spends importing what a graded kernel needs (best of three)."""
     steps = {"torch": "import torch", "ipykernel": "import ipykernel.kernelapp, ipykernel.ipkernel",
              "Dynamo (first dispatch mode)": "import torch._dynamo",
-             "twoprim checks": f"import twoprim.checks, twoprim.{checks_module_name(aid)}"}
+             "twoprim checks": f"import twoprim.core.checks, twoprim.{checks_module_name(aid)}"}
     out, before = {}, []
     for name, stmt in steps.items():
         code = "; ".join([*before, "import time", "t = time.perf_counter()", stmt, "print(time.perf_counter() - t)"])

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests import similar_class  # noqa: E402
 from tests.classroom import student_version  # noqa: E402
 from twoprim.analytics import similarity  # noqa: E402
-from twoprim.notebooks import answers  # noqa: E402
+from twoprim.core.notebooks import answers  # noqa: E402
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from twoprim import lab
-from twoprim.notebooks import ROOT
+from twoprim.classroom import lab
+from twoprim.core.notebooks import ROOT
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 

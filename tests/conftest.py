@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twoprim.notebooks import ROOT, code_of
+from twoprim.core.notebooks import ROOT, code_of
 
 BIN = Path(sys.executable).parent
 # Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.
@@ -17,7 +17,7 @@ os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 def fails(check, *args, **kwargs) -> str:
     """The message of the CheckFailure that `check(*args, **kwargs)` must raise."""
-    from twoprim.checks import CheckFailure
+    from twoprim.core.checks import CheckFailure
 
     with pytest.raises(CheckFailure) as info:
         check(*args, **kwargs)
@@ -26,7 +26,7 @@ def fails(check, *args, **kwargs) -> str:
 
 def check_of(aid: str, fn: str):
     """The visible check of graded function `fn` of assignment `aid`: `check_<fn>` in the assignment's module."""
-    from twoprim import catalog
+    from twoprim.core import catalog
 
     return getattr(catalog.checks_module(aid), f"check_{fn}")
 

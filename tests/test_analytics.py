@@ -14,7 +14,7 @@ from nbgrader.api import Gradebook
 from twoprim import grading
 from twoprim.analytics import commands, export, items, similarity
 from twoprim.grading.gradebook import database_url
-from twoprim.notebooks import answers
+from twoprim.core.notebooks import answers
 
 from . import similar_class
 from .classroom import answered, cell_index, course_copy, solution_code, student_version, write
@@ -22,7 +22,7 @@ from .classroom import answered, cell_index, course_copy, solution_code, student
 AID = "ex01_dot"
 # A check broken on purpose, as an instructor's slip would break one: its oracle ranks the least similar key first,
 # so it passes only a top_k that sorts the wrong way
-BROKEN = """from twoprim.checks import run_check
+BROKEN = """from twoprim.core.checks import run_check
 run_check("ex01_dot-top_k", top_k, ex01.search_cases([(10, 8)], [torch.float64], k=3),
           expected=lambda query, keys, k: ex01._expected_top_k(-query, keys, k), judge=ex01._judge_top_k,
           proves="the k most similar keys (says the broken oracle)")"""

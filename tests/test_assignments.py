@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 import twoprim
-from twoprim import checks
-from twoprim.notebooks import ROOT, assignments
+from twoprim.core import checks
+from twoprim.core.notebooks import ROOT, assignments
 
 from .conftest import solution_namespace
 

@@ -13,8 +13,8 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import grading
-from twoprim.nbgrader_cli import generate_assignment
-from twoprim.notebooks import ROOT, assignments
+from twoprim.grading.nbgrader_cli import generate_assignment
+from twoprim.core.notebooks import ROOT, assignments
 
 ASSIGNMENTS = assignments()
 

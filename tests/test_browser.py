@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 from .chromium import CHROMIUM, MISSING, launch
 

@@ -12,7 +12,7 @@ import functools
 import pytest
 import torch
 
-from twoprim import catalog
+from twoprim.core import catalog
 
 from .conftest import check_of, fails, solution_namespace
 from .test_autograde import graded_functions

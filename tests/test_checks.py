@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoprim import checks, ex01
+from twoprim.core import checks
+from twoprim.assignments import ex01_dot as ex01
 
 from .conftest import check_of, fails
 
@@ -156,7 +157,7 @@ def test_recorder_sees_functions_and_aten_ops():
 def test_nested_recorders_share_one_hook_and_each_sees_only_its_own_block():
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    from twoprim.record import record_allocations
+    from twoprim.core.record import record_allocations
 
     x = torch.ones(4, 4)
     with record_allocations() as allocs:
@@ -175,7 +176,7 @@ def test_nested_recorders_share_one_hook_and_each_sees_only_its_own_block():
 def test_the_recorders_tensor_finder_matches_pytree():
     from torch.utils._pytree import tree_leaves
 
-    from twoprim.record import _tensors
+    from twoprim.core.record import _tensors
 
     a, b, c = torch.ones(1), torch.zeros(2), torch.arange(3)
     for value in [a, None, 3, (a, 2, [b, (c,)], {"k": a}), ((a, b), {"out": c, "n": 1}), torch.return_types.max((a, c)),
@@ -186,7 +187,7 @@ def test_the_recorders_tensor_finder_matches_pytree():
 def test_function_names_are_resolved_once_and_stay_right():
     from torch.overrides import resolve_name
 
-    from twoprim.record import _NAMES, _function_name
+    from twoprim.core.record import _NAMES, _function_name
 
     assert _function_name(torch.Tensor.add) == resolve_name(torch.Tensor.add) == "torch.Tensor.add"
     assert _NAMES[torch.Tensor.add] == "torch.Tensor.add"
@@ -284,7 +285,7 @@ def test_a_stub_blames_nothing_else():
 def test_the_grader_names_the_failing_dependency_from_the_recorded_results(tmp_path, monkeypatch, capsys):
     """The kernel only records (TWOPRIM_CAPTURE_DIR), judging nothing; the grader replays the test cells' source
     and judges."""
-    from twoprim import verdicts
+    from twoprim.core import verdicts
 
     ns = _learner(WRONG_DOT_NEURON)
     monkeypatch.setenv(verdicts.CAPTURE_ENV, str(tmp_path))

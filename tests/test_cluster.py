@@ -21,7 +21,7 @@ from nbgrader.api import Gradebook
 from twoprim import course as course_cli
 from twoprim import grading
 from twoprim.grading import cluster, tls
-from twoprim.nbgrader_cli import CourseError
+from twoprim.grading.nbgrader_cli import CourseError
 
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
 from .servers import DaskCluster, Postgres, free_port
@@ -107,7 +107,7 @@ def _is_kernel_launch(proc: psutil.Process) -> bool:
         cmdline = proc.cmdline()
     except psutil.Error:  # NoSuchProcess, ZombieProcess (a finished submission's kernel not yet reaped)
         return False
-    return "twoprim.forkserver" in " ".join(cmdline) and "launch" in cmdline
+    return "twoprim.grading.forkserver" in " ".join(cmdline) and "launch" in cmdline
 
 
 def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]:
@@ -382,7 +382,7 @@ def test_the_readmes_cluster_commands_run_as_written_with_the_dashboard_on_loopb
     import shlex
     import subprocess
 
-    from twoprim.notebooks import ROOT
+    from twoprim.core.notebooks import ROOT
 
     readme = (ROOT / "README.md").read_text()
     section = readme.split("### Grading on many machines", 1)[1].split("\n### ", 1)[0]

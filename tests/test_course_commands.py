@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from twoprim import course, nbgrader_cli
-from twoprim.notebooks import ROOT
+from twoprim import course
+from twoprim.grading import nbgrader_cli
+from twoprim.core.notebooks import ROOT
 
 BIN = Path(sys.executable).parent
 

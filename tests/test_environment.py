@@ -7,7 +7,7 @@ import tomllib
 import yaml
 from packaging.requirements import Requirement
 
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 
 def _pyproject():

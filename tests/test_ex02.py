@@ -1,12 +1,14 @@
 """ex02_gemm: every check explains a wrong value, shape and dtype; every stated rule catches its forbidden call;
-bad input to the solution functions gets a named error; and the lesson-02 helpers in twoprim.gemm do what they say."""
+bad input to the solution functions gets a named error; and the lesson-02 helpers in twoprim.topics.gemm do what they say."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from twoprim import ex02, gemm, timing
+from twoprim.assignments import ex02_gemm as ex02
+from twoprim.topics import gemm
+from twoprim.core import timing
 
 from .conftest import fails, solution_namespace
 
@@ -278,7 +280,7 @@ def test_gemm_flops_with_bad_sizes(sol02, args, error, text):
         sol02["gemm_flops"](*args)
 
 
-# ---- twoprim.gemm: reference kernels, loop orders, peak, bandwidth, plots
+# ---- twoprim.topics.gemm: reference kernels, loop orders, peak, bandwidth, plots
 
 def test_matmul_spec_is_the_product():
     A, B = torch.randn(3, 5, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)

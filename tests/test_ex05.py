@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoprim import attention, ex05
+from twoprim.topics import attention
+from twoprim.assignments import ex05_attention as ex05
 
 from .conftest import check_of, fails, solution_namespace
 
@@ -291,7 +292,7 @@ def test_broadcastable_masks_are_accepted(sol05):
         assert torch.allclose(got, F.scaled_dot_product_attention(q, q, q, attn_mask=mask), atol=1e-6)
 
 
-# ---- twoprim.attention helpers
+# ---- twoprim.topics.attention helpers
 
 @pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"mask": "bool"}, {"mask": "additive"}])
 def test_attention_spec_and_two_gemm_attention_match_sdpa(kwargs):

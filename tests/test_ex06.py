@@ -12,8 +12,10 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from twoprim import checks, compiler, ex06
-from twoprim.notebooks import ROOT
+from twoprim.core import checks
+from twoprim.topics import inside_torch_compile as compiler
+from twoprim.assignments import ex06_compile as ex06
+from twoprim.core.notebooks import ROOT
 
 from .conftest import fails, solution_namespace
 
@@ -423,8 +425,8 @@ def test_gemm_count_mistakes_are_explained(sol06):
 ], ids=["count_ops", "op_name", "capture", "gemm_count"])
 def test_calling_the_grader_is_caught(check, cheat):
     msg = fails(check, cheat)
-    assert "breaks a rule of this exercise: your own code: no calls to twoprim.compiler" in msg
-    assert "found:    it called twoprim.compiler." in msg and "next:" in msg
+    assert "breaks a rule of this exercise: your own code: no calls to twoprim.topics.inside_torch_compile" in msg
+    assert "found:    it called twoprim.topics.inside_torch_compile." in msg and "next:" in msg
 
 
 def test_learner_code_runs_outside_the_recorder(sol06):

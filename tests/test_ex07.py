@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from twoprim import checks, ex07, mlx_tools
-from twoprim.notebooks import ROOT
+from twoprim.core import checks
+from twoprim.assignments import ex07_mlx as ex07
+from twoprim.topics import mlx as mlx_tools
+from twoprim.core.notebooks import ROOT
 
 from .conftest import fails, solution_namespace
 
@@ -213,7 +215,7 @@ def test_attention_without_the_causal_mask_is_caught():
 def test_op_counts_using_the_course_counter_is_caught():
     msg = fails(ex07.check_mlx_op_counts, lambda fun, *args: mlx_tools.primitive_counts(fun, *args))
     assert "count with mx.export_function yourself" in msg
-    assert "it called twoprim.mlx_tools.primitive_counts" in msg
+    assert "it called twoprim.topics.mlx.primitive_counts" in msg
 
 
 def test_op_counts_counting_every_entry_gets_the_primitive_hint():
@@ -355,7 +357,7 @@ def test_op_counts_bad_input(sol07):
         sol07["mlx_op_counts"](lambda x: x * 2, 2.0)
 
 
-# ---- twoprim.mlx_tools
+# ---- twoprim.topics.mlx
 
 def test_primitive_counts_and_gemm_count():
     A, B, C = mx.ones((3, 4)), mx.ones((4, 5)), mx.ones((3, 5))
@@ -420,7 +422,7 @@ def test_watching_records_only_inside_the_block():
     with mlx_tools.watching() as used:
         mlx_tools.primitive_counts(f, x)
     mlx_tools.primitive_counts(f, x)
-    assert used == ["twoprim.mlx_tools.primitive_counts"]
+    assert used == ["twoprim.topics.mlx.primitive_counts"]
 
 
 def test_build_is_cheap_and_eval_does_the_work():
@@ -447,7 +449,7 @@ def test_format_counts_orders_by_count_then_gemm_first():
 
 @pytest.mark.notebook
 def test_lesson_07_runs_without_mlx_and_says_what_it_skips(tmp_path, monkeypatch):
-    from twoprim.notebooks import execute
+    from twoprim.core.notebooks import execute
 
     fake = tmp_path / "mlx"
     fake.mkdir()

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from twoprim import ex08, layers
+from twoprim.assignments import ex08_shapes as ex08
+from twoprim.topics import layers_as_gemms as layers
 
 from .conftest import fails, solution_namespace
 

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 import torch
 
-from twoprim import ex09, triton_tools  # ex09 first: it turns the interpreter on before the kernels below
+from twoprim.assignments import ex09_triton as ex09
+from twoprim.topics import triton_gemm as triton_tools  # ex09 first: it turns the interpreter on before the kernels below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -31,7 +32,7 @@ def test_everything_runs_in_the_interpreter():
 
 TRITON_IMPORTED_FIRST = textwrap.dedent("""
     import sys
-    import torch._inductor                          # imports triton before TRITON_INTERPRET is set, as torch.compile does
+    import torch._inductor                          # imports triton before the interpreter is on, as torch.compile does
     import triton, triton.language as tl
     from triton.runtime.jit import JITFunction
     assert "triton" in sys.modules and type(tl.sum) is JITFunction, type(tl.sum)   # the library is not interpreted
@@ -64,7 +65,8 @@ def test_the_interpreter_works_when_triton_was_imported_first(root, tmp_path):
     """torch._inductor (or a learner's `import triton`) imports Triton before ex09 turns the interpreter on: Triton's
     own `tl.sum`/`tl.max` and kernels decorated earlier are then JITFunctions, which the interpreter cannot call
     ("Cannot call @triton.jit'd outside of the scope of a kernel") or launch ("0 active drivers")."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # this process set it (ex09 above)
+    assert "TRITON_INTERPRET" not in os.environ, "ex09 turns the interpreter on in its process only"
+    env = dict(os.environ)
     script = tmp_path / "triton_first.py"  # a file: Triton reads a kernel's source
     script.write_text(TRITON_IMPORTED_FIRST)
     env["PYTHONPATH"] = str(root)
@@ -391,7 +393,7 @@ def softmax_divides_in_16_bits(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, str
 def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
     """Without `.to(tl.float32)` the compiled bfloat16 softmax still computes in float32 (tl.max returns float32
     for 16-bit floats, so x − max is float32): read from the TTIR, the check passes and says so."""
-    from twoprim.triton_compile import compile_kernel
+    from twoprim.topics.triton_compiled import compile_kernel
 
     ex09.check_softmax_kernel(softmax_no_cast, _softmax_with(softmax_no_cast),
                               ex09.softmax_cases([(4, 33)], [torch.bfloat16], seed=22))
@@ -504,7 +506,7 @@ def test_the_solutions_gemm_compiles_to_tensor_core_instructions(sol, blocks):
     """Counted in the PTX, not pinned: both targets have tensor-core instructions, sm_80 only mma.sync, and on both
     the instructions' m·n·k add up to one BLOCK_M × BLOCK_N × BLOCK_K step of the K loop. From 64 rows on, sm_90
     uses Hopper's wgmma."""
-    from twoprim.triton_compile import compile_kernel
+    from twoprim.topics.triton_compiled import compile_kernel
 
     names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
              "stride_cn", "BLOCK_M", "BLOCK_N", "BLOCK_K"]

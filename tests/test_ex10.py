@@ -10,11 +10,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from twoprim import ex10, xla_tools
+from twoprim.assignments import ex10_xla as ex10
+from twoprim.topics import xla as xla_tools
 
 from .conftest import fails, solution_namespace
 
-import jax  # noqa: E402 - after twoprim.xla_tools put JAX on the CPU
+import jax  # noqa: E402 - after twoprim.topics.xla put JAX on the CPU
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
@@ -235,9 +236,9 @@ def test_gemm_counts_names_the_cause(sol10, wrong, subjects, cause):
 
 def test_calling_the_grader_is_caught():
     msg = fails(ex10.check_gemm_counts, lambda f, *a: xla_tools.gemm_counts(f, *a))
-    assert "it called twoprim.xla_tools.gemm_counts" in msg
+    assert "it called twoprim.topics.xla.gemm_counts" in msg
     msg = fails(ex10.check_count_hlo_ops, xla_tools.hlo_ops)
-    assert "twoprim.xla_tools.hlo_ops" in msg
+    assert "twoprim.topics.xla.hlo_ops" in msg
 
 
 # ---- bad input

@@ -335,7 +335,7 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     (loaded by traitlets as nbgrader loads it); with --exchange-kind filesystem none of that."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from twoprim.hub_config import Plan, write_run_folder
+    from twoprim.classroom.hub_config import Plan, write_run_folder
 
     common = dict(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp",
                   exchange=tmp_path / "exchange", instructor="teach", students=("ann", "ben"), port=8000,

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoprim import conv, explorers, gemm
+from twoprim.topics import convolution as conv, explorers, gemm
 
 matplotlib.use("Agg")
 

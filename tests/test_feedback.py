@@ -12,7 +12,7 @@ from nbformat.v4 import new_output
 
 from twoprim import grading
 from twoprim.grading.submission import _execution_notes
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 AID = "ex01_dot"
 

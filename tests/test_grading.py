@@ -17,10 +17,11 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
-from twoprim import deadlines, grading
+from twoprim.learner import deadlines
+from twoprim import grading
 from twoprim.grading.gradebook import committed, database_url
-from twoprim.nbgrader_cli import nbgrader
-from twoprim.notebooks import ROOT
+from twoprim.grading.nbgrader_cli import nbgrader
+from twoprim.core.notebooks import ROOT
 
 from .classroom import answered, bad_ex01_class, course_copy, prepend, student_version, write
 

@@ -8,9 +8,9 @@ import re
 import nbformat
 import pytest
 
-from twoprim.hints import HINTS, hint, hints, resolve, used
-from twoprim.notebooks import ROOT, assignments, lessons
-from twoprim.progress import STATE_FILE
+from twoprim.learner.hints import HINTS, hint, hints, resolve, used
+from twoprim.core.notebooks import ROOT, assignments, lessons
+from twoprim.learner.progress import STATE_FILE
 
 
 def _solution(aid: str) -> nbformat.NotebookNode:
@@ -103,7 +103,7 @@ def test_button_reveals_one_hint_per_click_and_showing_it_writes_nothing(tmp_pat
 
 def test_each_graded_function_has_an_ungraded_locked_hint_cell():
     for aid in assignments():
-        cells = [c for c in _solution(aid).cells if "from twoprim.hints import hints" in c.source]
+        cells = [c for c in _solution(aid).cells if "from twoprim.learner.hints import hints" in c.source]
         for cell in cells:
             meta = cell.metadata["nbgrader"]
             assert (meta["grade"], meta["solution"], meta["locked"], "points" in meta) == (False, False, True, False)

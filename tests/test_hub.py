@@ -36,7 +36,7 @@ import nbformat
 import psutil
 import pytest
 
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, shared_python, shared_tmp
 from .chromium import launch
@@ -358,7 +358,7 @@ def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     from playwright.sync_api import sync_playwright
 
-    from twoprim.hub import KEPT, ensure_account
+    from twoprim.classroom.hub import KEPT, ensure_account
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     course = clone["course"]
@@ -605,8 +605,8 @@ def _isolation(page, who: str, paths: list[str]) -> dict[str, str]:
 def _check_lessons_at_home(course: Path, student: pwd.struct_passwd) -> None:
     """The student's ~/lessons holds every lesson, theirs; setting the home up again adds what is missing and
     keeps what the student changed."""
-    from twoprim import hub_config
-    from twoprim.hub import furnish_home
+    from twoprim.classroom import hub_config
+    from twoprim.classroom.hub import furnish_home
 
     lessons = Path(student.pw_dir) / "lessons"
     names = sorted(p.name for p in (course / "lessons").glob("*.ipynb"))
@@ -892,7 +892,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         seen = _isolation(page, who, denied + [str(course / "lessons")])
                         assert seen[str(course / "lessons")] == "read", seen  # the probe itself works
                         assert all(seen[p] == "PermissionError" for p in denied), seen
-                        # the student's progress and hints live in their home (twoprim.state.workspace)
+                        # the student's progress and hints live in their home (twoprim.learner.state.workspace)
                         mine = pwd.getpwnam(name)
                         assert seen["workspace"] == mine.pw_dir, seen
                         # progress hears from the exchange service (with the server's own token) what is released

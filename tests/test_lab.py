@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from twoprim import lab
-from twoprim.notebooks import ROOT
+from twoprim.classroom import lab
+from twoprim.core.notebooks import ROOT
 
 from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, python_for, shared_tmp
 

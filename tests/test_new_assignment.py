@@ -13,7 +13,7 @@ import textwrap
 import nbformat
 import pytest
 
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 from .accounts import clone_for
 
@@ -74,7 +74,7 @@ def _source_notebook() -> nbformat.NotebookNode:
         _cell("code", "# Hidden checks for axpy (1 point): length 1 and a prime.\n### BEGIN HIDDEN TESTS\n"
                       "ex98.check_axpy(axpy, ex98.axpy_cases([1, 101], seed=1)[:2])\n### END HIDDEN TESTS",
               f"{AID}-axpy-hidden", grade=True, points=1),
-        _cell("code", 'from twoprim.hints import hints\n\nhints("axpy")', f"{AID}-axpy-hints"),
+        _cell("code", 'from twoprim.learner.hints import hints\n\nhints("axpy")', f"{AID}-axpy-hints"),
     ]
     return nb
 
@@ -97,7 +97,7 @@ def new_assignment(tmp_path_factory) -> dict:
     probe = textwrap.dedent(f"""
         import json
         from twoprim import catalog, grading, hints
-        from twoprim.notebooks import ROOT
+        from twoprim.core.notebooks import ROOT
         released = ROOT / "exercises" / {AID!r} / "{AID}.ipynb"
         full = grading.selfgrade({AID!r}, notebook=ROOT / "solutions" / {AID!r} / "{AID}.ipynb")
         blank = grading.selfgrade({AID!r}, notebook=released)

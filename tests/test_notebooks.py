@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from twoprim.course import generate
-from twoprim.notebooks import ROOT, assignments, execute, is_clean, lessons
+from twoprim.core.notebooks import ROOT, assignments, execute, is_clean, lessons
 
 NOTEBOOKS = sorted(p for d in ("lessons", "solutions", "exercises") for p in (ROOT / d).rglob("*.ipynb")
                    if ".ipynb_checkpoints" not in p.parts)

@@ -1,5 +1,5 @@
 """One course outline: README.md's lesson table is the source; lesson 00's outline cell is written from it
-(`twoprim.notebooks.write_outline()`), its outline code cell reads it at run time, and both agree with the lessons
+(`twoprim.core.notebooks.write_outline()`), its outline code cell reads it at run time, and both agree with the lessons
 and assignments on disk. Lesson 00 says what README says about hidden checks and self-grading."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import nbformat
 
-from twoprim import notebooks
-from twoprim.notebooks import ROOT, assignments, lessons, outline
+from twoprim.core import notebooks
+from twoprim.core.notebooks import ROOT, assignments, lessons, outline
 
 LESSON_00 = ROOT / notebooks.OUTLINE_LESSON
 
@@ -23,7 +23,7 @@ def _graded_functions(aid: str) -> set[str]:
 def test_the_outline_lists_every_lesson_on_disk_in_order():
     assert [row.lesson for row in outline()] == [p.stem for p in lessons()], (
         "README.md's lesson table must list every lessons/NN_*.ipynb, in order; after editing it, rewrite lesson "
-        "00's outline with: .venv/bin/python -c 'from twoprim.notebooks import write_outline; write_outline()'")
+        "00's outline with: .venv/bin/python -c 'from twoprim.core.notebooks import write_outline; write_outline()'")
     assert {row.lesson[:2] for row in outline()} >= {"00", "08", "09"}  # lessons 00-09, 09_triton_gemm among them
 
 
@@ -40,7 +40,7 @@ def test_lesson_00s_outline_cell_is_the_readme_outline():
     [cell] = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith(notebooks.OUTLINE_HEADING)]
     assert cell.source == notebooks.outline_cell(), (
         "lessons/00_start_here.ipynb's outline differs from README.md's lesson table: run "
-        ".venv/bin/python -c 'from twoprim.notebooks import write_outline; write_outline()' and commit both")
+        ".venv/bin/python -c 'from twoprim.core.notebooks import write_outline; write_outline()' and commit both")
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     assert any("outline_status()" in source for source in code), "lesson 00 lists the outline from README at run time"
 

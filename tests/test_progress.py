@@ -18,9 +18,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim import course, deadlines, ex06, grading, progress
-from twoprim.hints import hint
-from twoprim.notebooks import ROOT, assignments, lessons
+from twoprim import course, grading
+from twoprim.learner import deadlines, progress
+from twoprim.assignments import ex06_compile as ex06
+from twoprim.learner.hints import hint
+from twoprim.core.notebooks import ROOT, assignments, lessons
 
 from .classroom import answered, cell_index, prepend
 

@@ -19,8 +19,10 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from twoprim import audit, grading, sandbox, verdicts
-from twoprim.notebooks import ROOT, assignments
+from twoprim.grading import audit, sandbox
+from twoprim import grading
+from twoprim.core import verdicts
+from twoprim.core.notebooks import ROOT, assignments
 
 from .classroom import answered, student_version, write
 from .test_autograde import broken, expected_without, points, solution_code
@@ -106,7 +108,7 @@ def attacks(course: Path, port: int, grader_marker: Path, home_secret: Path) -> 
 
 
 # Reaches only for the machinery that observes the rules: the audit is what stops it (see the closing note of
-# twoprim/verdicts.py), so it is graded in the audited run only.
+# twoprim/core/verdicts.py), so it is graded in the audited run only.
 AUDIT_ONLY = {
     "rule_tamper": "from twoprim import checks\nimport contextlib\n"
                    "checks.record_calls = lambda: contextlib.nullcontext(checks.CallLog())\n",

@@ -1,5 +1,5 @@
 """Lesson self-checks: unanswered, right, wrong and revealed, without ever raising."""
-from twoprim.selfcheck import ask, reveal
+from twoprim.learner.selfcheck import ask, reveal
 
 
 def test_unanswered_right_wrong_and_reveal(capsys):

@@ -1,13 +1,15 @@
-"""The package's shape: no import cycles between its modules, every module importable in a fresh interpreter, one
-recording layer, and long modules saying why they are long."""
+"""The package's shape: its layers (who runs the code) import only downwards, no import cycles between its modules,
+every module importable in its own fresh interpreter with no side effect on the process, one recording layer, long
+modules saying why they are long, and every name a released notebook imports still resolving."""
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from twoprim.notebooks import ROOT
+from twoprim.core.notebooks import ROOT
 
 PACKAGE = ROOT / "twoprim"
 MAX_LINES = 500
@@ -23,13 +25,17 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _module_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
+def _module_level_imports(name: str, path: Path, known: set[str], *, everywhere: bool = False) -> set[str]:
     """The package modules `name` imports when it is imported: statements at module level (also inside a top-level
-    `if`/`try`), not inside functions or classes, which run later or never."""
+    `if`/`try`), not inside functions or classes, which run later or never; with `everywhere`, every import
+    statement in the file, functions included."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
 
     def visit(statements):
+        if everywhere:
+            statements = [n for n in ast.walk(ast.Module(body=list(statements), type_ignores=[]))
+                          if isinstance(n, (ast.Import, ast.ImportFrom))]
         for node in statements:
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
@@ -80,7 +86,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles_between_modules():
     modules = _modules()
     graph = {name: _module_level_imports(name, path, set(modules)) for name, path in modules.items()}
-    assert "twoprim.checks" in graph["twoprim.ex01"] and "twoprim.verdicts" in graph["twoprim.checks"], \
+    assert "twoprim.core.checks" in graph["twoprim.assignments.ex01_dot"] and "twoprim.core.verdicts" in graph["twoprim.core.checks"], \
         "the graph must see the package's own imports"
     assert _cycles(graph) == [], "modules that import each other (directly or through others)"
 
@@ -89,22 +95,104 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
 
 
-def test_every_module_imports_in_a_fresh_interpreter():
+# Who runs the code: a module may import only from its own layer or a lower one. Layers 0-4 run in a learner's
+# kernel (and in the graded kernel); 5 is the instructor's side; 6 the course command that ties them together.
+LAYERS = {"twoprim.config": 0, "twoprim.core": 1, "twoprim.topics": 2, "twoprim.assignments": 3,
+          "twoprim.learner": 4, "twoprim.grading": 5, "twoprim.exchange": 5, "twoprim.classroom": 5,
+          "twoprim.analytics": 5, "twoprim.course": 6}
+LEARNER_SIDE = 4
+
+
+def _layer(name: str) -> int | None:
+    """The layer of a module of the package (None for the package itself, whose alias table every layer may use)."""
+    parts = name.split(".")
+    return LAYERS.get(".".join(parts[:2])) if len(parts) > 1 else None
+
+
+def _layer_violations() -> list[str]:
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        mine = _layer(name)
+        assert mine is not None or name == "twoprim", f"{name} is in no layer: add its folder to LAYERS"
+        for other in sorted(_module_level_imports(name, path, set(modules), everywhere=True)):
+            theirs = _layer(other)
+            if mine is not None and theirs is not None and theirs > mine:
+                wrong.append(f"{name} (layer {mine}) imports {other} (layer {theirs})")
+            same_assignment = name.startswith("twoprim.assignments.") and other.startswith("twoprim.assignments.")
+            if same_assignment and other != "twoprim.assignments":
+                wrong.append(f"{name} imports another assignment, {other}: shared cases belong in a topic module")
+    return wrong
+
+
+def test_layers_import_only_downwards():
+    """A learner's kernel never imports grading or classroom code; core imports nothing above it; an assignment
+    never imports another assignment."""
+    assert _layer_violations() == []
+
+
+def test_every_module_has_a_layer_and_the_layers_are_not_empty():
+    layers = {_layer(name) for name in _modules()} - {None}
+    assert layers == set(LAYERS.values())
+
+
+# Run in each child: every write to os.environ made by the package's own code while the module imports is recorded
+# (a library's own, such as Dynamo setting TORCHINDUCTOR_CACHE_DIR or jax setting TF_CPP_MIN_LOG_LEVEL, is not ours).
+_IMPORT_ALONE = """
+import importlib, os, sys
+package = os.path.join(os.getcwd(), "twoprim") + os.sep
+ours = []
+
+def _caller():
+    frame = sys._getframe(2)
+    while frame and frame.f_code.co_filename.endswith(("os.py", "_collections_abc.py")):
+        frame = frame.f_back
+    return frame.f_code.co_filename if frame else ""
+
+def _watch(method):
+    original = getattr(os._Environ, method)
+    def watched(self, key, *args):
+        if _caller().startswith(package):
+            ours.append(f"{method[2:-2]} {key} in {_caller()[len(package):]}")
+        return original(self, key, *args)
+    setattr(os._Environ, method, watched)
+
+_watch("__setitem__")
+_watch("__delitem__")
+importlib.import_module(sys.argv[1])
+assert not ours, f"importing {sys.argv[1]} changed the environment: {ours}"
+"""
+
+
+def test_every_module_imports_in_its_own_fresh_interpreter_without_side_effects():
+    """Each module alone, in a new interpreter: it imports, and importing it writes no environment variable."""
     names = sorted(_modules())
-    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
-    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        procs = list(pool.map(lambda n: subprocess.run([sys.executable, "-c", _IMPORT_ALONE, n], cwd=ROOT, text=True,
+                                                       capture_output=True, timeout=300), names))
+    failed = {n: p.stderr[-1500:] for n, p in zip(names, procs) if p.returncode}
+    assert not failed, failed
+
+
+def test_the_side_effect_watch_sees_the_package_write_the_environment(tmp_path):
+    probe = ROOT / "twoprim" / "topics" / "_probe_side_effect.py"
+    probe.write_text('import os\nos.environ["TWOPRIM_PROBE"] = "1"\n')
+    try:
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_ALONE, "twoprim.topics._probe_side_effect"], cwd=ROOT,
+                              text=True, capture_output=True, timeout=60)
+    finally:
+        probe.unlink()
+    assert proc.returncode == 1 and "setitem TWOPRIM_PROBE in topics/_probe_side_effect.py" in proc.stderr
 
 
 def test_one_recording_layer():
-    """Only twoprim/record.py subclasses torch's dispatch or function modes: every count builds on it."""
+    """Only twoprim/core/record.py subclasses torch's dispatch or function modes: every count builds on it."""
     hooks = {}
     for name, path in _modules().items():
         text = path.read_text()
         if "TorchDispatchMode" in text or "TorchFunctionMode" in text:
             hooks[name] = path
-    assert set(hooks) == {"twoprim.record"}
+    assert set(hooks) == {"twoprim.core.record"}
 
 
 def test_long_modules_say_why():

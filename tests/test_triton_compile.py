@@ -1,11 +1,12 @@
-"""twoprim.triton_compile: an interpreted kernel compiled for sm_90 and sm_80 on this CPU, kept on disk by its source,
+"""twoprim.topics.triton_compiled: an interpreted kernel compiled for sm_90 and sm_80 on this CPU, kept on disk by its source,
 with the interpreter untouched around it; occupancy from the named per-SM limits."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from twoprim import ex09, triton_compile  # ex09 first: it turns the interpreter on before the kernels below
+from twoprim.assignments import ex09_triton as ex09
+from twoprim.topics import triton_compiled as triton_compile  # ex09 first: it turns the interpreter on before the kernels below
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

@@ -39,9 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .nbgrader_cli import CourseError, generate_assignment, nbgrader
-from .notebooks import ROOT, assignments, clean, execute, lessons
-from .state import workspace
+from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, nbgrader
+from twoprim.core.notebooks import ROOT, assignments, clean, execute, lessons
+from twoprim.learner.state import workspace
 
 LESSON_BUDGET_S = 60.0
 
@@ -101,7 +101,7 @@ def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: 
     The student must be known: in the gradebook, in grader/submitted/, or in the classroom's roster."""
     import json
 
-    from .grading.gradebook import database_url, grant_extension, gradebook, submitted_students
+    from twoprim.grading.gradebook import database_url, grant_extension, gradebook, submitted_students
 
     url = database_url(root, db)
     when = due_date(until, flag="--until") if until is not None else None
@@ -117,7 +117,7 @@ def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: 
     due = grant_extension(aid, student, when, root, url)
     if when is None:
         return f"{student}'s extension of {aid} is taken back: due {due:%Y-%m-%d %H:%M} UTC, as for everyone"
-    from .deadlines import span
+    from twoprim.learner.deadlines import span
 
     return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({span((when - due).total_seconds())} after "
             f"its due date, {due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
@@ -134,8 +134,8 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
     """Copy the student version of `aid` to the exchange, for students to fetch; `due`: its due date, recorded in
     the gradebook (submissions after it are late: the report says by how long, and nbgrader's late-submission
     plugin, if configured, sets the penalty). The gradebook's due date (from `due`, or set in the formgrader) is
-    also written where students can read it (`twoprim.deadlines`); returns it (naive UTC), or None."""
-    from .grading.gradebook import database_url, gradebook, released_notebooks
+    also written where students can read it (`twoprim.learner.deadlines`); returns it (naive UTC), or None."""
+    from twoprim.grading.gradebook import database_url, gradebook, released_notebooks
 
     if due is not None:
         when = due_date(due)
@@ -153,7 +153,7 @@ def _seal_inbound(exchange: Path) -> None:
     student may still hand in, but only the owner of a submission may rename or delete it."""
     import stat
 
-    from .hub_config import COURSE_ID
+    from twoprim.config import COURSE_ID
 
     inbound = exchange / COURSE_ID / "inbound"
     with contextlib.suppress(OSError):
@@ -167,7 +167,7 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
     what the exchange observed (who made it, when it arrived: `twoprim.exchange`); what was taken in, set aside
     and flagged, then what is there now and who submitted after the due date (`collected`). A due date changed in
     the formgrader since the release reaches the students' deadlines file here too."""
-    from .exchange import client, filesystem, intake
+    from twoprim.exchange import client, filesystem, intake
 
     if client.uses_service(root):  # the classroom's exchange service: the hub said who sent each one
         submissions, set_aside = client.collect_from_service(aid, root), []
@@ -179,11 +179,11 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
 
 
 def _publish_due_date(aid: str, root: Path):
-    """Write `aid`'s due date in the gradebook where students read it (`twoprim.deadlines`), or take it out when it
+    """Write `aid`'s due date in the gradebook where students read it (`twoprim.learner.deadlines`), or take it out when it
     has none; returns it."""
-    from . import deadlines
-    from .exchange.client import uses_service
-    from .grading.gradebook import database_url, due_date as due_in_gradebook
+    from twoprim.learner import deadlines
+    from twoprim.exchange.client import uses_service
+    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook
 
     when = due_in_gradebook(aid, database_url(root))
     if uses_service(root):  # the classroom's exchange service reads it from the gradebook at each request
@@ -199,8 +199,8 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
     ...': from each submission's timestamp.txt, the gradebook's due date and the extensions (`./course extend`)."""
     from nbgrader.utils import parse_utc
 
-    from .deadlines import span
-    from .grading.gradebook import database_url, due_date as due_in_gradebook, extensions, submitted_students
+    from twoprim.learner.deadlines import span
+    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook, extensions, submitted_students
 
     students = submitted_students(aid, root)
     line = f"{len(students)} submission(s) of {aid} in grader/submitted/"
@@ -228,7 +228,7 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
 def feedback(aid: str, *, root: Path = ROOT):
     """Generate the feedback HTML of every graded submission of `aid` and release it to the exchange, one student at
     a time: returns who got it and why the others did not (`grading.feedback.Released`)."""
-    from .grading.feedback import release_feedback
+    from twoprim.grading.feedback import release_feedback
 
     return release_feedback(aid, root=root)
 
@@ -236,7 +236,7 @@ def feedback(aid: str, *, root: Path = ROOT):
 def run_autograde(aid: str, *, root: Path = ROOT, db: str | None = None, **options) -> int:
     """`./course autograde`: grade, print the summary of the report and one line per failed, held or not graded
     student; exit status 1 when a submission could not be graded through a fault of the grader (they are named)."""
-    from . import grading
+    from twoprim import grading
 
     outcomes = grading.autograde(aid, root=root, db=db, **options)
     summary = grading.write_reports(aid, root=root, url=grading.database_url(root, db), run=outcomes)
@@ -305,7 +305,7 @@ def install_config() -> Path:
 
 def install_lab_settings() -> Path:
     """Write the course's JupyterLab setting defaults (no news prompt) into this environment."""
-    from . import lab
+    from twoprim.classroom import lab
 
     return lab.install_settings()
 
@@ -313,11 +313,11 @@ def install_lab_settings() -> Path:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["lab"]:  # the rest goes to JupyterLab untouched (argparse would reject its --options)
-        from . import lab
+        from twoprim.classroom import lab
 
         return lab.run(argv[1:])
-    if argv[:1] == ["hub"]:  # the classroom on JupyterHub: its own options (twoprim/hub.py)
-        from . import hub
+    if argv[:1] == ["hub"]:  # the classroom on JupyterHub: its own options (twoprim/classroom/hub.py)
+        from twoprim.classroom import hub
 
         return hub.run(argv[1:])
     parser = argparse.ArgumentParser(prog="course", description=__doc__,
@@ -398,16 +398,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("release", "collect", "autograde", "feedback", "report", "nbgrader", "generate", "selfgrade",
                         "db-init", "extend", "similarity", "analysis", "export"):
-        from .hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
+        from twoprim.classroom.hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
 
         refuse_root_in_classroom(argv)
         if args.command != "selfgrade":  # (selfgrade says itself what a student who cannot read it should do)
             refuse_students(args.command)
     # grading and progress import torch (through the checks): only the commands that need them pay for it
     if args.command in ("autograde", "report", "selfgrade", "db-init", "extend"):
-        from . import grading
+        from twoprim import grading
     if args.command == "progress":
-        from . import progress
+        from twoprim.learner import progress
 
     if args.command == "selfgrade" and args.assignment not in assignments():
         grading.require_hidden_checks(args.assignment)  # none here, or unreadable (a hub student): submit instead
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         if grading.format_problems(summary):
             print(grading.format_problems(summary))
     elif args.command in ("similarity", "analysis", "export"):
-        from .analytics.commands import run as analytics
+        from twoprim.analytics.commands import run as analytics
 
         return analytics(args, ROOT)
     elif args.command == "extend":
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         grading.init_db(url)
         print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
     elif args.command == "cluster-certs":
-        from .grading import tls
+        from twoprim.grading import tls
 
         paths = tls.cluster_certs(args.folder, days=args.days)
         print(f"wrote {', '.join(str(p) for p in paths.values())} (valid {args.days} days)")

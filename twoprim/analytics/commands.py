@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..nbgrader_cli import CourseError
-from ..notebooks import assignments
+from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.notebooks import assignments
 
 __all__ = ["run"]
 
@@ -15,7 +15,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
     class, and its grades out to the LMS."""
     reports = root / "grader" / "reports"
     if args.command == "similarity":
-        from . import similarity
+        from twoprim.analytics import similarity
 
         result = similarity.compare(args.assignment, root=root,
                                     threshold=similarity.THRESHOLD if args.threshold is None else args.threshold)
@@ -23,11 +23,11 @@ def run(args: argparse.Namespace, root: Path) -> int:
         for path in similarity.write_report(result, reports):
             print(f"wrote {path}")
         return 0
-    from ..grading.gradebook import database_url
+    from twoprim.grading.gradebook import database_url
 
     url = database_url(root, args.db)
     if args.command == "analysis":
-        from . import items
+        from twoprim.analytics import items
 
         analysis = items.analyse(args.assignment, url)
         if not analysis.students:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
         for path in items.write_report(analysis, reports):
             print(f"wrote {path}")
         return 0
-    from . import export
+    from twoprim.analytics import export
 
     wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas)
     print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output).describe())

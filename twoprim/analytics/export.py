@@ -17,7 +17,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..nbgrader_cli import CourseError
+from twoprim.grading.nbgrader_cli import CourseError
 
 __all__ = ["CANVAS_COLUMNS", "Export", "parse_assignments", "read_roster", "export"]
 
@@ -77,7 +77,7 @@ def read_roster(path: Path, *, canvas: bool) -> list[dict[str, str]]:
 
 def _scores(aid: str, root: Path, url: str) -> tuple[dict[str, dict], float]:
     """student -> their report row for `aid` (score after the late penalty, status), and the maximum score."""
-    from ..grading import write_reports
+    from twoprim.grading import write_reports
 
     write_reports(aid, root=root, url=url)
     with open(root / "grader" / "reports" / f"{aid}.csv", newline="") as f:

@@ -90,7 +90,7 @@ def item_statistics(scores: dict[str, dict[str, float]], points: dict[str, float
 
 def analyse(aid: str, url: str) -> Analysis:
     """The item analysis of `aid` from the gradebook at `url`."""
-    from ..grading.gradebook import gradebook, statuses
+    from twoprim.grading.gradebook import gradebook, statuses
 
     known = statuses(aid, url)
     scores: dict[str, dict[str, float]] = {}

@@ -25,7 +25,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..notebooks import ROOT, answers
+from twoprim.core.notebooks import ROOT, answers
 
 __all__ = ["Pair", "Result", "compare", "compare_answers", "write_report", "NOISE", "WINDOW", "THRESHOLD"]
 

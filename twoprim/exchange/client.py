@@ -31,8 +31,8 @@ from nbgrader.exchange import abc
 from nbgrader.exchange.abc.exchange import ExchangeError
 from traitlets import Bool, Unicode, default
 
-from . import service as svc
-from .intake import Submission, admit
+from twoprim.exchange import service as svc
+from twoprim.exchange.intake import Submission, admit
 
 __all__ = ["ServiceExchange", "ExchangeFetchAssignment", "ExchangeFetchFeedback", "ExchangeList",
            "ExchangeReleaseAssignment", "ExchangeReleaseFeedback", "ExchangeSubmit", "ExchangeCollect",
@@ -501,7 +501,8 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
     """Each student's newest submission of `aid` in the classroom's exchange service, for `intake.admit`: the
     student the hub authenticated, the bytes, the service's arrival time. As the service's account (the instructor)
     read from its store; elsewhere over HTTP with $JUPYTERHUB_API_TOKEN (the instructor's)."""
-    from ..nbgrader_cli import COURSE_ID, CourseError
+    from twoprim.config import COURSE_ID
+    from twoprim.grading.nbgrader_cli import CourseError
 
     room = classroom(root)
     try:

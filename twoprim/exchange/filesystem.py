@@ -24,9 +24,9 @@ import pwd
 import stat
 from pathlib import Path
 
-from ..hub_config import COURSE_ID
-from ..nbgrader_cli import CourseError
-from .intake import MAX_BYTES, SetAside, Submission
+from twoprim.config import COURSE_ID
+from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.exchange.intake import MAX_BYTES, SetAside, Submission
 
 __all__ = ["gather"]
 

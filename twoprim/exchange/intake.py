@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..notebooks import answers
+from twoprim.core.notebooks import answers
 
 __all__ = ["Submission", "SetAside", "Flag", "CollectReport", "admit", "check_name", "stamp", "MAX_BYTES"]
 

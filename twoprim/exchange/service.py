@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .intake import MAX_BYTES, STAMP, check_name
+from twoprim.exchange.intake import MAX_BYTES, STAMP, check_name
 
 __all__ = ["NAME", "Store", "ExchangeRefusal", "pack", "unpack", "make_app", "gradebook_deadlines", "main",
            "DEFAULT_MAX_FILE",
@@ -286,7 +286,7 @@ def gradebook_deadlines(url: str):
     in the formgrader or by `./course release --due` or `extend` is what students see next."""
 
     def read(student: str) -> dict[str, str]:
-        from ..grading.gradebook import extensions, gradebook
+        from twoprim.grading.gradebook import extensions, gradebook
 
         with gradebook(url) as gb:
             due = {a.name: a.duedate for a in gb.assignments if a.duedate is not None}

@@ -7,10 +7,10 @@
   source and an assignment-only gradebook; only the assignment's notebooks from the submission: a stray `numpy.py`
   is never importable) (`submission`);
 - its notebook repaired first where students break nbgrader's cells (`realign`), its code audited before anything
-  runs (`twoprim.audit`), its kernel sandboxed (`twoprim.sandbox`) under resource limits, every cell under the same
+  runs (`twoprim.grading.audit`), its kernel sandboxed (`twoprim.grading.sandbox`) under resource limits, every cell under the same
   time limit and the whole submission under a wall-clock limit, so an infinite loop, a memory bomb or a crashed
   kernel ends that submission only;
-- every test cell scored in the grader from what the kernel recorded (`twoprim.verdicts`), never by the kernel;
+- every test cell scored in the grader from what the kernel recorded (`twoprim.core.verdicts`), never by the kernel;
 - then, as results arrive, merged by the instructor's process alone into the gradebook (SQLite or PostgreSQL) and
   its autograded notebook written to grader/autograded/ (`gradebook`), one submission per transaction, so running it
   again gives the same grades, finishes a run that stopped, and never touches grader/submitted/.

@@ -28,16 +28,14 @@ from functools import cache
 from pathlib import Path
 from typing import Callable
 
-from .. import sandbox
-from ..nbgrader_cli import CourseError
-from ..notebooks import ROOT
-from .gradebook import (GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission,
-                        record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot,
-                        submitted_students)
-from .preprocessors import DEFAULT_CELL_TIMEOUT
-from .reports import write_reports
-from .submission import NOT_GRADED, SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
-from . import tls
+from twoprim.grading import sandbox
+from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.notebooks import ROOT
+from twoprim.grading.gradebook import GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission, record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot, submitted_students
+from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
+from twoprim.grading.reports import write_reports
+from twoprim.grading.submission import NOT_GRADED, SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
+from twoprim.grading import tls
 
 __all__ = ["autograde", "connect", "SCHEDULER_ENV"]
 

@@ -8,7 +8,7 @@ import time
 
 from nbgrader.preprocessors import Execute
 
-from .preprocessors import CPU_LIMIT_LOG_ENV, KERNEL_UID_ENV, STRETCH
+from twoprim.grading.preprocessors import CPU_LIMIT_LOG_ENV, KERNEL_UID_ENV, STRETCH
 
 __all__ = ["CpuTimedExecute", "kernel_cpu_seconds"]
 

@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..notebooks import ROOT
-from .gradebook import NotRegularFile, database_url, read_regular, statuses, submitted_students
+from twoprim.core.notebooks import ROOT
+from twoprim.grading.gradebook import NotRegularFile, database_url, read_regular, statuses, submitted_students
 
 __all__ = ["Released", "release_feedback"]
 

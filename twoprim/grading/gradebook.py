@@ -30,10 +30,11 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from ..nbgrader_cli import COURSE_ID, CourseError, generate_assignment, in_process_alembic
-from .submitted import NotRegularFile, read_regular, read_submission, submission_files, submitted_students
+from twoprim.config import COURSE_ID
+from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, in_process_alembic
+from twoprim.grading.submitted import NotRegularFile, read_regular, read_submission, submission_files, submitted_students
 
-__all__ = ["COURSE_ID", "DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
+__all__ = ["DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
            "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "read_submission",
            "read_regular", "NotRegularFile", "digest", "snapshot",
            "committed", "statuses", "merge", "scratch_gradebooks", "create_db", "record_not_graded", "not_graded"]

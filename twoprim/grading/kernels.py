@@ -1,5 +1,5 @@
 """A grading worker's kernels: its scratch folder, the kernelspec it grades with, its warm forkserver
-(`twoprim.forkserver`), the watchdog that stops a submission past its wall-clock limit, and the profile
+(`twoprim.grading.forkserver`), the watchdog that stops a submission past its wall-clock limit, and the profile
 of where a submission's time went. State of the worker process, kept between the tasks it runs."""
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from .. import forkserver, sandbox
-from ..catalog import checks_modules
+from twoprim.grading import forkserver, sandbox
+from twoprim.core.catalog import checks_modules
 
 __all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "Watchdog", "timings"]
 
 # What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
 WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
-                "ipywidgets", "twoprim.record", "twoprim.checks", "twoprim.verdicts", "twoprim.guards", "twoprim.hints")
+                "ipywidgets", "twoprim.core.record", "twoprim.core.checks", "twoprim.core.verdicts", "twoprim.core.guards", "twoprim.learner.hints")
 
 
 def worker_name() -> str:

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import sandbox
-from ..nbgrader_cli import generate_feedback
-from ..notebooks import ROOT, assignments
-from .reports import number
-from .submission import Outcome
-from .cluster import autograde
+from twoprim.grading import sandbox
+from twoprim.grading.nbgrader_cli import generate_feedback
+from twoprim.core.notebooks import ROOT, assignments
+from twoprim.grading.reports import number
+from twoprim.grading.submission import Outcome
+from twoprim.grading.cluster import autograde
 
 __all__ = ["SelfGrade", "selfgrade"]
 

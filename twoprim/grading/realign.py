@@ -8,7 +8,7 @@ import uuid
 
 import nbformat
 
-from .preprocessors import grade_id
+from twoprim.grading.preprocessors import grade_id
 
 __all__ = ["realign"]
 

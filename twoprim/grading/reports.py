@@ -7,8 +7,8 @@ import csv
 import statistics
 from pathlib import Path
 
-from ..notebooks import ROOT
-from .gradebook import database_url, gradebook, not_graded, statuses
+from twoprim.core.notebooks import ROOT
+from twoprim.grading.gradebook import database_url, gradebook, not_graded, statuses
 
 __all__ = ["write_reports", "summary", "format_summary", "number", "problems", "format_problems", "NOT_GRADED"]
 

@@ -1,6 +1,6 @@
 """Grading one submission, as a task a worker runs: check its files, realign its notebook, audit the code the
 student wrote, run nbgrader's autograde on it in a throw-away course folder with a sandboxed kernel, then score
-every test cell here, in the grader, from what the kernel recorded (`twoprim.verdicts`).
+every test cell here, in the grader, from what the kernel recorded (`twoprim.core.verdicts`).
 
 A task (`make_task`) carries everything it needs as data: the submission's files, the released and source
 notebooks, the course's nbgrader configuration and an assignment-only SQLite gradebook to run nbgrader in. So a
@@ -23,14 +23,15 @@ from pathlib import Path
 
 import nbformat
 
-from .. import forkserver, sandbox, verdicts
-from ..audit import audit
-from ..catalog import checks_module_name
-from . import kernels
-from .gradebook import scratch_gradebooks
-from .preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
-from .realign import realign
-from .submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text
+from twoprim.grading import forkserver, sandbox
+from twoprim.core import verdicts
+from twoprim.grading.audit import audit
+from twoprim.core.catalog import checks_module_name
+from twoprim.grading import kernels
+from twoprim.grading.gradebook import scratch_gradebooks
+from twoprim.grading.preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
+from twoprim.grading.realign import realign
+from twoprim.grading.submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text
 
 __all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS",
            "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]

@@ -1,0 +1,235 @@
+"""The files `./course hub` writes for one run of the classroom, in a run folder that is removed when it stops.
+
+    <run>/            0711 root: every account may pass, none may list
+      hub/            0700 root: jupyterhub_config.py, its database and cookie secret
+      student/        0755: the students' Jupyter config (on their servers' JUPYTER_CONFIG_PATH)
+      instructor/     0755: the instructor's Jupyter config
+
+Students get nbgrader's course id, the exchange, `~/exercises` as the folder fetched assignments land in, and
+neither the formgrader nor the create-assignment and course-list tools (the server extensions and the lab plugins
+off, as nbgrader's JupyterHub guide tabulates). The instructor's server opens in the course folder, where
+`nbgrader_config.py` loads the course configuration (`grader/nbgrader_config.py`), and sends
+`Content-Security-Policy: frame-ancestors 'self'`: since JupyterHub 4.1 every single-user server sends
+`frame-ancestors 'none'` (jupyterhub/singleuser/extension.py, a `setdefault`, so a configured header wins), which
+stops the browser from showing nbgrader's formgrader, a page JupyterLab embeds in an iframe (nbgrader issue #1870).
+'self' is safe only because each user's server has a host of its own (`JupyterHub.subdomain_host`: users at
+http://<name>.localhost:PORT, or https://<name>.HOST:PORT with --public): no other user's page is 'self' to it.
+Students keep 'none'.
+
+The exchange service (`exchange/service.py`, the default) is one of `JupyterHub.services`: started by the hub as the
+instructor, on a loopback port; the 'user' role and every server's token (`Spawner.server_token_scopes`) get
+`access:services!service=twoprim-exchange`, and the students' nbgrader configuration selects the course's exchange
+classes (`exchange/client.py`) with the service's URL.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from twoprim.config import COURSE_ID
+
+INSTRUCTOR_CSP = "frame-ancestors 'self'"
+STUDENT_OFF_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
+STUDENT_OFF_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                       "@jupyter/nbgrader:course-list")
+START_TIMEOUT_S = 180  # a server's JupyterLab and nbgrader import slowly when 2 cores start three at once
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run serves."""
+
+    course: Path               # the course folder (repository root)
+    venv: Path                 # its environment
+    proxy: Path                # configurable-http-proxy
+    exchange: Path
+    instructor: str
+    students: tuple[str, ...]
+    port: int                  # the port students open (the proxy's)
+    hub_port: int              # JupyterHub's own API, loopback
+    proxy_api_port: int        # the proxy's REST API, loopback
+    host: str = "localhost"    # the name students open: localhost, or with --public the machine's DNS name
+    ip: str = "127.0.0.1"      # where the proxy listens ("" is every interface, only with TLS)
+    ssl_cert: Path | None = None  # with --public: a certificate for host and *.host, and its key
+    ssl_key: Path | None = None
+    new_passwords: tuple[str, ...] = ()  # accounts given a new password (`all`: every one); others keep theirs
+    exchange_kind: str = "service"  # the exchange service (twoprim/exchange/service.py), or nbgrader's "filesystem"
+    service_port: int = 0           # the exchange service's port, loopback
+    max_file_mb: float = 100.0      # the service refuses a submitted file larger than this
+
+    @property
+    def service(self) -> bool:
+        return self.exchange_kind == "service"
+
+    @property
+    def store(self) -> Path:
+        """The service's store: in grader/ (the instructor's, 0700), a folder of its own (0700)."""
+        return self.course / "grader" / "exchange"
+
+    @property
+    def service_url(self) -> str:
+        from twoprim.exchange.service import NAME
+
+        return f"http://127.0.0.1:{self.service_port}/services/{NAME}/"
+
+    @property
+    def public(self) -> bool:
+        return self.ssl_cert is not None
+
+    @property
+    def url(self) -> str:
+        if self.public:
+            return f"https://{self.host}{'' if self.port == 443 else f':{self.port}'}/"
+        return f"http://{self.host}:{self.port}/"
+
+
+def write_run_folder(plan: Plan, run: Path) -> Path:
+    """Write the run folder's files; returns the JupyterHub configuration file."""
+    run.chmod(0o711)
+    hub = run / "hub"
+    hub.mkdir(mode=0o700)
+    for role, text in (("student", _student_nbgrader_config(plan)), ("instructor", None)):
+        folder = run / role
+        folder.mkdir()
+        folder.chmod(0o755)
+        if text:
+            (folder / "nbgrader_config.py").write_text(text)
+    (run / "student" / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": {name: False for name in STUDENT_OFF_EXTENSIONS}}}, indent=1))
+    (run / "student" / "labconfig").mkdir()
+    (run / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {name: True for name in STUDENT_OFF_PLUGINS}}, indent=1))
+    (run / "instructor" / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}}}}, indent=1))
+    for path in (run / "student").rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for path in (run / "instructor").rglob("*"):
+        path.chmod(0o644)
+    config = hub / "jupyterhub_config.py"
+    config.write_text(_hub_config(plan, run))
+    config.chmod(0o600)
+    return config
+
+
+def _student_nbgrader_config(plan: Plan) -> str:
+    text = (
+        "# Written by ./course hub for this run: a student's nbgrader (the Assignments tab, nbgrader in a terminal).\n"
+        "import os\n\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(plan.exchange)!r}\n"
+        "# fetched assignments land in ~/exercises/<assignment>/, beside ~/lessons/\n"
+        "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n")
+    if plan.service:
+        from twoprim.exchange.client import config_text
+
+        text += ("# The exchange is the classroom's service: fetch, submit, list and feedback go over HTTP with this\n"
+                 "# server's JUPYTERHUB_API_TOKEN, and the hub tells the service who is asking.\n"
+                 + config_text(plan.service_url))
+    return text
+
+
+def _service(plan: Plan) -> str:
+    """The exchange service in jupyterhub_config.py: started (and restarted) by the hub as the instructor, on
+    loopback; every user may reach it, and each server's token carries that scope."""
+    if not plan.service:
+        return "# The exchange: nbgrader's shared folder (--exchange-kind filesystem); no exchange service.\n"
+    from twoprim.exchange.service import NAME, SCOPE
+    from twoprim.grading.gradebook import database_url
+
+    command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(plan.store),
+               "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}",
+               "--gradebook", database_url(plan.course)]  # due dates students see, read at each request
+    return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the
+# account that already holds the class's work, and the only one that can open its store, grader/exchange/), on
+# loopback.
+c.JupyterHub.services = [{{
+    "name": {NAME!r},
+    "url": "http://127.0.0.1:{plan.service_port}",
+    "command": {command!r},
+    "user": INSTRUCTOR,
+    "cwd": COURSE,
+    "environment": {{"PATH": PATH}},
+    "display": False,
+}}]
+# Every user may reach it (the 'user' role plus this service), and each server's token carries that scope.
+c.JupyterHub.load_roles = [{{"name": "user", "scopes": ["self", {SCOPE!r}]}}]
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", {SCOPE!r}]
+'''
+
+
+def _where(plan: Plan) -> str:
+    if not plan.public:
+        return (f"# Loopback only. Each user's server has a host of its own, http://<name>.localhost:{plan.port} "
+                f"(browsers\n# resolve *.localhost to loopback): what makes the instructor's frame-ancestors 'self' "
+                f"safe.")
+    return (f"# On the network, over TLS only: the proxy serves {plan.url} and each user's server at a host of its\n"
+            f"# own, https://<name>.{plan.host} (what makes the instructor's frame-ancestors 'self' safe), with a\n"
+            f"# certificate for {plan.host} and *.{plan.host}. The hub's API, the proxy's and users' servers stay on "
+            f"loopback.\n"
+            f"c.JupyterHub.ssl_cert = {str(plan.ssl_cert)!r}\n"
+            f"c.JupyterHub.ssl_key = {str(plan.ssl_key)!r}")
+
+
+def _hub_config(plan: Plan, run: Path) -> str:
+    """jupyterhub_config.py: PAM logins for the course's accounts, one local process per user, on loopback (or
+    with --public on the network, over TLS)."""
+    path = f"{plan.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+    values = {
+        "COURSE": str(plan.course), "INSTRUCTOR": plan.instructor, "STUDENTS": list(plan.students),
+        "EXCHANGE": str(plan.exchange), "PATH": path, "EXCHANGE_URL": plan.service_url if plan.service else "",
+        "INSTRUCTOR_CONFIG": str(run / "instructor"), "STUDENT_CONFIG": str(run / "student"),
+    }
+    head = "".join(f"{name} = {value!r}\n" for name, value in values.items())
+    return f'''# Written by ./course hub for one run (twoprim/classroom/hub_config.py); removed when the hub stops.
+{head}
+c = get_config()  # noqa: F821
+
+{_where(plan)}
+c.JupyterHub.ip = {plan.ip!r}
+c.JupyterHub.port = {plan.port}
+c.JupyterHub.subdomain_host = {plan.url.rstrip("/")!r}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {plan.hub_port}
+c.ConfigurableHTTPProxy.command = [{str(plan.proxy)!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{plan.proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{run / 'hub' / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = "{run / 'hub' / 'jupyterhub_cookie_secret'}"
+c.JupyterHub.pid_file = "{run / 'hub' / 'jupyterhub.pid'}"
+# Ctrl-C (SIGINT) or SIGTERM stops every server the hub started and the proxy (JupyterHub's defaults, kept).
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+
+# The course's Unix accounts, with the passwords ./course hub set for this run.
+c.JupyterHub.authenticator_class = "pam"
+c.Authenticator.allowed_users = set([INSTRUCTOR, *STUDENTS])
+
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [{str(plan.venv / 'bin' / 'jupyterhub-singleuser')!r}]
+c.Spawner.default_url = "/lab"
+c.Spawner.args = ["--LanguageServerManager.autodetect=False"]
+c.Spawner.http_timeout = {START_TIMEOUT_S}
+c.Spawner.start_timeout = {START_TIMEOUT_S}
+
+{_service(plan)}
+
+def pre_spawn_hook(spawner):
+    """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
+    env = spawner.environment = dict(spawner.environment)
+    env["PATH"] = PATH
+    if EXCHANGE_URL:  # the exchange service (nbgrader's config names it too): due dates and submissions too
+        env["TWOPRIM_EXCHANGE_URL"] = EXCHANGE_URL
+    else:  # nbgrader's shared folder
+        env["TWOPRIM_EXCHANGE"] = EXCHANGE
+    if spawner.user.name == INSTRUCTOR:
+        spawner.notebook_dir = COURSE
+        env["JUPYTER_CONFIG_PATH"] = INSTRUCTOR_CONFIG
+    else:
+        spawner.notebook_dir = "~"
+        env["JUPYTER_CONFIG_PATH"] = STUDENT_CONFIG
+        env["TWOPRIM_WORKSPACE"] = "~"  # their lessons/, exercises/ and progress file (twoprim.learner.state.workspace)
+
+
+c.Spawner.pre_spawn_hook = pre_spawn_hook
+'''
+

@@ -1,0 +1,384 @@
+"""Warm kernels for grading: a forkserver inside the sandbox imports torch, Dynamo, ipykernel and every
+assignment's checks once, and forks a fresh kernel from that state for every submission.
+
+A cold kernel spends seconds of CPU importing the same modules for every submission (torch and Dynamo ~2 s on the
+course's 2-core machine). Here one process per grading worker pays that once. It never runs a
+student's code itself: each submission's kernel is a new child forked from it, which then
+
+- takes the submission's own uid (when the grader is root: `sandbox.claimed_uid`), drops every capability and sets
+  no_new_privs; its own limits (`sandbox.rlimits`: address space, CPU, file size, processes); its own session;
+- works in the submission's own box (home, capture folder, IPC sockets), with the kernel environment
+  `sandbox.kernel_env` and nothing of the grader's;
+- becomes `ipykernel` on the connection file the grader wrote.
+
+The forkserver itself runs in the sandbox that `sandbox.forkserver_command` builds (read-only system and
+environment, no network, its own PID namespace, dying with the worker). When a kernel ends, the grader kills what
+is left of its uid; when the grader is not root (every kernel is the same mapped user) the forkserver kills every
+process in its namespace but itself once no kernel is running: a worker grades one submission at a time, so
+nothing one submission starts survives into the next.
+
+Two commands, both run with `python -I -m twoprim.grading.forkserver` and importing no torch unless serving:
+- `serve SOCKET MODULE...`: the forkserver (started by the grading worker, `Forkserver`);
+- `launch CONNECTION_FILE`: the kernelspec's argv (`sandbox.kernelspec`): asks the forkserver named by
+  $TWOPRIM_FORKSERVER for a kernel in the box $TWOPRIM_SANDBOX_BOX as $TWOPRIM_SANDBOX_UID, then waits for it to end;
+  killed, it takes the kernel with it.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import re
+import resource
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENV_SOCKET = "TWOPRIM_FORKSERVER"
+ENV_MODULE = "TWOPRIM_CHECKS_MODULE"    # the assignment's checks module: its kernel keeps what its import set
+READY = "twoprim-forkserver-ready"
+START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
+PR_SET_NO_NEW_PRIVS = 38
+_SET_BY: dict[str, dict[str, str]] = {}   # module -> what importing it set in the environment
+_WARMED: set[str] = set()                 # assignments' checks modules whose warm_up has run here
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    conn.sendall((json.dumps(message) + "\n").encode())
+
+
+def _read_line(conn: socket.socket, limit: int = 1 << 20) -> dict | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+        if len(data) > limit:
+            return None
+    return json.loads(data)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The forkserver (inside the sandbox)
+# ----------------------------------------------------------------------------------------------------------------
+
+def _warm_up() -> None:
+    """Pay once what every graded kernel would pay on its first check: torch wraps a dispatch mode's handler so that
+    its first call imports Dynamo (~3 s of CPU on the course's 2-core machine). Every kernel's Dynamo also skips
+    timing each new frame's guards (`compiler.skip_guard_profiling`: 26 ms per frame compiled, for a metric)."""
+    if "twoprim.topics.inside_torch_compile" in sys.modules:
+        sys.modules["twoprim.topics.inside_torch_compile"].skip_guard_profiling()
+    if "twoprim.core.record" in sys.modules:
+        import torch
+
+        from twoprim.core.record import record_calls
+
+        with record_calls():
+            (torch.ones(3, dtype=torch.float64) * 2).sum()
+
+
+def _warm_assignment(module: str) -> None:
+    """Before the first kernel of an assignment is forked: its checks module's `warm_up()`, if it has one, run here
+    once, so every kernel of that assignment inherits what it computed (ex06: Dynamo's and AOTAutograd's first
+    capture, and the graphs its visible check hands the learner's code, the same for every submission). Only
+    assignments this forkserver imported are warmed, each at most once; a warm-up that fails is logged and the
+    kernels compute the same themselves."""
+    if module not in _SET_BY or module in _WARMED:
+        return
+    _WARMED.add(module)
+    warm_up = getattr(sys.modules[module], "warm_up", None)
+    if warm_up is None:
+        return
+    start = time.monotonic()
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else 1
+    try:
+        if torch:  # on one thread: a parallel region here would start OpenMP's pool, which a forked kernel inherits
+            torch.set_num_threads(1)  # broken (its first parallel op then waits forever on threads it does not have)
+        warm_up()
+    except Exception as exc:  # noqa: BLE001 - the kernels do the same work themselves
+        print(f"twoprim.grading.forkserver: {module}.warm_up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    else:
+        print(f"twoprim.grading.forkserver: {module} warmed in {time.monotonic() - start:.2f} s", flush=True)
+    finally:
+        if torch:
+            torch.set_num_threads(threads)
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def serve(socket_path: str, modules: list[str]) -> None:
+    # what each import sets in the environment (ex09 turns on Triton's interpreter), a kernel keeps for the modules
+    # it uses (all but the assignments' checks, and its own assignment's), as if it had imported them itself
+    # pydevd (imported with ipykernel's debugger) warns at import that frozen modules may hide breakpoints: not here
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    for name in modules:
+        before = dict(os.environ)
+        importlib.import_module(name)
+        _SET_BY[name] = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    _warm_up()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the warm heap stays shared with every kernel: the collector never writes to its pages
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    os.chmod(socket_path, 0o600)
+    server.listen(8)
+    log = os.open(str(Path(socket_path).parent / "forkserver.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    selector = selectors.DefaultSelector()
+    selector.register(server, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    kernels: dict[int, socket.socket] = {}
+    print(READY, flush=True)
+    os.dup2(log, 1)  # from here on, what it and its kernels print goes to its log, never into a full pipe
+    os.dup2(log, 2)
+    os.close(log)
+    while True:
+        for key, _ in selector.select():
+            if key.data == "accept":
+                conn, _ = server.accept()
+                conn.settimeout(30)
+                try:
+                    request = _read_line(conn)
+                except (OSError, ValueError):
+                    request = None
+                if not request:
+                    conn.close()
+                    continue
+                _warm_assignment(str(request.get("module") or ""))
+                pid = os.fork()
+                if pid == 0:
+                    _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)
+                conn.settimeout(None)
+                _send(conn, {"pid": pid})
+                kernels[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
+            elif key.data == "child":
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                _reap(kernels, selector)
+            else:  # the launcher went away (its kernel was shut down or killed): the kernel goes too
+                pid = key.data
+                selector.unregister(key.fileobj)
+                _kill(pid)
+        _reap(kernels, selector)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the kernel leads a session of its own
+    except OSError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = kernels.pop(pid, None)
+        if conn is None:
+            continue
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        try:
+            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+        except OSError:
+            pass
+        conn.close()
+        if not kernels and os.geteuid() != 0:
+            _kill_everything_else()
+
+
+def _kill_everything_else() -> None:
+    """Every process of this PID namespace but its init and this forkserver (what kernels left behind), gone."""
+    from twoprim.grading.sandbox import kill_until_gone
+
+    keep = {1, os.getpid()}
+    kill_until_gone(lambda: [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                             and int(e.name) not in keep])
+
+
+def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
+    """In the forked child: drop to the submission's uid and limits, then run ipykernel. Never returns."""
+    code = 1
+    try:
+        for obj in fds:
+            obj.close()
+        signal.set_wakeup_fd(-1)
+        os.close(wake_r)
+        os.close(wake_w)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        for name, (soft, hard) in request["limits"].items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        uid = request.get("uid")
+        if uid is not None and os.geteuid() == 0:
+            if not isinstance(uid, int) or uid < 1000:
+                raise SystemExit(f"refusing to run a kernel as uid {uid!r}")
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)  # every capability goes with uid 0
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise SystemExit("could not set no_new_privs")
+        box = Path(request["box"])
+        os.chdir(box / "home")
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for module, changes in _SET_BY.items():
+            if not re.fullmatch(r"twoprim\.ex\d\d", module) or module == request.get("module"):
+                os.environ.update(changes)
+        threads = request["env"].get("OMP_NUM_THREADS")
+        if threads and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+        # IPython's history in memory, as nbclient asks of every kernel (its --HistoryManager.hist_file=:memory:
+        # reaches the launcher, not this argv): the SQLite file took up to 0.9 s while other kernels wrote to disk
+        sys.argv = ["ipykernel_launcher", "-f", request["connection_file"], "--HistoryManager.enabled=False"]
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        if not isinstance(exc.code, int) and exc.code:
+            print(f"twoprim.grading.forkserver: {exc.code}", file=sys.stderr, flush=True)
+    except BaseException as exc:  # noqa: BLE001 - reported, then the child ends
+        print(f"twoprim.grading.forkserver: the kernel could not start: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+    finally:
+        os._exit(code)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The grader's side: starting a forkserver, and the kernelspec's launcher
+# ----------------------------------------------------------------------------------------------------------------
+
+class Forkserver:
+    """A forkserver for one grading worker: `start()` runs it in the sandbox and waits until its modules are
+    imported; `socket` is what the launcher connects to; `pids()` its process tree (spared by the worker's
+    watchdog, which kills the kernels)."""
+
+    def __init__(self, boxes: Path, control: Path, modules: list[str]):
+        self.boxes, self.control, self.modules = boxes, control, modules
+        self.socket = control / "socket"
+        self.proc: subprocess.Popen | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> "Forkserver":
+        from twoprim.grading import sandbox
+
+        self.control.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.boxes.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(sandbox.forkserver_command(self.boxes, self.control, self.modules),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        selector = selectors.DefaultSelector()
+        selector.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        seen = []
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.strip() == READY:
+                selector.close()
+                return self
+            seen.append(line.rstrip())
+        selector.close()
+        self.stop()
+        raise RuntimeError(f"the grading forkserver did not start within {START_TIMEOUT_S} s "
+                           f"(it printed: {' | '.join(seen[-5:]) or 'nothing'})")
+
+    def pids(self) -> set[int]:
+        if not self.alive():
+            return set()
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            return {root.pid, *(p.pid for p in root.children(recursive=True))}
+        except psutil.Error:
+            return set()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+def launch(connection_file: str) -> int:
+    """The kernelspec's argv: one kernel for the submission whose box the grader named, forked by the forkserver."""
+    from twoprim.grading import sandbox
+
+    box = os.environ.get(sandbox.ENV_BOX)
+    server = os.environ.get(ENV_SOCKET)
+    if not box or not server:
+        raise SystemExit(f"twoprim.grading.forkserver: {sandbox.ENV_BOX} and {ENV_SOCKET} must be set; only the grader "
+                         f"starts this kernel")
+    box = Path(box)
+    uid = int(os.environ[sandbox.ENV_UID]) if os.environ.get(sandbox.ENV_UID) else None
+    info = json.loads(Path(connection_file).read_text())
+    if info.get("transport") != "ipc" or box / "run" not in Path(info.get("ip", "")).parents:
+        raise SystemExit(f"twoprim.grading.forkserver: the kernel must listen on Unix sockets in {box / 'run'} (transport "
+                         f"'ipc', ip under that folder); got transport {info.get('transport')!r}, ip "
+                         f"{info.get('ip')!r}. The grader configures KernelManager.transport and .ip")
+    inside = box / "run" / "connection.json"  # a copy the kernel's user can read, in the one folder it shares
+    inside.write_text(json.dumps(info))
+    if uid is not None and os.geteuid() == 0:
+        os.chown(inside, uid, uid)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(server)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # closing the connection ends the kernel
+    _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
+                 "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, "")})
+    while True:
+        message = _read_line(conn)
+        if message is None:
+            return 1
+        if "exit" in message:
+            return int(message["exit"])
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["serve"] and len(argv) >= 2:
+        serve(argv[1], argv[2:])
+        return 0
+    if argv[:1] == ["launch"] and len(argv) == 2:
+        return launch(argv[1])
+    raise SystemExit("usage: python -I -m twoprim.grading.forkserver serve SOCKET MODULE... | launch CONNECTION_FILE")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

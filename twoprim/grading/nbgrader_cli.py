@@ -1,0 +1,118 @@
+"""Running nbgrader the course's way: from grader/, where its configuration lives, with this environment's bin/
+first on PATH (nbgrader shells out to `alembic`), failing early with the command to run when a tool is missing.
+Shared by the course commands (`course`) and grading (`grading`), neither of which imports the other for it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from twoprim.core.notebooks import ROOT
+from twoprim.config import COURSE_ID
+
+__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader", "in_process_alembic",
+           "generate_assignment", "generate_feedback"]
+
+
+
+class CourseError(SystemExit):
+    """A problem the user can fix; the message says how."""
+
+    def __init__(self, message: str):
+        super().__init__(f"error: {message}")
+
+
+def environment() -> dict[str, str]:
+    """os.environ with this interpreter's bin/ first on PATH (nbgrader shells out to `alembic`)."""
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def preflight(env: dict[str, str]) -> None:
+    """Fail early, with the command to run, when nbgrader or alembic is missing from the environment."""
+    bin_dir = Path(sys.executable).parent
+    for tool in ("nbgrader", "alembic"):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            raise CourseError(
+                f"`{tool}` is not installed in {bin_dir} (nbgrader needs it to create and migrate the gradebook). "
+                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
+
+
+def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives."""
+    grader = root / "grader"
+    if not (grader / "nbgrader_config.py").is_file():
+        raise CourseError(f"{grader / 'nbgrader_config.py'} is missing: this is not a Two Primitives checkout.")
+    env = environment()
+    preflight(env)
+    exe = shutil.which("nbgrader", path=env["PATH"])
+    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
+                          capture_output=capture)
+    if check and proc.returncode != 0:
+        detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
+        raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
+    return proc
+
+
+@functools.cache
+def _alembic_head() -> str:
+    from alembic.script import ScriptDirectory
+    from nbgrader import dbutil
+
+    return ScriptDirectory(dbutil.ALEMBIC_DIR).get_current_head()
+
+
+def in_process_alembic() -> None:
+    """nbgrader asks a new `alembic heads` process (3-4 s, most of it imports) for its schema revision each time it
+    creates a gradebook; in this process it reads the same revision from nbgrader's migration scripts, once."""
+    import nbgrader.api
+
+    nbgrader.api.get_alembic_version = _alembic_head
+
+
+def _call_api(root: Path, doing: str, call, *, db_url: str | None = None, release: Path | None = None) -> None:
+    """`call(api)` on nbgrader's Python API with the course's configuration (read from `root`/grader), run from
+    grader/ as the nbgrader command would be; a failure raises CourseError saying what nbgrader could not do."""
+    from nbgrader.apps.api import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    env = environment()
+    preflight(env)
+    os.environ["PATH"] = env["PATH"]
+    in_process_alembic()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config()
+    config.CourseDirectory.root = str(root)
+    if db_url:
+        config.CourseDirectory.db_url = db_url
+    if release:
+        config.CourseDirectory.release_directory = str(release)
+    config.CourseDirectory.log_level = "WARN"
+    cwd = os.getcwd()
+    os.chdir(root / "grader")
+    try:
+        result = call(NbGraderAPI(config=config))
+    finally:
+        os.chdir(cwd)
+    if not result.get("success"):
+        raise CourseError(f"nbgrader could not {doing}: "
+                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+
+
+def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
+    """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
+    the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
+    (default: the course's)."""
+    _call_api(root, f"generate {aid} from solutions/{aid}",
+              lambda api: api.generate_assignment(aid, force=True, create=True), db_url=db_url, release=release)
+
+
+def generate_feedback(aid: str, student: str, *, root: Path = ROOT, db_url: str | None = None) -> None:
+    """nbgrader generate_feedback for one student of `aid`, in this process: grader/feedback/<student>/<aid>/."""
+    _call_api(root, f"write the feedback of {student} for {aid}",
+              lambda api: api.generate_feedback(aid, student, force=True), db_url=db_url)
