@@ -123,3 +123,43 @@ def test_a_student_running_an_instructors_command_is_told_whose_it_is(command, t
         f"error: `./course {verb}` is the instructor's command: it works in {base / 'grader'}, which only the "
         f"instructor can open. As a student, hand in with Submit in JupyterLab's Assignments tab (or `nbgrader "
         f"submit ASSIGNMENT`), fetch your feedback there too, and run `course progress` to see where you stand.")
+
+
+def test_the_help_lists_every_command_of_the_table_under_who_runs_it():
+    """The module docstring (`./course --help`) and the command table agree: each command listed once, under the
+    heading of who runs it; and the refusal of a classroom's students follows `who`."""
+    import re
+
+    headings = {"Authors": {course.AUTHOR, course.ANYONE}, "A class": {course.INSTRUCTOR},
+                "Learners": {course.LEARNER}}
+    listed, allowed = {}, None
+    for line in course.__doc__.splitlines():
+        if line and not line.startswith(" "):
+            allowed = next((who for head, who in headings.items() if line.startswith(head)), None)
+        found = re.match(r"\s+\./course ([a-z-]+)", line)
+        if found:
+            assert found.group(1) not in listed, f"{found.group(1)} listed twice"
+            listed[found.group(1)] = allowed
+    assert set(listed) == set(course.COMMANDS)
+    for name, allowed in listed.items():
+        assert course.COMMANDS[name].who in allowed, f"{name} ({course.COMMANDS[name].who}) is listed under {allowed}"
+    refused = {name for name, c in course.COMMANDS.items() if c.refused_to_students}
+    assert {"generate", "release", "autograde", "export"} <= refused
+    assert not refused & {"clean", "progress", "selfgrade", "lab", "install-config"}
+
+
+def test_an_instructors_command_is_refused_to_a_student_before_it_runs(tmp_path, monkeypatch):
+    """`who` decides: where grader/ is not the caller's, a class command stops at the refusal, a learner's runs."""
+    import functools
+
+    ran = []
+    monkeypatch.setattr(course, "COMMANDS", {
+        **course.COMMANDS,
+        "collect": course.Command("", lambda args: ran.append("collect"), course.INSTRUCTOR, course._one_assignment),
+        "progress": course.Command("", lambda args: ran.append("progress"), course.LEARNER)})
+    (tmp_path / "grader").mkdir()
+    monkeypatch.setattr(course, "refuse_students", functools.partial(course.refuse_students, root=tmp_path))
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path / "grader")  # root reads anything
+    with pytest.raises(SystemExit, match="`./course collect` is the instructor's command"):
+        course.main(["collect", "ex01_dot"])
+    assert course.main(["progress"]) == 0 and ran == ["progress"]

@@ -4,6 +4,7 @@ Authors:
     ./course generate [ASSIGNMENT ...]   regenerate exercises/ from solutions/ with nbgrader, then clean them
     ./course clean [NOTEBOOK ...]        strip outputs and stray metadata from notebooks (all by default)
     ./course bench-lessons               execute every lesson and report its time against the 60 s budget
+    ./course install-config              (make setup) nbgrader in this environment uses the course's configuration
 
 A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader's /srv/nbgrader/exchange):
     ./course release ASSIGNMENT          copy the student version to the exchange for students to fetch
@@ -21,13 +22,12 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course export ASSIGNMENT=ID ... --roster R --canvas   grades out to Canvas (or a plain CSV without --canvas)
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
                                          (--public HOST --ssl-cert F --ssl-key K: for students on other machines)
+    ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
 
 Learners on their own:
     ./course lab [LAB OPTION ...]        JupyterLab on lesson 00, as `make lab` starts it (as root too)
     ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
     ./course progress                    lessons run, visible checks passing, self-grades, hints used, what next
-
-    ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
 """
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, nbgrader
 from twoprim.core.notebooks import ROOT, assignments, clean, execute, lessons
@@ -310,170 +312,333 @@ def install_lab_settings() -> Path:
     return lab.install_settings()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["lab"]:  # the rest goes to JupyterLab untouched (argparse would reject its --options)
-        from twoprim.classroom import lab
+# --- the command table: each command's arguments, what it runs, and who runs it ---------------------------------
 
-        return lab.run(argv[1:])
-    if argv[:1] == ["hub"]:  # the classroom on JupyterHub: its own options (twoprim/classroom/hub.py)
-        from twoprim.classroom import hub
+AUTHOR, INSTRUCTOR, LEARNER, ANYONE = "author", "instructor", "learner", "anyone"
+DB_HELP = ("the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or ~/.pgpass) or sqlite:///PATH "
+           "(default: $TWOPRIM_DB, else grader/gradebook.db)")
 
-        return hub.run(argv[1:])
-    parser = argparse.ArgumentParser(prog="course", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="regenerate exercises/ from solutions/")
-    g.add_argument("assignments", nargs="*")
-    c = sub.add_parser("clean", help="strip outputs and stray metadata from notebooks")
-    c.add_argument("notebooks", nargs="*", type=Path)
-    sub.add_parser("bench-lessons", help="time every lesson against the 60 s budget")
-    n = sub.add_parser("nbgrader", help="run nbgrader with the course configuration")
-    n.add_argument("args", nargs=argparse.REMAINDER)
-    sub.add_parser("install-config", help="(make setup) point this environment's nbgrader at the course")
-    sub.add_parser("hub", help="the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)",
-                   add_help=False)
-    lb = sub.add_parser("lab", help="JupyterLab on lesson 00, as root too (what `make lab` runs)")
-    lb.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
-    for name, text in (("release", "release the student version to the exchange"),
-                       ("collect", "collect submissions from the exchange into grader/submitted/"),
-                       ("feedback", "generate feedback HTML and release it to the exchange")):
-        command = sub.add_parser(name, help=text)
-        command.add_argument("assignment")
-        if name == "release":
-            command.add_argument("--due", default=None, metavar="'YYYY-MM-DD HH:MM ZONE'",
-                                 help="the due date, with its time zone (submissions after it are late)")
-    db_help = ("the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or ~/.pgpass) or sqlite:///PATH "
-               "(default: $TWOPRIM_DB, else grader/gradebook.db)")
-    rp = sub.add_parser("report", help="rewrite grader/reports/ from the gradebook and print the summary")
-    rp.add_argument("assignment")
-    rp.add_argument("--db", default=None, help=db_help)
-    ex = sub.add_parser("extend", help="give one student more time for an assignment (its late penalty follows)")
-    ex.add_argument("assignment")
-    ex.add_argument("student")
-    when = ex.add_mutually_exclusive_group(required=True)
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A command without arguments."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `./course` command: its one-line help, its arguments, what it runs, and who runs it.
+
+    `who`: "author" and "instructor" commands work in solutions/ or grader/, so they are refused to a classroom's
+    students and to root in a classroom's course; "learner" and "anyone" commands are not. `raw`: the rest of the
+    command line goes to `run` untouched (argparse would reject JupyterLab's or the hub's own --options)."""
+    help: str
+    run: Callable[[argparse.Namespace], int | None]
+    who: str
+    add_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    raw: bool = False
+
+    @property
+    def refused_to_students(self) -> bool:
+        """Whether the command is the author's or instructor's, refused where grader/ is not the caller's."""
+        return self.who in (AUTHOR, INSTRUCTOR)
+
+
+def _one_assignment(parser: argparse.ArgumentParser) -> None:
+    """ASSIGNMENT."""
+    parser.add_argument("assignment")
+
+
+def _assignment_and_db(parser: argparse.ArgumentParser) -> None:
+    """ASSIGNMENT --db URL."""
+    parser.add_argument("assignment")
+    parser.add_argument("--db", default=None, help=DB_HELP)
+
+
+def _generate_arguments(parser):
+    """[ASSIGNMENT ...]."""
+    parser.add_argument("assignments", nargs="*")
+
+
+def _run_generate(args) -> None:
+    """./course generate."""
+    for path in generate(args.assignments):
+        print(f"generated {path.relative_to(ROOT)}")
+
+
+def _clean_arguments(parser):
+    """[NOTEBOOK ...]."""
+    parser.add_argument("notebooks", nargs="*", type=Path)
+
+
+def _run_clean(args) -> None:
+    """./course clean: the notebooks named, else every notebook git tracks."""
+    paths = args.notebooks or [Path(p) for p in subprocess.run(
+        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
+    for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
+        print(f"cleaned {path}")
+
+
+def _rest_of_line(parser):
+    """ARGS ...: handed on untouched."""
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+
+
+def _lab_arguments(parser):
+    """JupyterLab's own options."""
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
+
+
+def _run_lab(args) -> int:
+    """./course lab: JupyterLab on lesson 00."""
+    from twoprim.classroom import lab
+
+    return lab.run(args.args)
+
+
+def _run_hub(args) -> int:
+    """./course hub: the classroom on JupyterHub, with its own options (twoprim/classroom/hub.py)."""
+    from twoprim.classroom import hub
+
+    return hub.run(args.args)
+
+
+def _run_install_config(args) -> None:
+    """./course install-config (make setup)."""
+    print(f"wrote {install_config()}")
+    print(f"wrote {install_lab_settings()}")
+
+
+def _release_arguments(parser):
+    """ASSIGNMENT --due DATE."""
+    parser.add_argument("assignment")
+    parser.add_argument("--due", default=None, metavar="'YYYY-MM-DD HH:MM ZONE'",
+                        help="the due date, with its time zone (submissions after it are late)")
+
+
+def _run_release(args) -> None:
+    """./course release."""
+    when = release(args.assignment, due=args.due)
+    due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
+    print(f"released {args.assignment} to the exchange{due}")
+
+
+def _run_feedback(args) -> int:
+    """./course feedback: 1 when some student's feedback was held back."""
+    result = feedback(args.assignment)
+    print(result.describe())
+    return 1 if result.held else 0
+
+
+def _run_report(args) -> None:
+    """./course report."""
+    from twoprim import grading
+
+    summary = grading.write_reports(args.assignment, url=grading.database_url(ROOT, args.db))
+    print(grading.format_summary(summary))
+    if grading.format_problems(summary):
+        print(grading.format_problems(summary))
+
+
+def _extend_arguments(parser):
+    """ASSIGNMENT STUDENT (--until DATE | --remove) --db URL."""
+    parser.add_argument("assignment")
+    parser.add_argument("student")
+    when = parser.add_mutually_exclusive_group(required=True)
     when.add_argument("--until", metavar="'YYYY-MM-DD HH:MM ZONE'", help="their own deadline, with its time zone")
     when.add_argument("--remove", action="store_true", help="take the extension back")
-    ex.add_argument("--db", default=None, help=db_help)
-    di = sub.add_parser("db-init", help="create the gradebook's tables (nbgrader's and the course's)")
-    di.add_argument("--db", default=None, help=db_help)
-    cc = sub.add_parser("cluster-certs", help="write TLS certificates for a Dask grading cluster into FOLDER")
-    cc.add_argument("folder", type=Path)
-    cc.add_argument("--days", type=int, default=365, help="how long they are valid (default 365)")
-    a = sub.add_parser("autograde", help="grade every submission of an assignment in parallel")
-    a.add_argument("assignment")
-    a.add_argument("--scheduler", default=None, metavar="tls://HOST:8786",
-                   help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)")
-    a.add_argument("--db", default=None, help=db_help)
-    a.add_argument("--force", action="store_true",
-                   help="grade again the submissions already graded in their current form")
-    a.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
-    a.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
-    a.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)")
-    a.add_argument("--unisolated", action="store_true",
-                   help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)")
-    a.add_argument("--trust", action="append", default=None, metavar="STUDENT",
-                   help="grade this student's code although the audit held it (after reading it; repeatable)")
-    sg = sub.add_parser("selfgrade", help="grade your own exercises/ASSIGNMENT notebook, hidden checks included")
-    sg.add_argument("assignment")
-    sg.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
-    pr = sub.add_parser("progress", help="your progress: lessons run, checks passing, self-grades, what next")
-    pr.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)")
-    pr.add_argument("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)")
-    si = sub.add_parser("similarity", help="rank pairs of students by how alike their answers are (copydetect)")
-    si.add_argument("assignment")
-    si.add_argument("--threshold", type=float, default=None,
-                    help="pairs at or above this similarity (0-1) are shown in the HTML report (default 0.5)")
-    an = sub.add_parser("analysis", help="item analysis of every test cell: difficulty, discrimination, flags")
-    an.add_argument("assignment")
-    an.add_argument("--db", default=None, help=db_help)
-    xp = sub.add_parser("export", help="grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV")
-    xp.add_argument("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]")
-    xp.add_argument("--roster", type=Path, required=True,
-                    help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, "
-                         "sis_user_id, sis_login_id, section")
-    xp.add_argument("--canvas", action="store_true", help="Canvas's gradebook import format")
-    xp.add_argument("--output", type=Path, default=None, help="where to write it (default grader/reports/)")
-    xp.add_argument("--db", default=None, help=db_help)
-    args = parser.parse_args(argv)
-    if args.command in ("release", "collect", "autograde", "feedback", "report", "nbgrader", "generate", "selfgrade",
-                        "db-init", "extend", "similarity", "analysis", "export"):
+    parser.add_argument("--db", default=None, help=DB_HELP)
+
+
+def _db_arguments(parser):
+    """--db URL."""
+    parser.add_argument("--db", default=None, help=DB_HELP)
+
+
+def _run_db_init(args) -> None:
+    """./course db-init."""
+    from twoprim import grading
+
+    url = grading.database_url(ROOT, args.db)
+    if grading.create_db(url):
+        print(f"created the database of {grading.display_url(url)}")
+    grading.init_db(url)
+    print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
+
+
+def _cluster_certs_arguments(parser):
+    """FOLDER --days N."""
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--days", type=int, default=365, help="how long they are valid (default 365)")
+
+
+def _run_cluster_certs(args) -> None:
+    """./course cluster-certs: the certificates, then how to start the cluster with them."""
+    from twoprim.grading import tls
+
+    paths = tls.cluster_certs(args.folder, days=args.days)
+    print(f"wrote {', '.join(str(p) for p in paths.values())} (valid {args.days} days)")
+    print(tls.start_commands({role: p.resolve() for role, p in paths.items()}))
+
+
+def _autograde_arguments(parser):
+    """ASSIGNMENT and how to grade it."""
+    parser.add_argument("assignment")
+    parser.add_argument("--scheduler", default=None, metavar="tls://HOST:8786",
+                        help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)")
+    parser.add_argument("--db", default=None, help=DB_HELP)
+    parser.add_argument("--force", action="store_true",
+                        help="grade again the submissions already graded in their current form")
+    parser.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
+    parser.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
+    parser.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)")
+    parser.add_argument("--unisolated", action="store_true",
+                        help="run students' code as yourself, without the sandbox (only where bubblewrap is "
+                             "impossible)")
+    parser.add_argument("--trust", action="append", default=None, metavar="STUDENT",
+                        help="grade this student's code although the audit held it (after reading it; repeatable)")
+
+
+def _run_autograde(args) -> int:
+    """./course autograde."""
+    from twoprim import grading
+
+    return run_autograde(args.assignment, workers=args.workers, students=args.student, unisolated=args.unisolated,
+                         trust=args.trust, cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
+                         scheduler=args.scheduler, db=args.db, force=args.force)
+
+
+def _selfgrade_arguments(parser):
+    """ASSIGNMENT --notebook PATH."""
+    parser.add_argument("assignment")
+    parser.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
+
+
+def _run_selfgrade(args) -> None:
+    """./course selfgrade: a learner's command, yet root in a classroom's course would leave root's files in grader/."""
+    from twoprim import grading
+    from twoprim.classroom.hub import refuse_root_in_classroom
+
+    refuse_root_in_classroom(args.argv)
+    print(grading.selfgrade(args.assignment, notebook=args.notebook).describe())
+
+
+def _progress_arguments(parser):
+    """--cell-timeout S --chart FILE."""
+    parser.add_argument("--cell-timeout", type=int, default=None,
+                        help="seconds per cell of your notebooks (default 60)")
+    parser.add_argument("--chart", type=Path, default=None, metavar="FILE",
+                        help="also write the progress chart (PNG)")
+
+
+def _run_progress(args) -> int:
+    """./course progress."""
+    from twoprim.learner import progress
+
+    return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT, chart_to=args.chart)
+
+
+def _similarity_arguments(parser):
+    """ASSIGNMENT --threshold T."""
+    parser.add_argument("assignment")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="pairs at or above this similarity (0-1) are shown in the HTML report (default 0.5)")
+
+
+def _export_arguments(parser):
+    """ASSIGNMENT[=CANVAS_ID] ... --roster R --canvas --output PATH --db URL."""
+    parser.add_argument("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]")
+    parser.add_argument("--roster", type=Path, required=True,
+                        help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, "
+                             "sis_user_id, sis_login_id, section")
+    parser.add_argument("--canvas", action="store_true", help="Canvas's gradebook import format")
+    parser.add_argument("--output", type=Path, default=None, help="where to write it (default grader/reports/)")
+    parser.add_argument("--db", default=None, help=DB_HELP)
+
+
+def _run_analytics(args) -> int:
+    """./course similarity, analysis and export (twoprim/analytics/)."""
+    from twoprim.analytics.commands import run as analytics
+
+    return analytics(args, ROOT)
+
+
+COMMANDS: dict[str, Command] = {
+    "generate": Command("regenerate exercises/ from solutions/", _run_generate, AUTHOR, _generate_arguments),
+    "clean": Command("strip outputs and stray metadata from notebooks", _run_clean, ANYONE, _clean_arguments),
+    "bench-lessons": Command("time every lesson against the 60 s budget", lambda args: bench_lessons(), ANYONE),
+    "nbgrader": Command("run nbgrader with the course configuration",
+                        lambda args: nbgrader(args.args, check=False).returncode, INSTRUCTOR, _rest_of_line),
+    "install-config": Command("(make setup) point this environment's nbgrader at the course", _run_install_config,
+                              ANYONE),
+    "hub": Command("the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)", _run_hub,
+                   INSTRUCTOR, raw=True),
+    "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER, _lab_arguments,
+                   raw=True),
+    "release": Command("release the student version to the exchange", _run_release, INSTRUCTOR, _release_arguments),
+    "collect": Command("collect submissions from the exchange into grader/submitted/",
+                       lambda args: print(collect(args.assignment)), INSTRUCTOR, _one_assignment),
+    "feedback": Command("generate feedback HTML and release it to the exchange", _run_feedback, INSTRUCTOR,
+                        _one_assignment),
+    "report": Command("rewrite grader/reports/ from the gradebook and print the summary", _run_report, INSTRUCTOR,
+                      _assignment_and_db),
+    "extend": Command("give one student more time for an assignment (its late penalty follows)",
+                      lambda args: print(extend(args.assignment, args.student, None if args.remove else args.until,
+                                                db=args.db)), INSTRUCTOR, _extend_arguments),
+    "db-init": Command("create the gradebook's tables (nbgrader's and the course's)", _run_db_init, INSTRUCTOR,
+                       _db_arguments),
+    "cluster-certs": Command("write TLS certificates for a Dask grading cluster into FOLDER", _run_cluster_certs,
+                             INSTRUCTOR, _cluster_certs_arguments),
+    "autograde": Command("grade every submission of an assignment in parallel", _run_autograde, INSTRUCTOR,
+                         _autograde_arguments),
+    "selfgrade": Command("grade your own exercises/ASSIGNMENT notebook, hidden checks included", _run_selfgrade,
+                         LEARNER, _selfgrade_arguments),
+    "progress": Command("your progress: lessons run, checks passing, self-grades, what next", _run_progress, LEARNER,
+                        _progress_arguments),
+    "similarity": Command("rank pairs of students by how alike their answers are (copydetect)", _run_analytics,
+                          INSTRUCTOR, _similarity_arguments),
+    "analysis": Command("item analysis of every test cell: difficulty, discrimination, flags", _run_analytics,
+                        INSTRUCTOR, _assignment_and_db),
+    "export": Command("grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV", _run_analytics,
+                      INSTRUCTOR, _export_arguments),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    """`./course`'s argument parser, one subcommand per entry of COMMANDS."""
+    top = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.add_arguments(sub.add_parser(name, help=command.help, add_help=name != "hub"))
+    return top
+
+
+def _check_assignment(args: argparse.Namespace) -> None:
+    """The command's ASSIGNMENT is one of the course's (selfgrade first says what a learner without it should do)."""
+    aid = getattr(args, "assignment", None)
+    if not aid or aid in assignments():
+        return
+    if args.command == "selfgrade":
+        from twoprim import grading
+
+        grading.require_hidden_checks(aid)  # none here, or unreadable (a hub student): submit instead
+    raise CourseError(f"no assignment {aid!r}; known: {', '.join(assignments())}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`./course COMMAND ...`: parse, refuse what the caller may not run, run the command; its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is not None and command.raw:
+        return command.run(argparse.Namespace(command=argv[0], args=argv[1:], argv=argv))
+    args = parser().parse_args(argv)
+    args.argv = argv
+    command = COMMANDS[args.command]
+    if command.refused_to_students:
         from twoprim.classroom.hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
 
         refuse_root_in_classroom(argv)
-        if args.command != "selfgrade":  # (selfgrade says itself what a student who cannot read it should do)
-            refuse_students(args.command)
-    # grading and progress import torch (through the checks): only the commands that need them pay for it
-    if args.command in ("autograde", "report", "selfgrade", "db-init", "extend"):
-        from twoprim import grading
-    if args.command == "progress":
-        from twoprim.learner import progress
-
-    if args.command == "selfgrade" and args.assignment not in assignments():
-        grading.require_hidden_checks(args.assignment)  # none here, or unreadable (a hub student): submit instead
-    if getattr(args, "assignment", None) and args.assignment not in assignments():
-        raise CourseError(f"no assignment {args.assignment!r}; known: {', '.join(assignments())}.")
-
-    if args.command == "generate":
-        for path in generate(args.assignments):
-            print(f"generated {path.relative_to(ROOT)}")
-    elif args.command == "clean":
-        paths = args.notebooks or [Path(p) for p in subprocess.run(
-            ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
-        for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
-            print(f"cleaned {path}")
-    elif args.command == "bench-lessons":
-        return bench_lessons()
-    elif args.command == "nbgrader":
-        return nbgrader(args.args, check=False).returncode
-    elif args.command == "install-config":
-        print(f"wrote {install_config()}")
-        print(f"wrote {install_lab_settings()}")
-    elif args.command == "release":
-        when = release(args.assignment, due=args.due)
-        due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
-        print(f"released {args.assignment} to the exchange{due}")
-    elif args.command == "collect":
-        print(collect(args.assignment))
-    elif args.command == "autograde":
-        return run_autograde(args.assignment, workers=args.workers, students=args.student,
-                             unisolated=args.unisolated, trust=args.trust,
-                             cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
-                             scheduler=args.scheduler, db=args.db, force=args.force)
-    elif args.command == "feedback":
-        result = feedback(args.assignment)
-        print(result.describe())
-        return 1 if result.held else 0
-    elif args.command == "report":
-        url = grading.database_url(ROOT, args.db)
-        summary = grading.write_reports(args.assignment, url=url)
-        print(grading.format_summary(summary))
-        if grading.format_problems(summary):
-            print(grading.format_problems(summary))
-    elif args.command in ("similarity", "analysis", "export"):
-        from twoprim.analytics.commands import run as analytics
-
-        return analytics(args, ROOT)
-    elif args.command == "extend":
-        print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db))
-    elif args.command == "db-init":
-        url = grading.database_url(ROOT, args.db)
-        if grading.create_db(url):
-            print(f"created the database of {grading.display_url(url)}")
-        grading.init_db(url)
-        print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
-    elif args.command == "cluster-certs":
-        from twoprim.grading import tls
-
-        paths = tls.cluster_certs(args.folder, days=args.days)
-        print(f"wrote {', '.join(str(p) for p in paths.values())} (valid {args.days} days)")
-        print(tls.start_commands({role: p.resolve() for role, p in paths.items()}))
-    elif args.command == "selfgrade":
-        result = grading.selfgrade(args.assignment, notebook=args.notebook)
-        print(result.describe())
-    elif args.command == "progress":
-        return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT, chart_to=args.chart)
-    return 0
+        refuse_students(args.command)
+    _check_assignment(args)
+    return command.run(args) or 0
 
 
 if __name__ == "__main__":
