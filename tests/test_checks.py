@@ -344,3 +344,26 @@ def test_relative_error_where_zero_was_expected_says_so():
     with pytest.raises(checks.Mismatch) as info:
         checks.judge_tensor(torch.ones(10), torch.zeros(10), atol=1e-5, rtol=1e-5)
     assert "e+30" not in info.value.detail and "10 wrong where the expected value is exactly 0" in info.value.detail
+
+
+def test_a_pass_reports_the_case_closest_to_failing_from_the_judges_numbers():
+    """The worst case is chosen from each judge's measured error against its tolerance (not from its words): a case
+    at half its tolerance beats one with a larger absolute error at a looser tolerance; a judge that measured
+    nothing adds nothing."""
+    cases = [checks.Case("loose", (torch.tensor([1.0], dtype=torch.float64),)), checks.Case("tight", (torch.tensor([2.0], dtype=torch.float64),)),
+             checks.Case("unmeasured", (torch.tensor([3.0], dtype=torch.float64),))]
+    tolerance = {1.0: 1e-1, 2.0: 1e-4}
+    error = {1.0: 1e-2, 2.0: 5e-5}
+
+    def judge(got, want, case):
+        x = float(case.args[0])
+        if x not in tolerance:
+            return "exact"
+        return checks.judge_tensor(got + error[x], want, atol=tolerance[x], rtol=0.0)
+
+    result = checks.run_check("ex00-worst", lambda x: x, cases, expected=lambda x: x, judge=judge, proves="x",
+                              quiet=True)
+    assert result.summary.startswith("worst case: max abs error 5.00e-05") and "tolerance abs 1.0e-04" in result.summary
+    only_words = checks.run_check("ex00-words", lambda x: x, cases[2:], expected=lambda x: x, judge=judge,
+                                  proves="x", quiet=True)
+    assert only_words.summary == ""

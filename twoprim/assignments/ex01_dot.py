@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, reduction_tolerance, run_check
+from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, ErrorSummary, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, reduction_tolerance, run_check
 
 __all__ = [
     "vector_cases", "neuron_cases", "search_cases", "tie_cases",
@@ -190,7 +190,7 @@ def _judge_float(got, want, case: Case) -> str:
         raise Mismatch(f"{describe(got)}, but dot_loop returns a Python float", next_step="return float(total)")
     tol = reduction_tolerance(x.dtype, _abs_sum(x, w))
     err = abs(got - float(want))
-    summary = f"max abs error {err:.2e}, max rel error {err / max(abs(float(want)), 1e-300):.2e}; tolerance abs {tol:.1e} + rel 0.0e+00"
+    summary = ErrorSummary(err, err / max(abs(float(want)), 1e-300), tol, 0.0)
     if not err <= tol:
         raise Mismatch(f"{got!r}\n  error:    {summary}",
                        next_step="check that the loop visits every index once, from 0 to len(x) - 1")

@@ -375,7 +375,7 @@ def _judge_qkv(got, want, case: Case) -> str:
             raise Mismatch(f"{name}: {bad.detail}", next_step=bad.next_step or
                            f"{name} is x @ W{name}.T: check which columns of the fused result you return as "
                            f"{name}") from None
-    return max(summaries, key=lambda s: float(s.split("max rel error ")[1].split(";")[0]))
+    return max(summaries, key=lambda s: s.rel_error)
 
 
 def _mlp64(x, W1, b1, W2, b2):

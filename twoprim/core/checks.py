@@ -259,20 +259,42 @@ def _where(flat: int, shape: tuple, axes: Sequence[Axis] | None) -> str:
     return text
 
 
-def _error_summary(diff, e, bad, numbers, atol: float, rtol: float) -> str:
+class ErrorSummary(str):
+    """A judge's account of a result's error: its text is what the messages show, its numbers say how close it came
+    to failing (`closeness`), so that a check reports its worst case without reading its own words back."""
+
+    abs_error: float
+    rel_error: float
+    atol: float
+    rtol: float
+
+    def __new__(cls, abs_error: float, rel_error: float, atol: float, rtol: float, note: str = ""):
+        text = (f"max abs error {abs_error:.2e}, max rel error {rel_error:.2e}; tolerance abs {atol:.1e} + rel "
+                f"{rtol:.1e}{note}")
+        summary = super().__new__(cls, text)
+        summary.abs_error, summary.rel_error, summary.atol, summary.rtol = abs_error, rel_error, atol, rtol
+        return summary
+
+    @property
+    def closeness(self) -> float:
+        """The largest absolute error as a fraction of the absolute tolerance (1 or more would have failed)."""
+        return self.abs_error / max(self.atol, 1e-300)
+
+
+def _error_summary(diff, e, bad, numbers, atol: float, rtol: float) -> ErrorSummary:
     """The largest absolute and relative errors against the tolerance. The relative error is taken where the
     expected value is not 0 (divided by 0 it means nothing); wrong values where 0 was expected are said apart."""
     max_abs = float(diff.max())
     nonzero = numbers & (e != 0)
     max_rel = float((diff[nonzero] / e[nonzero].abs()).max()) if nonzero.any() else 0.0
-    summary = f"max abs error {max_abs:.2e}, max rel error {max_rel:.2e}; tolerance abs {atol:.1e} + rel {rtol:.1e}"
+    note = ""
     at_zero = bad & (e == 0)
     if at_zero.any():
-        summary += (f"; {int(at_zero.sum())} wrong where the expected value is exactly 0 (got up to "
-                    f"{float(diff[at_zero].max()):.3g} there; no relative error is defined at 0)")
+        note = (f"; {int(at_zero.sum())} wrong where the expected value is exactly 0 (got up to "
+                f"{float(diff[at_zero].max()):.3g} there; no relative error is defined at 0)")
     elif not nonzero.any():
-        summary += " (every expected value is 0, so only the absolute error means something)"
-    return summary
+        note = " (every expected value is 0, so only the absolute error means something)"
+    return ErrorSummary(max_abs, max_rel, atol, rtol, note)
 
 
 def _num(v: float) -> str:
@@ -684,14 +706,9 @@ def _describe_expected(want: Any) -> str:
 
 
 def _worst(summaries: Sequence[str]) -> str:
-    """The summary closest to failing: the largest absolute error as a fraction of its tolerance."""
-    best, worst = "", -1.0
-    for s in summaries:
-        try:
-            err = float(s.split("max abs error ")[1].split(",")[0])
-            tol = float(s.split("tolerance abs ")[1].split(" ")[0])
-        except (IndexError, ValueError):
-            continue
-        if err / max(tol, 1e-300) > worst:
-            best, worst = s, err / max(tol, 1e-300)
-    return best.replace("max abs error", "worst case: max abs error") if best else ""
+    """The summary closest to failing (the largest absolute error as a fraction of its tolerance), said as the worst
+    case; "" when no judge measured an error."""
+    measured = [s for s in summaries if isinstance(s, ErrorSummary)]
+    if not measured:
+        return ""
+    return str(max(measured, key=lambda s: s.closeness)).replace("max abs error", "worst case: max abs error")
