@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import nbformat
+import pytest
 
 from twoprim.core import notebooks
 from twoprim.core.notebooks import ROOT, assignments, lessons, outline
@@ -21,7 +22,7 @@ def _graded_functions(aid: str) -> set[str]:
 
 
 def test_the_outline_lists_every_lesson_on_disk_in_order():
-    assert [row.lesson for row in outline()] == [p.stem for p in lessons()], (
+    assert list(dict.fromkeys(row.lesson for row in outline())) == [p.stem for p in lessons()], (
         "README.md's lesson table must list every lessons/NN_*.ipynb, in order; after editing it, rewrite lesson "
         "00's outline with: .venv/bin/python -c 'from twoprim.core.notebooks import write_outline; write_outline()'")
     assert {row.lesson[:2] for row in outline()} >= {"00", "08", "09"}  # lessons 00-09, 09_triton_gemm among them
@@ -29,10 +30,25 @@ def test_the_outline_lists_every_lesson_on_disk_in_order():
 
 def test_the_outline_names_every_assignment_and_only_graded_functions():
     rows = {row.assignment: row for row in outline() if row.assignment}
-    assert sorted(rows) == assignments(), "each assignment in solutions/ appears once in README.md's lesson table"
+    assert sorted(row.assignment for row in outline() if row.assignment) == assignments(), (
+        "each assignment in solutions/ appears once in README.md's lesson table")
     for aid, row in rows.items():
         named = set(re.findall(r"`(\w+)`", row.functions))
         assert named and named <= _graded_functions(aid), (aid, named - _graded_functions(aid))
+
+
+def test_a_row_without_a_lesson_is_another_assignment_of_the_lesson_above(tmp_path):
+    (tmp_path / "README.md").write_text("| lesson | assignment |\n| --- | --- |\n| `01_dot_product` — dots | `ex01_dot`: "
+                                        "`dot` |\n| | `ex11_axpy`: `axpy` |\n| `02_gemm` — GEMM | |\n")
+    rows = outline(tmp_path)
+    assert [(r.lesson, r.topic, r.assignment, r.functions) for r in rows] == [
+        ("01_dot_product", "dots", "ex01_dot", "`dot`"), ("01_dot_product", "dots", "ex11_axpy", "`axpy`"),
+        ("02_gemm", "GEMM", None, "")]
+    assert "| `01_dot_product` | dots | `ex01_dot`: `dot` |\n| | | `ex11_axpy`: `axpy` |\n" in notebooks.outline_cell(
+        tmp_path)
+    (tmp_path / "README.md").write_text("| lesson | assignment |\n| --- | --- |\n| | `ex11_axpy`: `axpy` |\n")
+    with pytest.raises(ValueError, match="an empty lesson: another assignment of the lesson above"):
+        outline(tmp_path)
 
 
 def test_lesson_00s_outline_cell_is_the_readme_outline():

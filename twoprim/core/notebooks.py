@@ -52,6 +52,7 @@ OUTLINE_LESSON = Path("lessons") / "00_start_here.ipynb"
 
 def outline(root: Path = ROOT) -> list[OutlineRow]:
     """The course outline: every row of the `| lesson | assignment |` table in README.md ("How the course works").
+    A row whose lesson cell is empty holds another assignment of the lesson above it (one row per assignment).
     Empty when this copy of the course has no README.md."""
     readme = Path(root) / "README.md"
     if not readme.is_file():
@@ -69,23 +70,28 @@ def outline(root: Path = ROOT) -> list[OutlineRow]:
         if set("".join(cells)) <= set("- "):
             continue  # the | --- | --- | line
         lesson = _LESSON_CELL.match(cells[0])
-        if not lesson or len(cells) != 2:
+        if len(cells) != 2 or not (lesson or (not cells[0] and cells[1] and rows)):
             raise ValueError(f"README.md's lesson table has a row that is not | `NN_name` — topic | `exNN_id`: "
-                             f"functions | (or an empty assignment): {line!r}")
+                             f"functions | (or an empty assignment; or an empty lesson: another assignment of the "
+                             f"lesson above): {line!r}")
         work = _ASSIGNMENT_CELL.match(cells[1]) if cells[1] else None
         if cells[1] and not work:
             raise ValueError(f"README.md's lesson table: the assignment cell {cells[1]!r} is not `exNN_id`: functions")
-        rows.append(OutlineRow(lesson[1], lesson[2], work[1] if work else None, (work[2] or "") if work else ""))
+        name, topic = (lesson[1], lesson[2]) if lesson else (rows[-1].lesson, rows[-1].topic)
+        rows.append(OutlineRow(name, topic, work[1] if work else None, (work[2] or "") if work else ""))
     return rows
 
 
 def outline_cell(root: Path = ROOT) -> str:
     """Lesson 00's outline cell (markdown), written from README.md's lesson table."""
     lines = [OUTLINE_HEADING, "", "| lesson | what it covers | its assignment |", "| --- | --- | --- |"]
+    previous = None
     for row in outline(root):
         work = f"`{row.assignment}`: {row.functions}" if row.functions else (f"`{row.assignment}`" if row.assignment
                                                                              else "")
-        lines.append(f"| `{row.lesson}` | {row.topic} | {work} |")
+        lesson = "| | |" if row.lesson == previous else f"| `{row.lesson}` | {row.topic} |"  # its second assignment
+        lines.append(f"{lesson} {work} |")
+        previous = row.lesson
     lines += ["", "This is the outline in the course's `README.md`. The course is released lesson by lesson: the cell "
                   "below lists what your copy holds, and a lesson or assignment marked *coming* has not been released "
                   "yet."]
