@@ -103,10 +103,11 @@ def test_button_reveals_one_hint_per_click_and_showing_it_writes_nothing(tmp_pat
 
 def test_each_graded_function_has_an_ungraded_locked_hint_cell():
     for aid in assignments():
-        cells = [c for c in _solution(aid).cells if "from twoprim.learner.hints import hints" in c.source]
+        cells = [c for c in _solution(aid).cells if _gid(c).endswith("-hints")]
         for cell in cells:
             meta = cell.metadata["nbgrader"]
             assert (meta["grade"], meta["solution"], meta["locked"], "points" in meta) == (False, False, True, False)
+            assert "from twoprim.hints import hints" in cell.source, f"{_gid(cell)}: notebooks use the short name"
         named = {f"{aid}-{fn}" for c in cells for fn in re.findall(r'"(\w+)"', c.source)}
         assert named == {g for g in graded_functions() if g.startswith(f"{aid}-")}, aid
 
