@@ -51,10 +51,13 @@ import io
 import json
 import os
 import sqlite3
+import logging
 import tarfile
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
+
+from tornado import web
 
 from twoprim.exchange.intake import MAX_BYTES, STAMP, check_name
 
@@ -299,202 +302,232 @@ def gradebook_deadlines(url: str):
     return read
 
 
+# --- the HTTP API: one handler per route; each decides who may do what -----------------------------------------
+
+
+class _Base(web.RequestHandler):
+    """What every handler of the exchange shares: who is asking (the hub says), refusals as JSON, replies."""
+
+    @property
+    def ex(self) -> dict:
+        """The exchange's settings (`make_app`'s arguments): store, hub_auth, course, instructors, limits."""
+        return self.settings["exchange"]
+
+    @property
+    def store(self) -> "Store":
+        """The exchange's store."""
+        return self.ex["store"]
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None))[1]
+        message = exc.message if isinstance(exc, ExchangeRefusal) else (
+            exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+    def _refuse(self, status: int, message: str):
+        raise ExchangeRefusal(status, message)
+
+    async def who(self) -> str:
+        """The hub user the request's token belongs to (JupyterHub says, never the request)."""
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() not in ("token", "bearer") or not token.strip():
+            self._refuse(401, "no token: the exchange service answers JupyterHub users only (nbgrader on the "
+                              "hub sends your server's JUPYTERHUB_API_TOKEN)")
+        model = await self.ex["hub_auth"].user_for_token(token.strip(), sync=False)
+        if not model:
+            self._refuse(401, "the hub does not know this token (expired or revoked): log in to the hub again")
+        if model.get("kind", "user") != "user":
+            self._refuse(403, f"{model.get('kind')} {model.get('name')} is not a user of the class")
+        from jupyterhub.services.auth import check_scopes
+
+        if not check_scopes({SCOPE}, set(model.get("scopes") or ())):
+            self._refuse(403, f"{model['name']}'s token does not grant {SCOPE}: the hub must give it to users "
+                              f"(./course hub does: load_roles and Spawner.server_token_scopes)")
+        return model["name"]
+
+    async def instructor(self, doing: str) -> str:
+        name = await self.who()
+        if name not in self.ex["instructors"]:
+            self._refuse(403, f"{name} may not {doing}: only the instructor may")
+        return name
+
+    def course(self, course: str) -> str:
+        if course != self.ex["course"]:
+            self._refuse(404, f"this exchange serves the course {self.ex['course']!r}, not {course!r}")
+        return course
+
+    def send_json(self, value) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(value))
+
+    def send_tar(self, files: dict[str, bytes]) -> None:
+        self.set_header("Content-Type", "application/x-tar")
+        self.finish(pack(files))
+
+    def _handle_request_exception(self, e):
+        if isinstance(e, ExchangeRefusal):
+            self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)
+
+@web.stream_request_body
+class _Upload(_Base):
+    """A tar body, refused as soon as it is larger than a whole submission may be."""
+
+    def prepare(self):
+        self._body, self._over = io.BytesIO(), False
+        length = self.request.headers.get("Content-Length")
+        limit = self.ex["max_submission"]
+        if length and length.isdigit() and int(length) > limit:
+            self._refuse(413, f"this upload is {megabytes(int(length))}, over the limit of {megabytes(limit)} "
+                              f"for everything handed in at once")
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._over or self._body.tell() + len(chunk) > self.ex["max_submission"]:
+            self._over = True  # refused once the body is in (an error raised here would only drop the line)
+            return
+        self._body.write(chunk)
+
+    def files(self, *, limit: int | None, what: str) -> dict[str, bytes]:
+        if self._over:
+            self._refuse(413, f"this upload is over the limit of {megabytes(self.ex['max_submission'])} for "
+                              f"everything handed in at once")
+        return unpack(self._body.getvalue(), max_file=limit, what=what)
+
+class _Health(_Base):
+    """GET api/health: no token needed."""
+
+    def get(self):
+        self.send_json({"service": NAME, "course": self.ex["course"]})
+
+class _Limits(_Base):
+    """GET api/limits: the size limits."""
+
+    async def get(self):
+        await self.who()
+        self.send_json({"max_file_bytes": self.ex["max_file"], "max_submission_bytes": self.ex["max_submission"]})
+
+class _Assignments(_Base):
+    """GET api/assignments/<course>: released assignments, each with the caller's deadline."""
+
+    async def get(self, course):
+        name = await self.who()
+        listing = self.store.released(self.course(course))
+        due: dict[str, str] = {}
+        if self.ex["deadlines"] is not None:
+            try:
+                due = self.ex["deadlines"](name)
+            except Exception:  # noqa: BLE001 - the gradebook unreadable: the listing still answers
+                logging.getLogger(NAME).exception("could not read the due dates from the gradebook")
+        for entry in listing:
+            entry["due"] = due.get(entry["assignment_id"])  # this student's deadline, or None
+        self.send_json(listing)
+
+class _Assignment(_Upload):
+    """GET (fetch) and POST (the instructor's release) api/assignments/<course>/<aid>."""
+
+    async def get(self, course, aid):
+        await self.who()
+        self.send_tar(self.store.release_files(self.course(course), aid))
+
+    async def post(self, course, aid):
+        name = await self.instructor(f"release {aid}")
+        files = self.files(limit=None, what=f"the release of {aid}")
+        force = self.get_argument("force", "0") in ("1", "true", "yes")
+        version = self.store.release(self.course(course), aid, files, by=name, force=force)
+        self.send_json({"assignment_id": aid, "version": version, "files": sorted(files)})
+
+class _Submissions(_Base):
+    """GET api/submissions/<course>: the caller's submissions; another's or all: instructor only."""
+
+    async def get(self, course):
+        name = await self.who()
+        everyone = self.get_argument("all", "0") in ("1", "true", "yes")
+        student = self.get_argument("student", None) or None
+        if (everyone or (student and student != name)) and name not in self.ex["instructors"]:
+            whose = "the class's submissions" if everyone else f"{student}'s submissions"
+            self._refuse(403, f"{name} may not list {whose}: a student sees only their own")
+        aid = self.get_argument("assignment", None) or None
+        self.send_json(self.store.submissions(self.course(course), aid=aid,
+                                         student=None if everyone else (student or name)))
+
+class _Submit(_Upload):
+    """POST api/submissions/<course>/<aid>: a submission, stored as the hub user who sends it."""
+
+    async def post(self, course, aid):
+        name = await self.who()
+        claimed = self.get_argument("as", None)
+        if claimed and claimed != name:
+            self._refuse(403, f"you are {name} (the hub says so): you cannot submit as {claimed}; a submission "
+                              f"is always stored as the hub user who sends it")
+        self.course(course)
+        self.store.release_files(course, aid)  # 404 unless released
+        files = self.files(limit=self.ex["max_file"], what=f"the submission of {aid}")
+        if not any(rel.endswith(".ipynb") for rel in files):
+            self._refuse(400, f"the submission of {aid} has no notebook: submit from the folder you fetched")
+        self.send_json(self.store.submit(course, aid, name, files))
+
+class _Submission(_Base):
+    """GET api/submission/<id>: its files, to its student or the instructor."""
+
+    async def get(self, sid):
+        name = await self.who()
+        record = self._mine(name, int(sid), "submission")
+        self.send_tar(record["data"])
+
+    def _mine(self, name: str, sid: int, what: str) -> dict:
+        record = self.store.submission(sid)  # 404 when there is none
+        if record["student"] != name and name not in self.ex["instructors"]:
+            self._refuse(403, f"{name} may not read the {what} of submission {sid}: it is another student's; "
+                              f"only its student and the instructor may")
+        return record
+
+class _Feedback(_Submission):
+    """GET api/feedback/<id>: its feedback HTML, to its student or the instructor."""
+
+    async def get(self, sid):
+        name = await self.who()
+        self._mine(name, int(sid), "feedback")
+        self.send_tar(self.store.feedback(int(sid)))
+
+class _ReleaseFeedback(_Upload):
+    """POST api/feedback/<course>/<aid>/<student>: the instructor's feedback for a submission."""
+
+    async def post(self, course, aid, student):
+        await self.instructor(f"release feedback for {aid}")
+        files = self.files(limit=None, what=f"the feedback of {student} for {aid}")
+        secret = files.pop(SECRET, b"").decode("utf-8", "replace")
+        html = {rel[:-5]: data for rel, data in files.items() if rel.endswith(".html") and "/" not in rel}
+        if not secret or not html:
+            self._refuse(400, f"the feedback of {student} for {aid} needs its {SECRET} and <notebook>.html files")
+        sid = self.store.set_feedback(self.course(course), aid, student, secret, html)
+        self.send_json({"id": sid, "notebooks": sorted(html)})
+
+
 def make_app(store: Store, hub_auth, *, course: str, instructors: set[str], prefix: str = f"/services/{NAME}/",
              max_file: int = DEFAULT_MAX_FILE, max_submission: int = DEFAULT_MAX_SUBMISSION, deadlines=None):
     """The tornado application. `hub_auth`: JupyterHub's HubAuth (or, in tests, anything with an async
     `user_for_token(token, sync=False)` that returns the hub's model of the token's owner, or None). `deadlines`:
     student -> {assignment: their deadline} (`gradebook_deadlines`), shown beside each released assignment."""
-    import logging
-
-    from tornado import web
-
     settings = dict(store=store, hub_auth=hub_auth, course=course, instructors=frozenset(instructors),
                     max_file=max_file, max_submission=max_submission, deadlines=deadlines)
-
-    class Base(web.RequestHandler):
-        def write_error(self, status_code, **kwargs):
-            exc = kwargs.get("exc_info", (None, None))[1]
-            message = exc.message if isinstance(exc, ExchangeRefusal) else (
-                exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason)
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps({"error": message}))
-
-        def _refuse(self, status: int, message: str):
-            raise ExchangeRefusal(status, message)
-
-        async def who(self) -> str:
-            """The hub user the request's token belongs to (JupyterHub says, never the request)."""
-            header = self.request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() not in ("token", "bearer") or not token.strip():
-                self._refuse(401, "no token: the exchange service answers JupyterHub users only (nbgrader on the "
-                                  "hub sends your server's JUPYTERHUB_API_TOKEN)")
-            model = await settings["hub_auth"].user_for_token(token.strip(), sync=False)
-            if not model:
-                self._refuse(401, "the hub does not know this token (expired or revoked): log in to the hub again")
-            if model.get("kind", "user") != "user":
-                self._refuse(403, f"{model.get('kind')} {model.get('name')} is not a user of the class")
-            from jupyterhub.services.auth import check_scopes
-
-            if not check_scopes({SCOPE}, set(model.get("scopes") or ())):
-                self._refuse(403, f"{model['name']}'s token does not grant {SCOPE}: the hub must give it to users "
-                                  f"(./course hub does: load_roles and Spawner.server_token_scopes)")
-            return model["name"]
-
-        async def instructor(self, doing: str) -> str:
-            name = await self.who()
-            if name not in settings["instructors"]:
-                self._refuse(403, f"{name} may not {doing}: only the instructor may")
-            return name
-
-        def course(self, course: str) -> str:
-            if course != settings["course"]:
-                self._refuse(404, f"this exchange serves the course {settings['course']!r}, not {course!r}")
-            return course
-
-        def send_json(self, value) -> None:
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(value))
-
-        def send_tar(self, files: dict[str, bytes]) -> None:
-            self.set_header("Content-Type", "application/x-tar")
-            self.finish(pack(files))
-
-        def _handle_request_exception(self, e):
-            if isinstance(e, ExchangeRefusal):
-                self.send_error(e.status, exc_info=(type(e), e, e.__traceback__))
-                return
-            super()._handle_request_exception(e)
-
-    @web.stream_request_body
-    class Upload(Base):
-        """A tar body, refused as soon as it is larger than a whole submission may be."""
-
-        def prepare(self):
-            self._body, self._over = io.BytesIO(), False
-            length = self.request.headers.get("Content-Length")
-            limit = settings["max_submission"]
-            if length and length.isdigit() and int(length) > limit:
-                self._refuse(413, f"this upload is {megabytes(int(length))}, over the limit of {megabytes(limit)} "
-                                  f"for everything handed in at once")
-
-        def data_received(self, chunk: bytes) -> None:
-            if self._over or self._body.tell() + len(chunk) > settings["max_submission"]:
-                self._over = True  # refused once the body is in (an error raised here would only drop the line)
-                return
-            self._body.write(chunk)
-
-        def files(self, *, limit: int | None, what: str) -> dict[str, bytes]:
-            if self._over:
-                self._refuse(413, f"this upload is over the limit of {megabytes(settings['max_submission'])} for "
-                                  f"everything handed in at once")
-            return unpack(self._body.getvalue(), max_file=limit, what=what)
-
-    class Health(Base):
-        def get(self):
-            self.send_json({"service": NAME, "course": settings["course"]})
-
-    class Limits(Base):
-        async def get(self):
-            await self.who()
-            self.send_json({"max_file_bytes": settings["max_file"], "max_submission_bytes": settings["max_submission"]})
-
-    class Assignments(Base):
-        async def get(self, course):
-            name = await self.who()
-            listing = store.released(self.course(course))
-            due: dict[str, str] = {}
-            if settings["deadlines"] is not None:
-                try:
-                    due = settings["deadlines"](name)
-                except Exception:  # noqa: BLE001 - the gradebook unreadable: the listing still answers
-                    logging.getLogger(NAME).exception("could not read the due dates from the gradebook")
-            for entry in listing:
-                entry["due"] = due.get(entry["assignment_id"])  # this student's deadline, or None
-            self.send_json(listing)
-
-    class Assignment(Upload):
-        async def get(self, course, aid):
-            await self.who()
-            self.send_tar(store.release_files(self.course(course), aid))
-
-        async def post(self, course, aid):
-            name = await self.instructor(f"release {aid}")
-            files = self.files(limit=None, what=f"the release of {aid}")
-            force = self.get_argument("force", "0") in ("1", "true", "yes")
-            version = store.release(self.course(course), aid, files, by=name, force=force)
-            self.send_json({"assignment_id": aid, "version": version, "files": sorted(files)})
-
-    class Submissions(Base):
-        async def get(self, course):
-            name = await self.who()
-            everyone = self.get_argument("all", "0") in ("1", "true", "yes")
-            student = self.get_argument("student", None) or None
-            if (everyone or (student and student != name)) and name not in settings["instructors"]:
-                whose = "the class's submissions" if everyone else f"{student}'s submissions"
-                self._refuse(403, f"{name} may not list {whose}: a student sees only their own")
-            aid = self.get_argument("assignment", None) or None
-            self.send_json(store.submissions(self.course(course), aid=aid,
-                                             student=None if everyone else (student or name)))
-
-    class Submit(Upload):
-        async def post(self, course, aid):
-            name = await self.who()
-            claimed = self.get_argument("as", None)
-            if claimed and claimed != name:
-                self._refuse(403, f"you are {name} (the hub says so): you cannot submit as {claimed}; a submission "
-                                  f"is always stored as the hub user who sends it")
-            self.course(course)
-            store.release_files(course, aid)  # 404 unless released
-            files = self.files(limit=settings["max_file"], what=f"the submission of {aid}")
-            if not any(rel.endswith(".ipynb") for rel in files):
-                self._refuse(400, f"the submission of {aid} has no notebook: submit from the folder you fetched")
-            self.send_json(store.submit(course, aid, name, files))
-
-    class Submission(Base):
-        async def get(self, sid):
-            name = await self.who()
-            record = self._mine(name, int(sid), "submission")
-            self.send_tar(record["data"])
-
-        def _mine(self, name: str, sid: int, what: str) -> dict:
-            record = store.submission(sid)  # 404 when there is none
-            if record["student"] != name and name not in settings["instructors"]:
-                self._refuse(403, f"{name} may not read the {what} of submission {sid}: it is another student's; "
-                                  f"only its student and the instructor may")
-            return record
-
-    class Feedback(Submission):
-        async def get(self, sid):
-            name = await self.who()
-            self._mine(name, int(sid), "feedback")
-            self.send_tar(store.feedback(int(sid)))
-
-    class ReleaseFeedback(Upload):
-        async def post(self, course, aid, student):
-            await self.instructor(f"release feedback for {aid}")
-            files = self.files(limit=None, what=f"the feedback of {student} for {aid}")
-            secret = files.pop(SECRET, b"").decode("utf-8", "replace")
-            html = {rel[:-5]: data for rel, data in files.items() if rel.endswith(".html") and "/" not in rel}
-            if not secret or not html:
-                self._refuse(400, f"the feedback of {student} for {aid} needs its {SECRET} and <notebook>.html files")
-            sid = store.set_feedback(self.course(course), aid, student, secret, html)
-            self.send_json({"id": sid, "notebooks": sorted(html)})
 
     segment = r"([^/+*]+)"
     p = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes = [
-        (rf"{p}api/health", Health),
-        (rf"{p}api/limits", Limits),
-        (rf"{p}api/assignments/{segment}", Assignments),
-        (rf"{p}api/assignments/{segment}/{segment}", Assignment),
-        (rf"{p}api/submissions/{segment}", Submissions),
-        (rf"{p}api/submissions/{segment}/{segment}", Submit),
-        (rf"{p}api/submission/(\d+)", Submission),
-        (rf"{p}api/feedback/(\d+)", Feedback),
-        (rf"{p}api/feedback/{segment}/{segment}/{segment}", ReleaseFeedback),
+        (rf"{p}api/health", _Health),
+        (rf"{p}api/limits", _Limits),
+        (rf"{p}api/assignments/{segment}", _Assignments),
+        (rf"{p}api/assignments/{segment}/{segment}", _Assignment),
+        (rf"{p}api/submissions/{segment}", _Submissions),
+        (rf"{p}api/submissions/{segment}/{segment}", _Submit),
+        (rf"{p}api/submission/(\d+)", _Submission),
+        (rf"{p}api/feedback/(\d+)", _Feedback),
+        (rf"{p}api/feedback/{segment}/{segment}/{segment}", _ReleaseFeedback),
     ]
-    return web.Application(routes, max_body_size=max_submission + 1024 * 1024)
+    return web.Application(routes, max_body_size=max_submission + 1024 * 1024, exchange=settings)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -517,8 +550,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve the exchange (JupyterHub starts it: `python -m twoprim.exchange.service --store ... --course ...`)."""
     import asyncio
-    import logging
 
     from jupyterhub.services.auth import HubAuth
 
