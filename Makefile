@@ -35,7 +35,10 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
 	  echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), the course needs 3.11." \
 	       "Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@# as root, from a Python every account can run (students' servers run .venv): twoprim/classroom/setup_python.py
+	@test -x $(VENV)/bin/python || { \
+	  py="$$($(PYTHON) twoprim/classroom/setup_python.py $(PYTHON) $(if $(filter file default,$(origin PYTHON)),,--explicit))" \
+	  && $$py -m venv $(VENV); }
 	@$(CURDIR)/course --check-venv   # a .venv copied or moved here from another folder: pointed here first
 	$(VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
 	$(VENV)/bin/python -m pip install --quiet -e ".[test]"

@@ -16,6 +16,7 @@ Everything is checked before anything is created or changed (`hub_checks.py`): t
 that other accounts can run the course environment. On loopback by default; `--public HOST` serves the class to other
 machines over TLS only (`--ssl-cert`/`--ssl-key` for HOST and *.HOST, checked first). Ctrl-C (or SIGTERM) stops the hub, its proxy and every server it
 started, and says so. The files of one run live in a temporary folder (`hub_config.py`), removed at the end.
+At the end of a course, `--remove-class` deletes the accounts the hub made, and no other (`class_accounts.py`).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from twoprim.classroom.class_accounts import record_created, record_path, remove_class
 from twoprim.classroom.hub_checks import MARKER, SYSTEM_PATH, _account, _tool, as_user, course_made, make_plan
 from twoprim.config import COURSE_ID
 from twoprim.classroom.hub_config import Plan, write_run_folder
@@ -74,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-mb", type=float, default=100.0,
                    help="with the service: the largest notebook (or other file) a student may submit, in MB "
                         "(default 100)")
+    p.add_argument("--remove-class", action="store_true",
+                   help="at the end of a course: delete the accounts ./course hub created (recorded in "
+                        "grader/hub-accounts.json) and their homes, and no other; says what it will delete and asks")
+    p.add_argument("--yes", action="store_true", help="with --remove-class: delete without asking")
     return p
 
 
@@ -89,15 +95,19 @@ KEPT = "(kept from an earlier run)"
 OWN = "(their own Unix password)"
 
 
-def ensure_account(name: str, role: str, new_password: bool = False) -> tuple[pwd.struct_passwd, str]:
-    """The account, made when missing, and what the table says of its password: a new one when the account is
-    made here or `new_password`; else it keeps the one it has (an earlier run's, or one its owner set with
-    `passwd`), and a person's own account is never changed."""
+def ensure_account(name: str, role: str, new_password: bool = False,
+                   course: Path | None = None) -> tuple[pwd.struct_passwd, str]:
+    """The account, made when missing (and then recorded in `course`'s grader/hub-accounts.json, for
+    --remove-class), and what the table says of its password: a new one when the account is made here or
+    `new_password`; else it keeps the one it has (an earlier run's, or one its owner set with `passwd`), and a
+    person's own account is never changed."""
     account = _account(name)
     if account is None:
         subprocess.run([_tool("useradd"), "--create-home", "--user-group", "--shell", "/bin/bash",
                         "--comment", MARKER[role], name], check=True, capture_output=True)
         account = pwd.getpwnam(name)
+        if course is not None:
+            record_created(course, account, role)
         new_password = True
     elif not course_made(account):
         return account, OWN  # the instructor's own account: their own password, never changed
@@ -143,13 +153,15 @@ def furnish_home(plan: Plan, account: pwd.struct_passwd) -> None:
 def give_course(course: Path, owner: pwd.struct_passwd) -> None:
     """The instructor owns the course; students may read lessons/, exercises/, twoprim/, data/ and the files at the
     top, and nothing else (solutions/, grader/, .git, tests/ ... become 0700). .venv and node_modules are left
-    as they are (shared, perhaps hard-linked: changing them would change every link)."""
+    as they are (shared, perhaps hard-linked: changing them would change every link), and so is root's record of
+    the accounts the classroom made (grader/hub-accounts.json)."""
+    record = str(record_path(course))
     for dirpath, dirnames, filenames in os.walk(course):
         if Path(dirpath) == course:
             dirnames[:] = [d for d in dirnames if d not in UNTOUCHED]
         for name in [*dirnames, *filenames, None]:
             path = os.path.join(dirpath, name) if name else dirpath
-            if os.lstat(path).st_uid != owner.pw_uid:
+            if path != record and os.lstat(path).st_uid != owner.pw_uid:
                 os.lchown(path, owner.pw_uid, owner.pw_gid)
     course.chmod(0o755)
     for entry in course.iterdir():
@@ -242,10 +254,11 @@ def prepare(plan: Plan) -> dict[str, str]:
     KEPT or OWN)."""
     passwords = {}
     renew = set(plan.students) | {plan.instructor} if "all" in plan.new_passwords else set(plan.new_passwords)
-    instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor", plan.instructor in renew)
+    instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor", plan.instructor in renew,
+                                                            plan.course)
     accounts = []
     for name in plan.students:
-        account, passwords[name] = ensure_account(name, "student", name in renew)
+        account, passwords[name] = ensure_account(name, "student", name in renew, plan.course)
         accounts.append(account)
     give_course(plan.course, instructor)
     if plan.service:  # nothing is shared with students: the service holds the class's work, its URL is all they get
@@ -355,7 +368,11 @@ class _Tracker:
 
 
 def run(argv: list[str]) -> int:
+    """`./course hub ARGS`: the classroom in the foreground until Ctrl-C (or, with --remove-class, its accounts
+    removed)."""
     args = _parser().parse_args(argv)
+    if args.remove_class:
+        return remove_class(ROOT, yes=args.yes)
     plan = make_plan(args)
     passwords = prepare(plan)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}

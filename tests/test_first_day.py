@@ -1,0 +1,144 @@
+"""A hub's first day and last: `make setup` as root builds the environment from a Python every account can run (so
+`make hub` works the first time), and `./course hub --remove-class` removes the accounts the hub made, and only
+those. (The browser's side of a student's first day, with a running hub, is in tests/test_hub.py.)"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twoprim.classroom import class_accounts, setup_python
+from twoprim.classroom.hub_checks import MARKER
+from twoprim.core.notebooks import ROOT
+from twoprim.grading.nbgrader_cli import CourseError
+
+from .accounts import SYSTEM_PATH, delete_account, shared_tmp
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="makes Unix accounts and runs programs as nobody: root "
+                                                         "only (CI runs as root)")
+
+
+# --- make setup: a Python every account can run -------------------------------------------------------------------
+
+
+@pytest.fixture
+def pythons():
+    """A private Python (in a 0700 folder, as pyenv's under /root) and the system's: their paths."""
+    base = shared_tmp("twoprim-setup-python-")
+    private = base / "home" / ".pyenv" / "bin"
+    private.mkdir(parents=True)
+    private.parent.parent.chmod(0o700)
+    (private / "python3.11").symlink_to("/usr/bin/python3.11")
+    yield str(private / "python3.11"), "/usr/bin/python3.11"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_setup_as_root_builds_from_a_python_every_account_can_run(pythons):
+    """The decision, with who can run what given: root's private Python is swapped for the shared one (said, with
+    how to insist); named on the command line it is kept with a warning; with no shared one, a refusal that says
+    what to do; anyone but root, or a Python others can run, goes through as it is, silently."""
+    private, shared = pythons
+    others_can = {shared}.__contains__
+    folder = str(Path(private).parent.parent.parent)
+    choice = setup_python.choose(private, explicit=False, euid=0, runnable=others_can, system=shared)
+    assert choice.python == shared and choice.message.startswith("note: building .venv from /usr/bin/python3.11")
+    assert f"({folder} is mode 700)" in choice.message and f"make setup PYTHON={private}" in choice.message
+    choice = setup_python.choose(private, explicit=True, euid=0, runnable=others_can, system=shared)
+    assert choice.python == private and choice.message.startswith("warning: ") and "make hub will refuse" in \
+        choice.message and f"rm -rf .venv && make setup PYTHON={shared}" in choice.message
+    choice = setup_python.choose(private, explicit=False, euid=0, runnable=others_can, system="")
+    assert choice.python is None and choice.message.startswith("error: ") and "apt-get install python3.11-venv" \
+        in choice.message and f"make setup PYTHON={private}" in choice.message
+    assert setup_python.choose(private, explicit=False, euid=0, runnable=others_can, system=private).python is None
+    assert setup_python.choose(private, explicit=False, euid=1000, runnable=others_can, system=shared) == \
+        setup_python.Choice(private)
+    assert setup_python.choose(shared, explicit=False, euid=0, runnable=others_can, system=shared) == \
+        setup_python.Choice(shared)
+
+
+@ROOT_ONLY
+def test_the_probe_runs_each_python_as_another_account(pythons):
+    """What `make setup` runs: the Python found, in a private folder, prints the system's python3.11 (which nobody
+    can run), with the note; the system's one is kept as it is."""
+    private, shared = pythons
+    if not setup_python.runnable_by_others(shared):
+        pytest.fail(f"{shared} is missing or cannot run as nobody: CI's Debian image has it (python3.11-venv)")
+    assert not setup_python.runnable_by_others(private)
+    script = str(ROOT / "twoprim" / "classroom" / "setup_python.py")
+    run = lambda python: subprocess.run([sys.executable, script, python], capture_output=True, text=True,  # noqa
+                                        timeout=60, env={"PATH": SYSTEM_PATH})
+    proc = run(private)
+    assert proc.returncode == 0 and proc.stdout == f"{shared}\n" and proc.stderr.startswith("note: "), proc
+    proc = run(shared)
+    assert proc.returncode == 0 and proc.stdout == f"{shared}\n" and proc.stderr == "", proc
+
+
+def test_make_setup_asks_the_decision_and_insists_only_on_a_named_python(tmp_path):
+    """The Makefile's setup recipe builds from the Python the decision prints, and passes --explicit only when
+    PYTHON was named (command line or environment)."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS")}
+
+    def recipe(*args, **extra):
+        proc = subprocess.run(["make", "-n", "--always-make", "setup", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=30, env={**env, **extra})
+        return next(line for line in proc.stdout.splitlines() if "setup_python.py" in line and "py=" in line)
+
+    assert recipe().endswith("setup_python.py python3.11 )\" \\")
+    assert recipe("PYTHON=/opt/py/bin/python3.11").endswith("setup_python.py /opt/py/bin/python3.11 --explicit)\" \\")
+    assert recipe(PYTHON="/opt/py/bin/python3.11").endswith("--explicit)\" \\")
+
+
+# --- ./course hub --remove-class: the accounts the hub made, and only those ---------------------------------------
+
+
+@ROOT_ONLY
+def test_remove_class_removes_the_accounts_the_hub_made_and_no_other(monkeypatch, capsys):
+    """One account made by the hub (recorded), one made by hand in its group, with a similar name and even the
+    course's marker: the question names only the first; "no" deletes nothing; a record someone else wrote is
+    refused; `./course hub --remove-class --yes` deletes the first and its home, and the second stays."""
+    from twoprim.classroom import hub
+
+    course = shared_tmp("twoprim-first-day-")
+    tag = os.urandom(3).hex()
+    made, by_hand = f"tp{tag}s", f"tp{tag}s2"
+    try:
+        (course / "grader").mkdir(mode=0o700)
+        account, _ = hub.ensure_account(made, "student", course=course)
+        subprocess.run(["useradd", "--create-home", "--gid", str(account.pw_gid), "--comment", MARKER["student"],
+                        by_hand], check=True, capture_output=True)
+        record = class_accounts.record_path(course)
+        assert record.stat().st_uid == 0 and record.stat().st_mode & 0o777 == 0o600
+        assert set(class_accounts.read_record(course)) == {made}
+
+        asked = []
+        assert class_accounts.remove_class(course, ask=lambda q: asked.append(q) or "no") == 1
+        said = capsys.readouterr().out
+        assert asked and f"  {made} " in said and by_hand not in said and "nothing deleted" in said, said
+        assert pwd.getpwnam(made) and pwd.getpwnam(by_hand)
+
+        os.chown(record, account.pw_uid, account.pw_gid)  # the instructor owns grader/: they could have written it
+        with pytest.raises(CourseError, match="is not root's own record"):
+            class_accounts.remove_class(course, yes=True)
+        os.chown(record, 0, 0)
+
+        monkeypatch.setattr(hub, "ROOT", course)
+        assert hub.run(["--remove-class", "--yes"]) == 0
+        said = capsys.readouterr().out
+        assert f"will delete 1 account(s) that ./course hub created" in said and f"deleted {made}" in said, said
+        with pytest.raises(KeyError):
+            pwd.getpwnam(made)
+        assert not Path(account.pw_dir).exists()
+        assert pwd.getpwnam(by_hand).pw_dir and Path(pwd.getpwnam(by_hand).pw_dir).is_dir()
+        assert class_accounts.read_record(course) == {}
+        assert hub.run(["--remove-class", "--yes"]) == 0 and "nothing to remove" in capsys.readouterr().out
+    finally:
+        for name in (made, by_hand):
+            delete_account(name)
+        shutil.rmtree(course, ignore_errors=True)
