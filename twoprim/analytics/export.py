@@ -28,6 +28,8 @@ ROSTER_CANVAS = {"Student": "name", "ID": "canvas_id", "SIS User ID": "sis_user_
 
 @dataclass
 class Export:
+    """What an export wrote: the file, how many students, and who is blank or left out, and why."""
+
     path: Path
     rows: int
     notes: list[str] = field(default_factory=list)  # who is blank or left out, and why
@@ -55,6 +57,7 @@ def parse_assignments(specs: list[str], known: list[str], *, canvas: bool) -> di
 
 
 def read_roster(path: Path, *, canvas: bool) -> list[dict[str, str]]:
+    """The roster's rows (a CSV with `id`, and Canvas's columns with `canvas`), refused with what is missing."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
@@ -88,6 +91,8 @@ def _scores(aid: str, root: Path, url: str) -> tuple[dict[str, dict], float]:
 
 def export(assignments: dict[str, str], roster_path: Path, *, root: Path, url: str, canvas: bool,
            out: Path | None = None) -> Export:
+    """Every student of the roster with their score on each assignment, written as a CSV (Canvas's import format with
+    `canvas`)."""
     roster = read_roster(roster_path, canvas=canvas)
     results = {aid: _scores(aid, root, url) for aid in assignments}
     notes: list[str] = []

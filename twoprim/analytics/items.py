@@ -30,6 +30,9 @@ __all__ = ["Item", "Analysis", "analyse", "item_statistics", "write_report"]
 
 @dataclass
 class Item:
+    """One test cell's statistics: its points, difficulty (mean score ÷ points), discrimination, how many lost it,
+    flags."""
+
     name: str
     points: float
     difficulty: float
@@ -40,6 +43,8 @@ class Item:
 
 @dataclass
 class Analysis:
+    """The item analysis of one assignment: the graded students, their totals and every test's Item."""
+
     aid: str
     students: list[str]
     totals: list[float]
@@ -117,6 +122,7 @@ def analyse(aid: str, url: str) -> Analysis:
 
 
 def write_report(analysis: Analysis, folder: Path) -> tuple[Path, Path, Path]:
+    """The analysis as CSV, HTML and a PNG chart in `folder`; their paths."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -40,6 +40,8 @@ THRESHOLD = 0.5     # pairs at or above this overall similarity are shown in the
 
 @dataclass
 class Pair:
+    """Two students and how alike their answers are: overall, each way, per answer cell, with the passages."""
+
     a: str
     b: str
     overall: float
@@ -54,6 +56,8 @@ class Pair:
 
 @dataclass
 class Result:
+    """Every pair of one assignment's submissions, most similar first, and the notebooks left out with why."""
+
     aid: str
     students: list[str]
     pairs: list[Pair]                 # ranked, most similar first

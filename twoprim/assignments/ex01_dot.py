@@ -255,6 +255,7 @@ def _judge_top_k(got, want, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `dot_loop`: a Python loop of multiply-adds equals x·w and returns a float."""
     cases = cases if cases is not None else vector_cases([1, 3, 10], [torch.float32, torch.float64])
     return run_check(f"{TASK}-dot_loop", fn, cases, expected=_dot64, judge=_judge_float, rules=[_NO_VECTOR_REDUCTION],
               proves="a Python loop of multiply-adds equals x·w and returns a float", hidden=hidden,
@@ -262,6 +263,7 @@ def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 
 def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `dot`: a vectorised x·w without built-in dot products, in the input's dtype."""
     cases = cases if cases is not None else vector_cases([3, 64, 1000], [torch.float32, torch.float64])
     return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot, rules=[_NO_GEMM, _vectorised()],
               proves="a vectorised x·w without built-in dot products, in the input's dtype", hidden=hidden,
@@ -269,6 +271,7 @@ def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int 
 
 
 def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `neuron`: a neuron's pre-activation x·w + b, with b a number or a 0-d tensor."""
     cases = cases if cases is not None else neuron_cases([4, 100], [torch.float32, torch.float64])
     return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype), judge=_judge_neuron,
               proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor", hidden=hidden,
@@ -276,6 +279,7 @@ def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 
 def check_cosine_similarity(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `cosine_similarity`: cosine similarity of one query against N keys, with one matrix-vector product."""
     cases = cases if cases is not None else search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
     return run_check(f"{TASK}-cosine_similarity", fn, cases, expected=lambda q, keys: _cosine64(q, keys).to(q.dtype), judge=_judge_cosine,
               rules=[_NO_BUILTIN_COSINE, _one_gemv()],
@@ -284,6 +288,7 @@ def check_cosine_similarity(fn: Callable, cases: Sequence[Case] | None = None, *
 
 
 def check_top_k(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `top_k`: the k most similar keys, best first, ties to the lower index."""
     if cases is None:
         cases = search_cases([(10, 8), (200, 16)], [torch.float32], k=3) + tie_cases([torch.float64])
     return run_check(f"{TASK}-top_k", fn, cases, expected=_expected_top_k, judge=_judge_top_k,

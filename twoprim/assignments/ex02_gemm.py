@@ -344,6 +344,7 @@ def _judge_flops(got, want, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `matmul_loops`: three Python loops compute C[i, j] = Σₖ A[i, k]·B[k, j], in the input's dtype."""
     cases = cases if cases is not None else matmul_cases([(2, 3, 4), (4, 5, 3)])
     return run_check(f"{TASK}-matmul_loops", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_PYTHON_LOOPS],
@@ -352,6 +353,7 @@ def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 
 
 def check_matmul_dots(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `matmul_dots`: C is M·N dot products: C[i, j] = A[i, :]·B[:, j], one torch.dot each."""
     cases = cases if cases is not None else matmul_cases([(3, 4, 5), (6, 2, 7)])
     return run_check(f"{TASK}-matmul_dots", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_NUMPY, _dots_only()] if callable(fn) else [],
@@ -360,6 +362,7 @@ def check_matmul_dots(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
 
 
 def check_matmul_outer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `matmul_outer`: C is the sum of K outer products: C = Σₖ A[:, k] ⊗ B[k, :], with no dot or GEMM."""
     cases = cases if cases is not None else matmul_cases([(4, 5, 3), (8, 9, 2)])
     return run_check(f"{TASK}-matmul_outer", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_GEMM_EXCEPT_OUTER, _outer_vectorised()],
@@ -368,6 +371,7 @@ def check_matmul_outer(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 
 
 def check_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `gemm`: BLAS semantics α·A·B + β·C in a new tensor, C unchanged, C ignored when β = 0."""
     if cases is None:
         cases = gemm_cases([(3, 4, 5, 1.5, 0.5), (4, 2, 3, -1.0, 2.0)]) \
             + gemm_cases([(3, 3, 2, 2.0, 0.0)], [torch.float32], fill_c="nan", seed=1)
@@ -378,6 +382,7 @@ def check_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int
 
 
 def check_matmul_tiled(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `matmul_tiled`: a tiled product: GEMMs on tiles of at most tile×tile, edge tiles included, equal A @ B."""
     cases = cases if cases is not None else tiled_cases([(8, 8, 8, 4), (10, 7, 9, 4)])
     return run_check(f"{TASK}-matmul_tiled", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_NUMPY, _tiles_only()] if callable(fn) else [],
@@ -387,6 +392,7 @@ def check_matmul_tiled(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 
 
 def check_gemm_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `gemm_flops`: 2·M·N·K, the FLOP count FlopCounterMode measures for an (M, K) @ (K, N) product."""
     cases = cases if cases is not None else flops_cases([(3, 4, 5), (1, 4096, 4096), (4096, 4096, 4096)])
     return run_check(f"{TASK}-gemm_flops", fn, cases, expected=flop_counter, judge=_judge_flops,
                      proves="2·M·N·K, the FLOP count FlopCounterMode measures for an (M, K) @ (K, N) product",

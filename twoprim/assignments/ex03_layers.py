@@ -538,6 +538,7 @@ _NO_MULTI_DOT = forbid(
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_linear(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `linear`: x @ W.T + b for x of any rank, with one GEMM over all rows."""
     if cases is None:
         cases = (linear_cases([((6, 5), 4), ((2, 3, 4, 5), 7)], [torch.float32])
                  + linear_cases([((2, 3, 5), 4)], [torch.float64], seed=1)
@@ -553,6 +554,7 @@ def check_linear(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 
 def check_qkv_projection(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `qkv_projection`: q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v."""
     if cases is None:
         cases = (qkv_cases([((5, 8), (8, 8, 8)), ((2, 3, 8), (8, 8, 8))], [torch.float32])
                  + qkv_cases([((2, 4, 6), (6, 2, 2))], [torch.float64], seed=1))
@@ -569,6 +571,7 @@ def check_qkv_projection(fn: Callable, cases: Sequence[Case] | None = None, *, h
 
 
 def check_mlp(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `mlp`: linear(relu(linear(x, W1, b1)), W2, b2) with two GEMMs."""
     if cases is None:
         cases = (mlp_cases([((6, 5), 16, 3), ((2, 3, 5), 8, 5)], [torch.float32])
                  + mlp_cases([((4, 7), 9, 2)], [torch.float64], seed=1))
@@ -582,6 +585,7 @@ def check_mlp(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int 
 
 
 def check_embedding_as_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `embedding_as_gemm`: table[ids] for ids of any shape, exactly, as one one-hot GEMM with no gather."""
     if cases is None:
         cases = (embedding_cases([((5,), 10, 4), ((2, 3), 7, 3)], [torch.float32])
                  + embedding_cases([((4,), 6, 5, torch.int32)], [torch.float64], seed=1))
@@ -597,6 +601,7 @@ def check_embedding_as_gemm(fn: Callable, cases: Sequence[Case] | None = None, *
 
 
 def check_rnn_cell(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `rnn_cell`: tanh(x @ W_ih.T + h @ W_hh.T + b) with at most two GEMMs."""
     if cases is None:
         cases = (rnn_cases([((4, 3), 5), ((2, 3, 6), 4)], [torch.float32])
                  + rnn_cases([((3, 2), 7)], [torch.float64], seed=1))
@@ -612,6 +617,7 @@ def check_rnn_cell(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 
 def check_gnn_layer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `gnn_layer`: the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs."""
     if cases is None:
         cases = (gnn_cases([(6, 8, 2), (5, 2, 6)], [torch.float32])
                  + gnn_cases([(7, 3, 3)], [torch.float64], seed=1))

@@ -411,6 +411,7 @@ def _judge_gemm_shape(got, want, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `im2col`: the columns of every receptive field, exactly as F.unfold, with stride, padding and dilation."""
     if cases is None:
         cases = (im2col_cases([((2, 3, 16, 16), 3, {}),
                                ((1, 2, 7, 8), (2, 3), {"stride": 2, "padding": 1})], [torch.float32], seed=1)
@@ -427,6 +428,7 @@ def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 
 def check_conv_gemm_shape(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `conv_gemm_shape`: (M, N, K) of one group's GEMM, equal to the shapes the reference conv multiplies."""
     if cases is None:
         cases = shape_cases([((2, 3, 8, 8), (4, 3, 3, 3), 1, 1, 1, 1),
                              ((1, 4, 9, 7), (6, 2, 3, 2), 2, (1, 0), 1, 2),
@@ -437,6 +439,8 @@ def check_conv_gemm_shape(fn: Callable, cases: Sequence[Case] | None = None, *, 
 
 
 def check_conv2d_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `conv2d_gemm`: F.conv2d (float64 oracle) with bias, stride, padding, dilation and groups, from im2col and
+    one GEMM per group."""
     if cases is None:
         cases = (conv_cases([((2, 3, 8, 8), (4, 3, 3, 3), {"padding": 1})], [torch.float32], seed=3)
                  + conv_cases([((1, 4, 9, 7), (6, 2, 3, 2), {"stride": 2, "groups": 2})], [torch.float64],

@@ -699,6 +699,7 @@ def _alloc_rule(base: Rule, holder: dict) -> Rule:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_softmax(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `softmax`: a stable softmax along any dim, equal to torch.softmax, without it."""
     if cases is None:
         cases = (softmax_cases([((5,), -1), ((3, 7), -1), ((4, 6), 0), ((2, 3, 5), 1)],
                                [torch.float32, torch.float64])
@@ -710,6 +711,7 @@ def check_softmax(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
 
 
 def check_layer_norm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `layer_norm`: layer norm over the last dim, equal to F.layer_norm, as two reductions and a scale."""
     if cases is None:
         cases = (layer_norm_cases([(4, 8), (2, 3, 16)], [torch.float32, torch.float64])
                  + layer_norm_cases([(3, 32)], [torch.float32], eps=1e-3, seed=1))
@@ -722,6 +724,8 @@ def check_layer_norm(fn: Callable, cases: Sequence[Case] | None = None, *, hidde
 
 
 def check_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `attention`: softmax(q·kᵀ/√D + mask)·v with two batched GEMMs, equal to F.scaled_dot_product_attention
+    (causal, boolean and additive masks)."""
     if cases is None:
         cases = (attention_cases([(1, 1, 4, 3), (2, 3, 7, 8)], [torch.float32, torch.float64])
                  + attention_cases([(2, 2, 6, 4)], [torch.float32], causal=True, seed=1)
@@ -736,6 +740,8 @@ def check_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
 
 
 def check_multi_head_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `multi_head_attention`: multi-head self-attention equal to nn.MultiheadAttention(bias=False,
+    batch_first=True), as four GEMMs and reshapes."""
     if cases is None:
         cases = (mha_cases([(1, 5, 8, 2), (2, 7, 12, 3)], [torch.float32, torch.float64])
                  + mha_cases([(2, 6, 16, 4)], [torch.float32], causal=True, seed=1))
@@ -748,6 +754,8 @@ def check_multi_head_attention(fn: Callable, cases: Sequence[Case] | None = None
 
 
 def check_tiled_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `tiled_attention`: attention tile by tile with an online softmax (running max and sum), equal to
+    F.scaled_dot_product_attention, never holding an S×S tensor."""
     if cases is None:
         cases = (tiled_cases([(1, 2, 100, 8, 16), (2, 1, 67, 4, 8)], [torch.float32, torch.float64])
                  + tiled_cases([(1, 1, 64, 8, 16)], [torch.float32], causal=True, seed=1)
@@ -767,6 +775,8 @@ def check_tiled_attention(fn: Callable, cases: Sequence[Case] | None = None, *, 
 
 
 def check_attention_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `attention_flops`: the GEMM FLOPs of attention (as FlopCounterMode measures them) and the FLOPs outside
+    them."""
     if cases is None:
         cases = flop_cases([(1, 1, 4, 2), (2, 3, 64, 16), (8, 16, 4096, 64)])
     return run_check(f"{TASK}-attention_flops", fn, cases, expected=_measured_flops, judge=_judge_flops,

@@ -494,6 +494,7 @@ def lazy_measurements() -> dict[str, int]:
 
 
 def lazy_cases(questions: Sequence[str]) -> list[Case]:
+    """One case per question of LAZY_QUESTIONS named, labelled with the question."""
     return [Case(f"{q}: {LAZY_QUESTIONS[q]}", (), {"question": q}) for q in questions]
 
 
@@ -685,6 +686,7 @@ def _no_course_helpers(runner: _Runner) -> Rule:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `mlx_dot`: x·w on MLX arrays as one Matmul primitive, in the input's dtype."""
     mlx_tools.need_mlx(TASK)
     cases = cases if cases is not None else vector_cases([3, 64, 1000], ["float32", "float64"])
     runner = _Runner(fn)
@@ -698,6 +700,7 @@ def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
 
 
 def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `mlx_gemm`: α·A·B + β·C on MLX arrays with one GEMM primitive, a new array, C ignored when β = 0."""
     mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (gemm_cases([(4, 3, 5), (32, 16, 64)], ["float32", "float64"], scalars=[(0.75, -1.5), (2.0, 0.5)])
@@ -713,6 +716,8 @@ def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 
 def check_mlx_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `mlx_attention`: softmax(Q·Kᵀ/√D)·V on (B, H, S, D) MLX arrays with two Matmuls and a stable softmax,
+    causal and not, equal to torch's scaled_dot_product_attention."""
     mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (attention_cases([(1, 2, 5, 8), (2, 3, 16, 4)], ["float32", "float64"])
@@ -801,6 +806,8 @@ def _judge_counts(got: Any, want: Counter, case: Case) -> str:
 
 
 def check_mlx_op_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `mlx_op_counts`: primitive counts equal to what mx.export_function reports, measured now on the same
+    functions."""
     mlx_tools.need_mlx(TASK)
     cases = cases if cases is not None else op_count_cases(["linear", "mlp", "two_outputs"])
     runner = _OpCountRunner(fn, trace=False)
@@ -858,6 +865,8 @@ class _LazyOracle:
 
 
 def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `lazy_answer`: its counts of pending MLX nodes against the graph measured now (visible: one measured, the
+    rest by form)."""
     mlx_tools.need_mlx(TASK)
     proves = "the numbers agree with the pending graph measured now with mx.export_to_dot"
     if cases is None:  # visible: one value measured, the other two read for their form only

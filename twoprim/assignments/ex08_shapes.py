@@ -93,6 +93,8 @@ def guard_rows(fn: str, rows) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 def reference_llama_block_gemms(batch, seq, d_model, n_heads, n_kv_heads, d_ff, vocab=None) -> list[tuple]:
+    """Every forward GEMM of a LLaMA-style block as (name, count, M, N, K), in order; the LM head when `vocab` is
+    given."""
     rows, D = batch * seq, d_model // n_heads
     out = [("q", 1, rows, d_model, d_model), ("kv", 1, rows, 2 * n_kv_heads * D, d_model),
            ("scores", batch * n_heads, seq, seq, D), ("weights_v", batch * n_heads, seq, D, seq),
@@ -102,6 +104,7 @@ def reference_llama_block_gemms(batch, seq, d_model, n_heads, n_kv_heads, d_ff, 
 
 
 def reference_padded(n, multiple) -> int:
+    """The smallest multiple of `multiple` that is ≥ n: ⌈n / multiple⌉ · multiple."""
     return -(-n // multiple) * multiple
 
 
@@ -111,15 +114,18 @@ def _padded_work(M, N, K, tile) -> Fraction:
 
 
 def reference_tile_efficiency(M, N, K, tile=(128, 128, 64)) -> float:
+    """Useful ÷ computed work of an (M, N, K) GEMM done in whole `tile`s: M·N·K ÷ (padded M·N·K)."""
     return float(_padded_work(M, N, K, tile))
 
 
 def reference_wave_efficiency(M, N, tile=(128, 128), sms=H200_SMS) -> float:
+    """Tiles ÷ (waves · sms) for an M×N output in `tile`s run in whole waves of `sms` tiles."""
     tiles = -(-M // tile[0]) * -(-N // tile[1])
     return float(Fraction(tiles, -(-tiles // sms) * sms))
 
 
 def reference_block_tile_efficiency(rows, tile=(128, 128, 64)) -> float:
+    """Σ useful ÷ Σ computed work over (name, count, M, N, K) rows in whole `tile`s."""
     useful = sum(c * M * N * K for _, c, M, N, K in rows)
     done = sum(c * reference_padded(M, tile[0]) * reference_padded(N, tile[1]) * reference_padded(K, tile[2])
                for _, c, M, N, K in rows)
@@ -127,6 +133,7 @@ def reference_block_tile_efficiency(rows, tile=(128, 128, 64)) -> float:
 
 
 def reference_better_head_count(batch, seq, d_model, d_ff, vocab, heads, tile=(128, 128, 64)) -> tuple[int, float]:
+    """Which of two head counts gives the block the better tile efficiency, and by what ratio."""
     effs = [Fraction(reference_block_tile_efficiency(reference_llama_block_gemms(batch, seq, d_model, h, h, d_ff,
                                                                                  vocab), tile)) for h in heads]
     best = 0 if effs[0] >= effs[1] else 1
@@ -151,6 +158,7 @@ def llama_cases(configs: Sequence[tuple]) -> list[Case]:
 
 
 def padded_cases(pairs: Sequence[tuple]) -> list[Case]:
+    """One case per (n, multiple[, why]) of `pairs`."""
     return [Case(f"n={n:,}, multiple={m}" + (f" ({p[2]})" if len(p) > 2 else ""), (n, m))
             for p in pairs for n, m in [p[:2]]]
 
@@ -399,6 +407,8 @@ def _judge_heads(got, want, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_llama_block_gemms(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `llama_block_gemms`: every forward GEMM of a LLaMA-style block (GQA, SwiGLU, LM head) as (name, count, M,
+    N, K), in order."""
     cases = cases if cases is not None else llama_cases([
         (1, 8, 64, 4, 2, 96, "small GQA: 2 K/V heads for 4 query heads"),
         (2, 2048, 4096, 32, 8, 14336, 128256, "LLaMA-3-8B's shapes, batch 2, with the LM head")])
@@ -410,6 +420,7 @@ def check_llama_block_gemms(fn: Callable, cases: Sequence[Case] | None = None, *
 
 
 def check_padded(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `padded`: the smallest multiple of `multiple` that is ≥ n, as an exact int."""
     cases = cases if cases is not None else padded_cases([(50257, 64, "GPT-2's vocabulary"), (4095, 8)])
     return run_check(f"{TASK}-padded", fn, cases, expected=reference_padded, judge=_judge_padded,
                      proves="the smallest multiple of `multiple` that is ≥ n, as an exact int", hidden=hidden,
@@ -417,6 +428,7 @@ def check_padded(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 
 def check_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `tile_efficiency`: useful ÷ computed work when a GEMM is computed in whole (tm, tn, tk) tiles."""
     cases = cases if cases is not None else tile_cases([
         (4096, 4096, 4096, (128, 128, 64), "every size a multiple of its tile"),
         (4095, 4095, 4095, (128, 128, 64)), (1000, 200, 100, (128, 64, 32))])
@@ -426,6 +438,7 @@ def check_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, 
 
 
 def check_wave_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `wave_efficiency`: tiles ÷ (waves·sms): how full the SMs are when the tiles run in whole waves."""
     cases = cases if cases is not None else wave_cases([
         (4096, 4096, (128, 128), H200_SMS, "1024 tiles on the H200's 132 SMs"),
         (1536, 1408, (128, 128), H200_SMS, "132 tiles: exactly one wave"), (300, 300, (64, 64), 8)])
@@ -436,6 +449,7 @@ def check_wave_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, 
 
 def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *,
                                 hidden: int = 0) -> CheckResult:
+    """Check `block_tile_efficiency`: the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed work."""
     cases = cases if cases is not None else block_cases([
         ((1, 8, 64, 4, 2, 96, None), (16, 16, 16)), ((8, 1024, 768, 12, 12, 2048, 50257), (128, 128, 64))])
     return run_check(f"{TASK}-block_tile_efficiency", fn, cases, expected=reference_block_tile_efficiency,
@@ -445,6 +459,8 @@ def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = Non
 
 
 def check_better_head_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `better_head_count`: which of two head counts gives the block the better tile efficiency, and by what
+    ratio."""
     cases = cases if cases is not None else heads_cases([
         (4, 512, 512, 2048, None, (8, 16), (128, 128, 64), "head sizes 64 and 32")])
     return run_check(f"{TASK}-better_head_count", fn, cases, expected=reference_better_head_count,

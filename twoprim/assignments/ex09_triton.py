@@ -592,6 +592,8 @@ def _judge_matmul(got, want, case: Case) -> str:
 
 def check_add_kernel(add_kernel, add: Callable, cases: Sequence[Case] | None = None, *,
                      hidden: int = 0) -> CheckResult:
+    """Check `add_kernel`: add_kernel adds two vectors block by block, masking the last block (run in the interpreter),
+    and compiles for sm_90 and sm_80 (Triton's compiler, every launch)."""
     cases = cases if cases is not None else add_cases([1, 100, 1000], [torch.float32, torch.float16])
     seen: list = []
     evidence: dict = {}
@@ -609,6 +611,9 @@ def check_add_kernel(add_kernel, add: Callable, cases: Sequence[Case] | None = N
 
 def check_softmax_kernel(softmax_kernel, softmax: Callable, cases: Sequence[Case] | None = None, *,
                          hidden: int = 0) -> CheckResult:
+    """Check `softmax_kernel`: softmax_kernel computes a stable softmax of each row in one program (run in the
+    interpreter); compiled for sm_90 and sm_80, its arithmetic on float16/bfloat16 rows runs in float32 (read from
+    the TTIR: no arith or math op on a 16-bit tensor)."""
     if cases is None:
         cases = (softmax_cases([(1, 1), (4, 50), (3, 130)], [torch.float32, torch.float16], seed=1)
                  + softmax_cases([(2, 64)], [torch.float32], scale=200.0, seed=2))
@@ -629,6 +634,10 @@ def check_softmax_kernel(softmax_kernel, softmax: Callable, cases: Sequence[Case
 
 def check_matmul_kernel(matmul_kernel, matmul: Callable, cases: Sequence[Case] | None = None, *,
                         hidden: int = 0) -> CheckResult:
+    """Check `matmul_kernel`: matmul_kernel computes C = A·B with masks on the ragged edges (run in the interpreter,
+    which also counted one tl.dot per block of K in every program); compiled for sm_90 and sm_80, its PTX multiplies
+    on the tensor cores (mma.sync/wgmma) and its TTIR has tt.dot inside the scf.for over K with a float32
+    accumulator carried by that loop."""
     if cases is None:
         cases = (matmul_cases([(16, 16, 16), (37, 45, 70)], [torch.float32, torch.float16], seed=3)
                  + matmul_cases([(20, 33, 40)], [torch.bfloat16], layout="transposed", seed=4))

@@ -331,6 +331,8 @@ VISIBLE_MODULES = [("mlp", "stablehlo"), ("mlp", "hlo"), ("scores", "stablehlo")
 
 
 def check_count_hlo_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `count_hlo_ops`: op names counted from the structure of StableHLO and optimized HLO modules, every
+    computation and region included, names and metadata not mistaken for ops."""
     cases = cases if cases is not None else module_cases(VISIBLE_MODULES)
     return _check("count_hlo_ops", fn, cases, lambda args: tuple(map(_real, args)), expected=_expected_ops,
                   judge=_judge_ops, hidden=hidden,
@@ -420,6 +422,8 @@ def _expected_flops(dims, lhs, rhs) -> int:
 
 
 def check_dot_general_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `dot_general_gemm`: dot_general dimension numbers read as (batch, M, N, K): batch, contracting and free
+    dimensions on both sides, several of each."""
     cases = cases if cases is not None else dims_cases(VISIBLE_DIMS)
     return _check("dot_general_gemm", fn, cases, lambda args: args, expected=_expected_gemm, judge=_judge_gemm,
                   hidden=hidden,
@@ -429,6 +433,7 @@ def check_dot_general_gemm(fn: Callable, cases: Sequence[Case] | None = None, *,
 
 
 def check_dot_general_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `dot_general_flops`: dot_general FLOPs equal to 2·batch·M·N·K."""
     cases = cases if cases is not None else dims_cases(VISIBLE_DIMS)
     return _check("dot_general_flops", fn, cases, lambda args: args, expected=_expected_flops, judge=_judge_flops,
                   hidden=hidden, proves="dot_general FLOPs equal to 2·batch·M·N·K",
@@ -490,6 +495,7 @@ VISIBLE_MODELS = ["mlp", "scores", "attention"]
 
 
 def check_gemm_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `gemm_counts`: forward and gradient GEMM counts equal to the dot_general equations in the jaxprs."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
     return _check("gemm_counts", fn, cases, _unpack_subject, expected=_expected_counts, judge=_judge_counts,
                   hidden=hidden,

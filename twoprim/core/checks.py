@@ -109,6 +109,7 @@ def _short_values(value: Any) -> str:
 
 
 def describe_call(fn_name: str, case: Case) -> str:
+    """'dot(float32 tensor of shape (3,), ...)': the call a case makes, its arguments described."""
     parts = [describe(a) for a in case.args] + [f"{k}={describe(v)}" for k, v in case.kwargs.items()]
     return f"{fn_name}({', '.join(parts)})"
 
@@ -118,6 +119,7 @@ def describe_call(fn_name: str, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def eps(dtype: torch.dtype) -> float:
+    """The machine epsilon of `dtype`."""
     return torch.finfo(dtype).eps
 
 
@@ -206,6 +208,8 @@ _PREVIEW = 8  # results with at most this many elements are shown whole; larger 
 
 def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float,
                  axes: Sequence[Axis] | None = None) -> str:
+    """Values of `got` against `expected` within atol + rtol·|expected|: the error summary, or Mismatch naming the
+    first wrong element."""
     g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
     if g.numel() == 0:
         return "empty result"
@@ -386,6 +390,8 @@ def _describe_reordering(names: list[str], perm: tuple, same: str) -> tuple[str,
 
 @dataclass
 class CheckResult:
+    """What a passing check returns: its task, how many cases passed, the worst case's error summary."""
+
     task: str
     cases: int
     summary: str

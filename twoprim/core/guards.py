@@ -40,6 +40,7 @@ def same_dtype(fn: str, **tensors: torch.Tensor) -> None:
 
 
 def vector(fn: str, name: str, value: Any) -> torch.Tensor:
+    """`value` as a 1-D floating tensor, or a TypeError/ValueError naming `fn`'s argument `name` and what it got."""
     return tensor(fn, name, value, ndim=1)
 
 

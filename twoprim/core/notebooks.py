@@ -24,6 +24,7 @@ KEEP_CELL_METADATA = ("nbgrader", "editable", "deletable", "tags")
 
 
 def lessons(root: Path = ROOT) -> list[Path]:
+    """Every lesson notebook (lessons/NN_*.ipynb), in order."""
     return sorted((root / "lessons").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -38,6 +39,8 @@ def assignments(root: Path = ROOT) -> list[str]:
 
 @dataclass(frozen=True)
 class OutlineRow:
+    """One row of the README's lesson table: the lesson, its topic, its assignment and that assignment's functions."""
+
     lesson: str              # "01_dot_product"
     topic: str               # what the lesson covers, as README says it
     assignment: str | None   # "ex01_dot", or None for a lesson without one
@@ -165,6 +168,7 @@ def is_clean(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def write_clean(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Write `nb` to `path` cleaned as every committed notebook is (no outputs, only nbgrader's metadata)."""
     import nbformat
 
     nbformat.write(clean(nb), str(path))

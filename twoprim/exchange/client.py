@@ -183,6 +183,9 @@ def backend(url: str, store: str = "", token: str | None = None):
 
 
 class ServiceExchange(abc.Exchange):
+    """nbgrader's exchange over the classroom's exchange service (HTTP, the hub's token): the shared settings and
+    calls."""
+
     service_url = Unicode(help="The exchange service's URL, e.g. http://127.0.0.1:PORT/services/twoprim-exchange/"
                           ).tag(config=True)
     store = Unicode("", help="The service's store (a folder only its account can read): that account's commands "
@@ -272,6 +275,8 @@ def _write(dest: str, files: dict[str, bytes], *, only_missing: bool = False, lo
 
 
 class ExchangeFetchAssignment(abc.ExchangeFetchAssignment, ServiceExchange):
+    """`nbgrader fetch_assignment` from the exchange service."""
+
     def init_src(self):
         self.files = self.call("release_files", self.course_id(), self.coursedir.assignment_id)
 
@@ -287,6 +292,8 @@ class ExchangeFetchAssignment(abc.ExchangeFetchAssignment, ServiceExchange):
 
 
 class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
+    """`nbgrader submit` to the exchange service, which stores it as the hub user who sends it."""
+
     def init_src(self):
         self.src_path = self.local_dir(self.coursedir.assignment_id)
         if not os.path.isdir(self.src_path):
@@ -324,6 +331,8 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
 
 
 class ExchangeList(abc.ExchangeList, ServiceExchange):
+    """`nbgrader list`: released assignments, and the caller's submissions with their feedback."""
+
     def _submitted(self, record: dict) -> dict:
         aid = record["assignment_id"]
         local = self.local_dir(aid)
@@ -395,6 +404,8 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
 
 
 class ExchangeFetchFeedback(abc.ExchangeFetchFeedback, ServiceExchange):
+    """`nbgrader fetch_feedback`: the feedback on the caller's own submissions."""
+
     def init_src(self):
         aid = self.coursedir.assignment_id
         self.records = [r for r in self.call("submissions", self.course_id(), aid=aid or None) if r["feedback"]]
@@ -415,6 +426,8 @@ class ExchangeFetchFeedback(abc.ExchangeFetchFeedback, ServiceExchange):
 
 
 class ExchangeReleaseAssignment(abc.ExchangeReleaseAssignment, ServiceExchange):
+    """`nbgrader release_assignment` (the instructor's) to the exchange service."""
+
     def init_src(self):
         aid = self.coursedir.assignment_id
         self.src_path = self.coursedir.format_path(self.coursedir.release_directory, ".", aid)
@@ -434,6 +447,8 @@ class ExchangeReleaseAssignment(abc.ExchangeReleaseAssignment, ServiceExchange):
 
 
 class ExchangeReleaseFeedback(abc.ExchangeReleaseFeedback, ServiceExchange):
+    """`nbgrader release_feedback` (the instructor's): each student's feedback HTML, matched by its secret."""
+
     def copy_files(self):
         course, aid = self.course_id(), self.coursedir.assignment_id
         exclude = set(filter(None, (self.coursedir.student_id_exclude or "").split(",")))
@@ -454,6 +469,8 @@ class ExchangeReleaseFeedback(abc.ExchangeReleaseFeedback, ServiceExchange):
 
 
 class ExchangeCollect(abc.ExchangeCollect, ServiceExchange):
+    """`nbgrader collect` (the instructor's): each student's newest submission, through the intake's checks."""
+
     def copy_files(self):
         course, aid = self.course_id(), self.coursedir.assignment_id
         subs = _newest_submissions(self.exchange, course, aid)
@@ -486,6 +503,7 @@ def _newest_submissions(exchange, course: str, aid: str) -> list[Submission]:
 
 
 def classroom(root: Path) -> dict:
+    """The classroom's settings (grader/classroom.json) as a dict, or {} where there are none."""
     try:
         return json.loads((Path(root) / "grader" / CLASSROOM_FILE).read_text())
     except (OSError, ValueError):

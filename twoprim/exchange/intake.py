@@ -69,6 +69,8 @@ class Flag:
 
 @dataclass
 class CollectReport:
+    """What a collect took in, found unchanged, set aside and flagged, said in lines."""
+
     aid: str
     new: list[dict] = field(default_factory=list)        # {student, arrived, source, claimed, replaced}
     unchanged: list[str] = field(default_factory=list)   # students whose newest submission was already collected
@@ -97,6 +99,7 @@ class CollectReport:
 
 
 def stamp(when: datetime.datetime) -> str:
+    """`when` in the exchange's timestamp format (STAMP)."""
     return when.strftime(STAMP)
 
 

@@ -83,6 +83,7 @@ class ExchangeRefusal(Exception):
 
 
 def megabytes(n: int) -> str:
+    """'100 MB' or '1.5 MB': a byte count in decimal megabytes."""
     return f"{n / 1e6:,.1f} MB" if n % 1_000_000 else f"{n // 1_000_000:,} MB"
 
 

@@ -81,6 +81,8 @@ GPUS = {gpu.target: gpu for gpu in (H200, A100)}
 
 @dataclass(frozen=True)
 class Occupancy:
+    """How many programs of a kernel fit on one SM of `gpu`, what fraction of its warps, and what limits it."""
+
     programs_per_sm: int
     warps_per_sm: int
     fraction: float             # resident warps / the SM's maximum (64)

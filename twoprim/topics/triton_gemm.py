@@ -75,6 +75,7 @@ def device() -> str:
 
 
 def mode_line() -> str:
+    """One line saying how Triton kernels run here: in the interpreter on CPU, or compiled for this GPU."""
     import torch
     import triton
 
