@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoprim.topics import convolution as conv, explorers, gemm
+from twoprim.topics import attention, convolution as conv, explorers, gemm, gemm_shapes, gemm_tiles
 
 matplotlib.use("Agg")
 
@@ -39,9 +39,9 @@ def test_tiling_feeding_tiles_sum_to_each_c_tile_and_cover_c_once(M, N, K, tile)
     A, B = torch.randn(M, K, dtype=torch.float64, generator=gen), torch.randn(K, N, dtype=torch.float64, generator=gen)
     C = A @ B
     covered = torch.zeros(M, N, dtype=torch.int64)
-    first = explorers.tiling_view(M, N, K, tile)
+    first = gemm_tiles.tiling_view(M, N, K, tile)
     for row, col in itertools.product(range(len(first.row_blocks)), range(len(first.col_blocks))):
-        view = explorers.tiling_view(M, N, K, tile, row, col)
+        view = gemm_tiles.tiling_view(M, N, K, tile, row, col)
         (r0, r1), (c0, c1) = view.c_tile
         assert len(view.a_tiles) == len(view.b_tiles) == math.ceil(K / tile)
         total = sum(A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
@@ -59,7 +59,7 @@ def test_tiling_loads_match_a_counted_tiled_loop(M, N, K, tile):
             for k0 in range(0, K, tile):
                 a_loads[i0:i0 + tile, k0:k0 + tile] += 1
                 b_loads[k0:k0 + tile, j0:j0 + tile] += 1
-    loads = explorers.tiling_view(M, N, K, tile).loads
+    loads = gemm_tiles.tiling_view(M, N, K, tile).loads
     assert loads["tiled"] == int(a_loads.sum() + b_loads.sum())
     assert loads["A element loaded, tiled"] == int(a_loads.max()) == int(a_loads.min())
     assert loads["B element loaded, tiled"] == int(b_loads.max()) == int(b_loads.min())
@@ -71,9 +71,9 @@ def test_tiling_loads_match_a_counted_tiled_loop(M, N, K, tile):
 
 def test_tiling_bad_input_says_what_to_change():
     with pytest.raises(ValueError, match="tile must be a positive integer, got 0"):
-        explorers.tiling_view(4, 4, 4, 0)
+        gemm_tiles.tiling_view(4, 4, 4, 0)
     with pytest.raises(ValueError, match=r"tile \(3, 0\) is outside C's 3 × 3 tiles of 8×8; pick a row below 3"):
-        explorers.tiling_view(20, 24, 16, 8, row=3)
+        gemm_tiles.tiling_view(20, 24, 16, 8, row=3)
 
 
 # ---- im2col
@@ -89,7 +89,7 @@ def test_im2col_highlighted_patch_is_the_matching_unfold_column(case):
     Hout, Wout = (conv.out_size(n, case["kernel_size"], case["stride"], case["padding"], case["dilation"])
                   for n in (6, 7))
     for i, j in itertools.product(range(Hout), range(Wout)):
-        view = explorers.im2col_view(**case, position=(i, j), x=x, out_channels=5)
+        view = conv.im2col_view(**case, position=(i, j), x=x, out_channels=5)
         assert view.out_hw == (Hout, Wout) and view.column == i * Wout + j
         assert torch.equal(view.patch, cols[0, :, view.column]), f"output ({i}, {j})"
         for (c, r, s), value in zip(view.field, view.patch):  # the outlined cells are the numbers of the column
@@ -100,24 +100,24 @@ def test_im2col_highlighted_patch_is_the_matching_unfold_column(case):
 
 
 def test_im2col_default_input_and_a_kernel_that_does_not_fit():
-    view = explorers.im2col_view(3, padding=1, position=(0, 0))
+    view = conv.im2col_view(3, padding=1, position=(0, 0))
     assert tuple(view.x.shape) == (1, 2, 5, 5) and view.out_hw == (5, 5)
     assert view.patch.tolist()[:3] == [0.0, 0.0, 0.0] and view.patch.tolist()[4] == 1.0  # padding row, then x[0,0,0]
     with pytest.raises(ValueError, match="no output position. Use a smaller kernel or dilation, or more padding"):
-        explorers.im2col_view(4, dilation=3)
+        conv.im2col_view(4, dilation=3)
     with pytest.raises(ValueError, match=r"output position \(3, 0\) is outside the 3 × 3 output"):
-        explorers.im2col_view(3, position=(3, 0))
+        conv.im2col_view(3, position=(3, 0))
 
 
 # ---- attention
 
-@pytest.mark.parametrize("head", explorers.HEADS)
+@pytest.mark.parametrize("head", attention.HEADS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("temperature", [0.1, 1.0, 10.0])
 def test_attention_weights_are_the_softmax_of_the_scaled_scores_and_match_sdpa(head, causal, temperature):
-    view = explorers.attention_view(head, causal, temperature)
+    view = attention.attention_view(head, causal, temperature)
     S, D = view.q.shape
-    assert S == len(explorers.SENTENCE)
+    assert S == len(attention.SENTENCE)
     assert torch.allclose(view.weights.sum(-1), torch.ones(S, dtype=torch.float64))
     if causal:
         future = torch.ones(S, S, dtype=torch.bool).triu(1)
@@ -135,57 +135,57 @@ def test_attention_weights_are_the_softmax_of_the_scaled_scores_and_match_sdpa(h
 
 
 def test_attention_heads_show_their_pattern_and_temperature_sharpens():
-    tokens = explorers.SENTENCE
-    prev = explorers.attention_view("previous token").weights
+    tokens = attention.SENTENCE
+    prev = attention.attention_view("previous token").weights
     assert [int(prev[i].argmax()) for i in range(1, len(tokens))] == list(range(len(tokens) - 1))
-    same = explorers.attention_view("same word", causal=False).weights
+    same = attention.attention_view("same word", causal=False).weights
     assert set(same[4].topk(2).indices.tolist()) == {0, 4}  # the second "the" looks at both "the"
-    avg = explorers.attention_view("average").weights
+    avg = attention.attention_view("average").weights
     assert all(torch.allclose(avg[i, :i + 1], torch.full((i + 1,), 1 / (i + 1), dtype=torch.float64))
                for i in range(len(tokens)))
-    peaks = [float(explorers.attention_view("random (untrained)", False, t).weights.max(-1).values.mean())
+    peaks = [float(attention.attention_view("random (untrained)", False, t).weights.max(-1).values.mean())
              for t in (10.0, 1.0, 0.1)]
     assert peaks[0] < peaks[1] < peaks[2], f"a lower temperature must sharpen the softmax, got {peaks}"
 
 
 def test_attention_bad_input_says_what_to_change():
     with pytest.raises(ValueError, match="temperature must be positive"):
-        explorers.attention_view(temperature=0)
+        attention.attention_view(temperature=0)
     with pytest.raises(ValueError, match="head must be one of 'previous token'"):
-        explorers.attention_view("induction")
+        attention.attention_view("induction")
     with pytest.raises(ValueError, match="query must be a token index from 0 to 9, got 10"):
-        explorers.attention_view(query=10)
+        attention.attention_view(query=10)
 
 
 # ---- GEMM shapes
 
 def test_shape_point_counts_the_asked_flops_over_the_measured_time():
-    point = explorers.shape_point(255, 255, 255, 0.002, multiple=64)
+    point = gemm_shapes.shape_point(255, 255, 255, 0.002, multiple=64)
     assert point.run == (256, 256, 256)
     assert point.gflops == pytest.approx(2 * 255**3 / 0.002 / 1e9)
     assert point.intensity == pytest.approx(gemm.gemm_intensity(256, 256, 256))
     assert point.extra_flops == pytest.approx(256**3 / 255**3 - 1)
-    assert explorers.padded(4095, 8) == 4096 and explorers.padded(4096, 8) == 4096 and explorers.padded(1, 128) == 128
+    assert gemm_shapes.padded(4095, 8) == 4096 and gemm_shapes.padded(4096, 8) == 4096 and gemm_shapes.padded(1, 128) == 128
     with pytest.raises(ValueError, match="seconds must be positive"):
-        explorers.shape_point(1, 1, 1, 0.0)
+        gemm_shapes.shape_point(1, 1, 1, 0.0)
 
 
 def test_measure_gemm_reports_progress_and_stops_between_calls():
     seen = []
-    result = explorers.measure_gemm(32, 16, 8, budget=0.0, min_calls=4, progress=lambda d, p: seen.append((d, p)))
+    result = gemm_shapes.measure_gemm(32, 16, 8, budget=0.0, min_calls=4, progress=lambda d, p: seen.append((d, p)))
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)] and result.calls == 4 and not result.stopped
     assert 0 < result.seconds < 1
 
     stop = threading.Event()
-    result = explorers.measure_gemm(32, 16, 8, budget=10.0, progress=lambda d, p: d == 2 and stop.set(), stop=stop)
+    result = gemm_shapes.measure_gemm(32, 16, 8, budget=10.0, progress=lambda d, p: d == 2 and stop.set(), stop=stop)
     assert result.calls == 2 and result.stopped and result.planned > 2
     stop.set()  # set before the first timed call: nothing measured
-    assert explorers.measure_gemm(8, 8, 8, stop=stop) is None
+    assert gemm_shapes.measure_gemm(8, 8, 8, stop=stop) is None
 
 
 def test_shape_figure_places_each_point_at_its_intensity_and_measured_gflops():
-    points = [explorers.shape_point(64, 64, 64, 1e-4), explorers.shape_point(1, 512, 512, 2e-4)]
-    fig = explorers.shape_figure(points, peak=100.0, bandwidth_gbs=10.0, peak_label="peak")
+    points = [gemm_shapes.shape_point(64, 64, 64, 1e-4), gemm_shapes.shape_point(1, 512, 512, 2e-4)]
+    fig = gemm_shapes.shape_figure(points, peak=100.0, bandwidth_gbs=10.0, peak_label="peak")
     marks = {line.get_label(): (line.get_xdata()[0], line.get_ydata()[0]) for line in fig.axes[0].lines
              if line.get_marker() not in ("None", None, "")}
     assert marks == {f"{n}. {p.label}: {p.gflops:,.3g} GFLOP/s": (p.intensity, p.gflops)
@@ -195,7 +195,7 @@ def test_shape_figure_places_each_point_at_its_intensity_and_measured_gflops():
 # ---- the widget layer
 
 def test_explorer_redraws_keeps_dependent_controls_in_range_and_shows_errors():
-    tiling = explorers.tiling_explorer(M=20, N=24, K=16, tile=8)
+    tiling = gemm_tiles.tiling_explorer(M=20, N=24, K=16, tile=8)
     first = _shown_png(tiling)
     assert first.startswith(PNG_MAGIC) and first == tiling.first_png
     assert tiling.controls["row"].max == 2 and tiling.controls["col"].max == 2
@@ -205,7 +205,7 @@ def test_explorer_redraws_keeps_dependent_controls_in_range_and_shows_errors():
     assert tiling.controls["col"].max == 1 and tiling.controls["col"].value == 1
     assert "C[0:8, 8:9]" in tiling.text
 
-    im2col = explorers.im2col_explorer()
+    im2col = conv.im2col_explorer()
     im2col.controls["kernel_size"].value = 4
     im2col.controls["dilation"].value = 3
     assert "no output position" in im2col.text and "#b00020" in im2col.readout.value
@@ -218,7 +218,7 @@ def test_displayed_explorer_carries_the_widget_and_a_png_of_its_first_state_for_
     from IPython.core.formatters import DisplayFormatter
     from nbconvert import HTMLExporter
 
-    explorer = explorers.attention_explorer()
+    explorer = attention.attention_explorer()
     data, _ = DisplayFormatter().format(explorer)  # what the kernel sends for the cell's last expression
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == explorer.widget.model_id
     assert base64.b64decode(data["image/png"]) == explorer.first_png
@@ -232,7 +232,7 @@ def test_displayed_explorer_carries_the_widget_and_a_png_of_its_first_state_for_
 
 
 def test_shape_explorer_measures_each_change_in_a_thread_and_stops_on_request():
-    explorer = explorers.shape_explorer(M=60, N=60, K=60, budget=0.01, bandwidth_gbs=10.0, peak=50.0)
+    explorer = gemm_shapes.shape_explorer(M=60, N=60, K=60, budget=0.01, bandwidth_gbs=10.0, peak=50.0)
     (point,) = explorer.points
     assert (point.M, point.N, point.K) == (60, 60, 60) and point.calls >= 3
     assert f"{point.gflops:.1f} GFLOP/s" in explorer.text and _shown_png(explorer) == explorer.first_png
@@ -254,3 +254,33 @@ def test_shape_explorer_measures_each_change_in_a_thread_and_stops_on_request():
     explorer.wait(30)
     assert time.monotonic() - started < 5, "Stop must end the measurement after the call that is running"
     assert explorer.points[-1].stopped and "STOPPED after" in explorer.text
+
+
+# ---- released notebooks: the names they read from the old modules
+
+def test_every_name_a_released_notebook_reads_from_explorers_or_layers_still_resolves_to_its_new_home():
+    """Lessons as released say `explorers.tiling_explorer(...)` and `layers.format_table(...)`: each such name (found
+    in every notebook of lessons/, exercises/ and solutions/) resolves, to the very object of its new home."""
+    import importlib
+    import re
+
+    from twoprim.core.notebooks import ROOT
+    from twoprim.topics import layers_as_gemms as layers
+
+    read = {"explorers": set(), "layers": set()}
+    for path in sorted(ROOT.glob("*/**/*.ipynb")):
+        if path.parts[len(ROOT.parts)] not in ("lessons", "exercises", "solutions"):
+            continue
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            if cell.cell_type == "code":
+                for module, name in re.findall(r"\b(explorers|layers)\.([A-Za-z_]\w*)", cell.source):
+                    read[module].add(name)
+    assert {"tiling_explorer", "im2col_explorer", "attention_explorer", "shape_explorer"} <= read["explorers"]
+    assert {"format_table", "device_tflops", "round_mantissa"} <= read["layers"]
+    for short, module in (("explorers", explorers), ("layers", layers)):
+        for name in read[short]:
+            assert hasattr(module, name), f"{short}.{name}, read by a released notebook, is gone"
+        for name, home in module.MOVED.items():
+            assert getattr(module, name) is getattr(importlib.import_module(home), name)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        explorers.nope

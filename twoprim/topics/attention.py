@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim.core.record import GEMM_ATEN, Allocation, FlopRule, count_other_flops, peak_memory, record_allocations, track_memory
+
+if TYPE_CHECKING:  # the explorer's widget layer is imported when an explorer is made
+    from twoprim.topics.explorers import Explorer
 
 __all__ = [
     "attention_spec", "two_gemm_attention", "count_flops", "gemm_and_other", "record_allocations", "Allocation",
@@ -210,3 +215,134 @@ def share_bars(rows: Mapping[str, Mapping[str, float]], *, title: str, note: str
         fig.text(0.01, 0.01, note, fontsize=8, alpha=0.7)
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The attention explorer
+# ----------------------------------------------------------------------------------------------------------------
+
+SENTENCE = tuple("the cat sat on the mat because it was tired".split())
+HEADS = ("previous token", "same word", "average", "random (untrained)")
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """One head over SENTENCE: scores = q·kᵀ/(√D·T), −inf where the causal mask hides a key; weights = softmax."""
+
+    tokens: tuple[str, ...]
+    head: str
+    causal: bool
+    temperature: float
+    query: int
+    q: torch.Tensor        # (S, D)
+    k: torch.Tensor        # (S, D)
+    v: torch.Tensor        # (S, D)
+    scores: torch.Tensor   # (S, S)
+    weights: torch.Tensor  # (S, S), rows sum to 1
+    out: torch.Tensor      # (S, D) = weights @ v
+
+
+def _head_qkv(head: str, tokens: Sequence[str], D: int = 16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v (S, D) of a hand-built head: orthonormal word and position vectors, so each head's pattern is exact."""
+    gen = torch.Generator().manual_seed(5)
+    S, words = len(tokens), sorted(set(tokens))
+    if not 1 <= S <= D:
+        raise ValueError(f"the explorer's heads take 1 to {D} tokens (one orthonormal position vector each), got {S}")
+    position = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0][:S]      # (S, D)
+    word_basis = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0]        # (D, D)
+    word = torch.stack([word_basis[words.index(t)] for t in tokens])                              # (S, D)
+    sharp = 5 * math.sqrt(D)  # a matching pair scores 5 after the 1/√D scale
+    if head == "previous token":   # query of token i = position of token i − 1
+        q, k = torch.cat([position[:1], position[:-1]]) * sharp, position
+    elif head == "same word":      # query = its own word: every token looks at the copies of its word
+        q, k = word * sharp, word
+    elif head == "average":        # a zero query scores every key the same: a plain average of the values
+        q, k = torch.zeros(S, D, dtype=torch.float64), word + position
+    elif head == "random (untrained)":
+        q, k = torch.randn(S, D, dtype=torch.float64, generator=gen), torch.randn(S, D, dtype=torch.float64,
+                                                                                   generator=gen)
+    else:
+        raise ValueError(f"head must be one of {', '.join(map(repr, HEADS))}, got {head!r}")
+    return q, k, word  # values: the word vectors, so an output says which words it averaged
+
+
+def attention_view(head: str = "previous token", causal: bool = True, temperature: float = 1.0, query: int = 7,
+                   tokens: Sequence[str] = SENTENCE) -> AttentionView:
+    """weights = softmax(q·kᵀ / (√D·T) + mask) for one head over `tokens`; out = weights @ v."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive (it divides the scores), got {temperature}")
+    if not 0 <= query < len(tokens):
+        raise ValueError(f"query must be a token index from 0 to {len(tokens) - 1}, got {query}")
+    q, k, v = _head_qkv(head, tokens)
+    S, D = q.shape
+    scores = q @ k.T / (math.sqrt(D) * temperature)                       # (S, D) @ (D, S) -> (S, S)
+    if causal:
+        keep = torch.ones(S, S, dtype=torch.bool).tril()                  # key j <= query i
+        scores = scores.masked_fill(~keep, -math.inf)
+    weights = torch.softmax(scores, dim=-1)                               # (S, S)
+    return AttentionView(tuple(tokens), head, causal, float(temperature), query, q, k, v, scores, weights,
+                         weights @ v)                                     # (S, S) @ (S, D) -> (S, D)
+
+
+def attention_figure(view: AttentionView):
+    """Scores beside softmax weights, keys the mask hides in grey; the selected query's row outlined in both."""
+    S = len(view.tokens)
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.9), layout="constrained")
+    finite = view.scores[torch.isfinite(view.scores)]
+    bound = max(float(finite.abs().max()) if finite.numel() else 1.0, 1e-9)
+    hidden = ~torch.isfinite(view.scores)  # (S, S): masked keys, score -inf and weight 0
+    panels = [(axes[0], view.scores, "coolwarm", (-bound, bound), "scores q·kᵀ / (√D·T)", "{:.1f}", 0.0),
+              (axes[1], view.weights, "viridis", (0.0, 1.0), "weights = softmax(scores)", "{:.2f}", 0.05)]
+    for ax, values, cmap, (lo, hi), title, fmt, smallest in panels:
+        shown = values.masked_fill(hidden, float("nan"))
+        image = ax.imshow(shown.numpy(), cmap=plt.get_cmap(cmap).with_extremes(bad="0.88"), vmin=lo, vmax=hi)
+        ax.set_xticks(range(S), view.tokens, rotation=90)
+        ax.set_yticks(range(S), [f"{t} ({n})" for n, t in enumerate(view.tokens)])
+        ax.set(xlabel="key j", ylabel="query i")
+        ax.set_title(title, fontsize=10)
+        for i in range(S):
+            for j in range(S):
+                value = float(values[i, j])
+                if not hidden[i, j] and abs(value) >= smallest:
+                    dark = cmap == "viridis" and value < 0.6
+                    ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=6,
+                            color="white" if dark else "black")
+        ax.add_patch(Rectangle((-0.5, view.query - 0.5), S, 1, fill=False, edgecolor="tab:red", linewidth=2))
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    mask = "causal mask" if view.causal else "no mask"
+    fig.suptitle(f"head: {view.head}, {mask}, temperature {view.temperature:.2g}: row i is where token i looks",
+                 fontsize=10)
+    return fig
+
+
+def _attention_text(view: AttentionView) -> str:
+    row = view.weights[view.query]
+    order = sorted(range(len(row)), key=lambda j: -float(row[j]))
+    top = ", ".join(f"'{view.tokens[j]}' ({j}) {float(row[j]):.2f}" for j in order[:3] if float(row[j]) > 0)
+    hidden = int((row == 0).sum()) if view.causal else 0
+    return (f"query {view.query} '{view.tokens[view.query]}' looks at: {top}\n"
+            f"its weights sum to {float(row.sum()):.4f}; {hidden} later keys hidden by the mask get weight 0\n"
+            f"temperature T divides the scores: T < 1 sharpens the softmax towards one key, T > 1 flattens it")
+
+
+def attention_explorer(head: str = "previous token", causal: bool = True, temperature: float = 1.0,
+                       query: int = 7) -> Explorer:
+    """Head, causal mask, temperature and a query: the score heatmap and the softmax weights."""
+    import ipywidgets as widgets
+
+    from twoprim.topics.explorers import Explorer, int_slider
+
+    style = {"description_width": "110px"}
+    controls = {
+        "head": widgets.Dropdown(options=HEADS, value=head, description="head", style=style),
+        "causal": widgets.Checkbox(value=causal, description="causal mask", style=style),
+        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=1, step=0.1,
+                                              description="temperature", style=style, continuous_update=False),
+        "query": int_slider("query token", query, 0, len(SENTENCE) - 1),
+    }
+
+    def render(**v):
+        view = attention_view(**v)
+        return attention_figure(view), _attention_text(view)
+
+    return Explorer("Attention: scores, mask, temperature, softmax", controls, render)

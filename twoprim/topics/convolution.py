@@ -8,7 +8,9 @@ K = C/groups·kh·kw and N' = N·Hout·Wout.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,9 +18,13 @@ import torch.nn.functional as F
 from twoprim.core.record import record_allocations, record_calls
 from twoprim.config import DATA
 
+if TYPE_CHECKING:  # the explorer's widget layer (and pyplot) is imported when an explorer is made
+    from twoprim.topics.explorers import Explorer
+
 __all__ = [
     "pair", "out_size", "conv2d_spec", "im2col_spec", "conv2d_im2col", "conv_flops", "recorded_gemms", "LAYERS",
     "allocations", "receptive_field_figure", "h200_conv_fact",
+    "IM2COL_X", "Im2colView", "im2col_view", "im2col_explorer",
 ]
 
 
@@ -237,3 +243,96 @@ def h200_conv_fact() -> dict:
         "max error": float(probe["im2col conv maxerr"]),
         "file": str(path.relative_to(DATA.parent)),
     }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The im2col explorer
+# ----------------------------------------------------------------------------------------------------------------
+
+IM2COL_X = (1, 2, 5, 5)  # (N, C, H, W) of the explorer's input: small enough to print every number
+
+
+@dataclass(frozen=True)
+class Im2colView:
+    """The receptive field of output (i, j) and the im2col column it becomes.
+
+    `field[r]` is (channel, input row, input column) of row r of the column, in F.unfold's order (channel, then
+    kernel row, then kernel column); rows and columns outside 0..H-1, 0..W-1 lie in the zero padding. `gemm` is
+    (M, N, K) of the convolution's GEMM with `out_channels` kernels: (O, N·Hout·Wout, C·kh·kw), as recorded.
+    """
+
+    x: torch.Tensor
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    position: tuple[int, int]
+    out_hw: tuple[int, int]
+    column: int
+    field: list[tuple[int, int, int]]
+    patch: torch.Tensor
+    gemm: tuple[int, int, int]
+
+
+def im2col_view(kernel_size=3, stride=1, padding=0, dilation=1, position=(0, 0), *,
+                x: torch.Tensor | None = None, out_channels: int = 4) -> Im2colView:
+    """Receptive field of output (i, j): x[c, s·i + d·p − pad, s·j + d·q − pad] for every (c, p, q), 0 outside x,
+    which is column i·Wout + j of im2col(x). x is (1, C, H, W); by default the numbers 1, 2, ... in IM2COL_X."""
+    x = torch.arange(1.0, math.prod(IM2COL_X) + 1).reshape(IM2COL_X) if x is None else x
+    if x.dim() != 4 or x.shape[0] != 1:
+        raise ValueError(f"x must have shape (1, C, H, W), got {tuple(x.shape)}")
+    _, C, H, W = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (pair(v) for v in (kernel_size, stride, padding, dilation))
+    Hout, Wout = out_size(H, kh, sh, ph, dh), out_size(W, kw, sw, pw, dw)
+    if Hout < 1 or Wout < 1:
+        raise ValueError(f"a {kh}×{kw} kernel with dilation ({dh}, {dw}) spans {dh * (kh - 1) + 1}×"
+                         f"{dw * (kw - 1) + 1} input numbers, more than the padded input's {H + 2 * ph}×{W + 2 * pw}: "
+                         f"there is no output position. Use a smaller kernel or dilation, or more padding.")
+    i, j = position
+    if not (0 <= i < Hout and 0 <= j < Wout):
+        raise ValueError(f"output position ({i}, {j}) is outside the {Hout} × {Wout} output; pick a row below "
+                         f"{Hout} and a column below {Wout}")
+    field = [(c, sh * i + dh * p - ph, sw * j + dw * q - pw) for c in range(C) for p in range(kh) for q in range(kw)]
+    patch = torch.tensor([float(x[0, c, r, s]) if 0 <= r < H and 0 <= s < W else 0.0 for c, r, s in field],
+                         dtype=x.dtype)  # (C·kh·kw,)
+    (_, ((M, K), (_, N))), = recorded_gemms(tuple(x.shape), (out_channels, C, kh, kw), (sh, sw), (ph, pw),
+                                                  (dh, dw))
+    return Im2colView(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (i, j), (Hout, Wout), i * Wout + j, field, patch,
+                      (M, N, K))
+
+
+def _im2col_text(view: Im2colView) -> str:
+    (i, j), (Hout, Wout) = view.position, view.out_hw
+    M, N, K = view.gemm
+    _, C, H, W = view.x.shape
+    inside = sum(0 <= r < H and 0 <= s < W for _, r, s in view.field)
+    return (f"output ({i}, {j}) of {Hout} × {Wout} -> column {view.column} = {i}·{Wout} + {j} of cols "
+            f"({C * view.kernel_size[0] * view.kernel_size[1]} × {Hout * Wout})\n"
+            f"column {view.column}: {[float(v) for v in view.patch]}\n"
+            f"{inside} of its {len(view.field)} numbers come from x, {len(view.field) - inside} from the "
+            f"zero padding\n"
+            f"GEMM with {M} kernels: (M, K) @ (K, N) = ({M}, {K}) @ ({K}, {N}): M = O = {M}, "
+            f"N = N·Hout·Wout = {N}, K = C·kh·kw = {K}")
+
+
+def im2col_explorer(kernel_size: int = 3, stride: int = 1, padding: int = 0, dilation: int = 1) -> Explorer:
+    """Kernel size, stride, padding, dilation and the output position; its receptive field beside its column."""
+    from twoprim.topics.explorers import Explorer, int_slider
+
+    controls = {"kernel_size": int_slider("kernel size", kernel_size, 1, 4),
+                "stride": int_slider("stride", stride, 1, 3), "padding": int_slider("padding", padding, 0, 2),
+                "dilation": int_slider("dilation", dilation, 1, 3), "i": int_slider("output row i", 0, 0, 0),
+                "j": int_slider("output column j", 0, 0, 0)}
+
+    def render(kernel_size, stride, padding, dilation, i, j):
+        view = im2col_view(kernel_size, stride, padding, dilation, (i, j))
+        fig = receptive_field_figure(view.x, kernel_size, stride=stride, padding=padding, dilation=dilation,
+                                          position=(i, j))
+        return fig, _im2col_text(view)
+
+    def limits(kernel_size, stride, padding, dilation, i, j):
+        _, _, H, W = IM2COL_X
+        return {"i": max(out_size(H, kernel_size, stride, padding, dilation) - 1, 0),
+                "j": max(out_size(W, kernel_size, stride, padding, dilation) - 1, 0)}
+
+    return Explorer("im2col: a receptive field becomes a column", controls, render, limits=limits)

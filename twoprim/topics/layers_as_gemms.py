@@ -1,5 +1,6 @@
-"""Layers as GEMMs (lessons 03 and 08): which GEMMs a layer runs, their (M, N, K) and FLOPs, how much of a model's
-work they are, how their shape sets their speed, and the H200 figures measured for this course.
+"""Layers as GEMMs (lesson 03; lesson 08 reads its transformer block too): which GEMMs a layer runs, their (M, N, K)
+and FLOPs, and how much of a model's work they are. How a GEMM's shape sets its speed is lesson 08's
+(`topics.gemm_shapes`).
 
 Notation: a GEMM multiplies A (M, K) by B (K, N) into C (M, N) and costs 2·M·N·K FLOPs (one multiply and one add per
 term). A batched GEMM (`bmm`) runs `batch` such products in one call.
@@ -12,22 +13,27 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from twoprim.core import timing
 from twoprim.core.record import CallLog, FlopRule, count_other_flops, record_calls
+from twoprim.topics.plots import format_table
+
+# Lesson 08 (and lesson 03's tables) as released read these as `layers.X`: they moved to lesson 08's module and
+# to the shared plots, and still resolve here, imported on first use.
+MOVED = {
+    **dict.fromkeys(["h200", "arithmetic_intensity", "device_tflops", "gemm_sweep", "round_mantissa",
+                     "relative_error"], "twoprim.topics.gemm_shapes"),
+    **dict.fromkeys(["format_table", "sweep_plot", "bars"], "twoprim.topics.plots"),
+}
 
 __all__ = [
     "Gemm", "gemm_mnk", "gemms_of", "record_gemms", "FlopShare", "flop_share", "OTHER_FLOPS_PER_ELEMENT",
-    "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", "format_table",
-    "gemm_sweep", "sweep_plot", "bars", "arithmetic_intensity", "device_tflops", "h200",
-    "round_mantissa", "relative_error",
+    "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", *MOVED,
 ]
 
 
@@ -302,149 +308,10 @@ def transformer_gemms(batch: int, seq: int, d_model: int, n_heads: int, d_ff: in
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Tables, timing and plots
-# ----------------------------------------------------------------------------------------------------------------
+def __getattr__(name: str):
+    """A name that moved to lesson 08's module or the shared plots (MOVED), from there."""
+    if name in MOVED:
+        import importlib
 
-def format_table(rows: Iterable[Sequence], columns: Sequence[str]) -> str:
-    """A plain-text table: the first column left-aligned, the others right-aligned (numbers)."""
-    cells = [[str(c) for c in columns]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-
-    def line(r):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
-
-
-def gemm_sweep(shapes: Sequence[tuple[int, int, int]], *, dtype: torch.dtype = torch.float32, rounds: int = 3,
-               budget: float = 0.01, seed: int = 0) -> list[float]:
-    """GFLOP/s of `A @ B` for each (M, N, K) in `shapes`, from the fastest call over `rounds` interleaved rounds.
-
-    Interleaved: every shape once, then every shape again, ..., so a burst of load from another program slows one
-    round of every shape instead of every round of one shape. Shapes that share K share one A (sliced to M rows) and
-    shapes that share (K, N) share one B, so a sweep over M allocates B once.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    max_m: dict[int, int] = {}
-    for M, N, K in shapes:
-        max_m[K] = max(max_m.get(K, 0), M)
-    As = {K: torch.randn(M, K, generator=gen).to(dtype) for K, M in max_m.items()}
-    Bs = {(K, N): torch.randn(K, N, generator=gen).to(dtype) for M, N, K in shapes}
-    best = [math.inf] * len(shapes)
-    for _ in range(rounds):
-        for i, (M, N, K) in enumerate(shapes):
-            A, B = As[K][:M], Bs[(K, N)]
-            best[i] = min(best[i], timing.fastest(lambda: A @ B, budget=budget, min_calls=2).seconds)
-    return [timing.gflops(2 * M * N * K, t) for (M, N, K), t in zip(shapes, best)]
-
-
-def sweep_plot(x: Sequence[int], y: Sequence[float], *, marks: Mapping[str, Callable[[int], bool]] | None = None,
-               xlabel: str, ylabel: str, title: str, note: str | None = None):
-    """One line against x; points where a predicate in `marks` holds are drawn again with that label (e.g.
-    "multiple of 16": lambda n: n % 16 == 0). Returns the figure."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot(x, y, marker="o", color="0.55", label="every size", zorder=1)
-    for (label, holds), marker in zip((marks or {}).items(), ("s", "D", "^", "v")):
-        pts = [(a, b) for a, b in zip(x, y) if holds(a)]
-        if pts:
-            ax.scatter(*zip(*pts), marker=marker, s=70, label=label, zorder=2)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.set_ylim(0, max(y) * 1.12 if len(y) else 1.0)  # room above the highest marker
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=8, alpha=0.7)
-    fig.tight_layout()
-    return fig
-
-
-def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel: str, title: str,
-         note: str | None = None, logy: bool = False, value_format: str = "{:.0f}"):
-    """Grouped bars: one group per label, one bar per series, each bar with its value written on top."""
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(labels) + 2.0), 4.0))
-    width = 0.8 / max(len(series), 1)
-    for i, (name, values) in enumerate(series.items()):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(labels))]
-        drawn = ax.bar(xs, values, width, label=name)
-        ax.bar_label(drawn, labels=[value_format.format(v) for v in values], fontsize=7, padding=1)
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
-    ax.set_yscale("log" if logy else "linear")
-    ax.set(ylabel=ylabel, title=title)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    if len(series) > 1:
-        ax.legend()
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=8, alpha=0.7)
-    fig.tight_layout()
-    return fig
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Figures measured for this course on an NVIDIA H200
-# ----------------------------------------------------------------------------------------------------------------
-
-def h200() -> dict:
-    """The H200 GEMM probe (`gemm.h200_probe`), read for tables: {"label", "gemm": {(dtype, M, N, K): TFLOP/s},
-    "tf32_4096": TFLOP/s, "raw": {...}}."""
-    from twoprim.topics.gemm import h200_probe
-
-    raw = h200_probe()
-    gemm = {}
-    for key, value in raw.items():
-        parts = key.split()
-        if len(parts) == 6 and parts[0] == "gemm" and parts[-1] == "TFLOPs":  # "gemm bfloat16 M4096 K4096 N4097 TFLOPs"
-            dims = {p[0]: int(p[1:]) for p in parts[2:5]}
-            gemm[(parts[1], dims["M"], dims["N"], dims["K"])] = float(value)
-    label = f"measured for this course on an {raw['device']} (torch {raw['torch'].split('+')[0]}, cuBLAS)"
-    return {"label": label, "gemm": gemm, "tf32_4096": float(raw["gemm tf32 4096^3 TFLOPs"]), "raw": raw}
-
-
-def arithmetic_intensity(M: int, N: int, K: int, bytes_per_element: int) -> float:
-    """FLOPs per byte of a GEMM that reads A (M, K) and B (K, N) and writes C (M, N) once: 2MNK / bytes."""
-    return 2 * M * N * K / (bytes_per_element * (M * K + K * N + M * N))
-
-
-def device_tflops(M: int, N: int, K: int, dtype: torch.dtype, *, device: str = "cuda",
-                  fp32_precision: str = "highest", min_run_time: float = 0.2, seed: int = 0) -> float:
-    """TFLOP/s of A (M, K) @ B (K, N) on `device`. fp32_precision "high" lets float32 GEMMs use TF32 on CUDA
-    (torch.set_float32_matmul_precision); the previous setting is restored afterwards."""
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(fp32_precision)
-    try:
-        gen = torch.Generator(device=device).manual_seed(seed)
-        A = torch.randn(M, K, device=device, dtype=dtype, generator=gen)
-        B = torch.randn(K, N, device=device, dtype=dtype, generator=gen)
-        secs = timing.seconds(lambda: A @ B, min_run_time=min_run_time)  # synchronises CUDA around each run
-    finally:
-        torch.set_float32_matmul_precision(previous)
-    return 2 * M * N * K / secs / 1e12
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Number formats
-# ----------------------------------------------------------------------------------------------------------------
-
-def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Round float32 `x` to `bits` explicit mantissa bits (round to nearest, ties to even), kept in float32.
-
-    bits=10 is TF32 (what Tensor Cores read from float32 inputs when TF32 is allowed), bits=7 is bfloat16's
-    precision (with float32's range).
-    """
-    if x.dtype != torch.float32:
-        raise TypeError(f"round_mantissa: expected a float32 tensor, got {x.dtype}")
-    if not 0 <= bits <= 23:
-        raise ValueError(f"round_mantissa: bits must be between 0 and 23, got {bits}")
-    drop = 23 - bits
-    if drop == 0:
-        return x.clone()
-    i = x.contiguous().view(torch.int32)
-    half = (1 << (drop - 1)) - 1
-    rounded = (i + half + ((i >> drop) & 1)) & ~((1 << drop) - 1)
-    return rounded.view(torch.float32).reshape(x.shape)
-
-
-def relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
-    """‖got − exact‖ / ‖exact‖ (Frobenius norms, in float64)."""
-    exact = exact.double()
-    return float(torch.linalg.norm(got.double() - exact) / torch.linalg.norm(exact))
+        return getattr(importlib.import_module(MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
