@@ -38,8 +38,9 @@ def test_the_outline_names_every_assignment_and_only_graded_functions():
 
 
 def test_a_row_without_a_lesson_is_another_assignment_of_the_lesson_above(tmp_path):
-    (tmp_path / "README.md").write_text("| lesson | assignment |\n| --- | --- |\n| `01_dot_product` — dots | `ex01_dot`: "
-                                        "`dot` |\n| | `ex11_axpy`: `axpy` |\n| `02_gemm` — GEMM | |\n")
+    (tmp_path / "README.md").write_text("| lesson | assignment |\n| --- | --- |\n"
+                                        "| `01_dot_product` — dots | `ex01_dot`: `dot` |\n| | `ex11_axpy`: `axpy` |\n"
+                                        "| `02_gemm` — GEMM | |\n")
     rows = outline(tmp_path)
     assert [(r.lesson, r.topic, r.assignment, r.functions) for r in rows] == [
         ("01_dot_product", "dots", "ex01_dot", "`dot`"), ("01_dot_product", "dots", "ex11_axpy", "`axpy`"),
