@@ -155,7 +155,7 @@ def test_an_instructors_command_is_refused_to_a_student_before_it_runs(tmp_path,
     ran = []
     monkeypatch.setattr(course, "COMMANDS", {
         **course.COMMANDS,
-        "collect": course.Command("", lambda args: ran.append("collect"), course.INSTRUCTOR, course._one_assignment),
+        "collect": course.Command("", lambda args: ran.append("collect"), course.INSTRUCTOR, (course.ASSIGNMENT,)),
         "progress": course.Command("", lambda args: ran.append("progress"), course.LEARNER)})
     (tmp_path / "grader").mkdir()
     monkeypatch.setattr(course, "refuse_students", functools.partial(course.refuse_students, root=tmp_path))

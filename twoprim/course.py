@@ -32,7 +32,6 @@ Learners on their own:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from typing import Callable
 
 from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, nbgrader
 from twoprim.core.notebooks import ROOT, assignments, clean, execute, lessons
+# the class's steps (twoprim/exchange/steps.py), named here too: `course.release(...)` is how scripts and tests call them
+from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
 from twoprim.learner.state import workspace
 
 LESSON_BUDGET_S = 60.0
@@ -72,159 +73,6 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
                 nbformat.write(clean(nb), str(path))
                 written.append(path)
     return written
-
-
-def due_date(text: str, flag: str = "--due"):
-    """A due date with its time zone ("2026-12-09 23:59 UTC", "2026-12-09 23:59 Europe/Berlin", ISO 8601 or
-    "... +0100" with an offset) as nbgrader stores it: naive UTC. Without a zone it is refused: nbgrader would read
-    it as UTC."""
-    import dateutil.parser
-    import dateutil.tz
-
-    example = f"e.g. {flag} '2026-12-09 23:59 Europe/Berlin' or {flag} '2026-12-09T23:59:00+01:00'"
-    parts = text.split()
-    try:
-        if len(parts) == 3 and not parts[2].lstrip("+-").isdigit():  # a named zone: nbgrader's own format
-            zone = dateutil.tz.gettz(parts[2])
-            if zone is None:
-                raise CourseError(f"{flag} {text!r}: {parts[2]!r} is not a time zone: {example}")
-            when = dateutil.parser.parse(" ".join(parts[:2])).replace(tzinfo=zone)
-        else:
-            when = dateutil.parser.parse(text)
-    except (ValueError, OverflowError) as err:
-        raise CourseError(f"{flag} {text!r} is not a date and time ({err}): {example}") from err
-    if when.tzinfo is None:
-        raise CourseError(f"{flag} {text!r} has no time zone, and a deadline must say which: {example}")
-    return (when - when.utcoffset()).replace(tzinfo=None)
-
-
-def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: str | None = None) -> str:
-    """Let `student` submit `aid` until `until` (a date with its zone; None takes it back); what was done, in words.
-    The student must be known: in the gradebook, in grader/submitted/, or in the classroom's roster."""
-    import json
-
-    from twoprim.grading.gradebook import database_url, grant_extension, gradebook, submitted_students
-
-    url = database_url(root, db)
-    when = due_date(until, flag="--until") if until is not None else None
-    try:
-        roster = json.loads((root / "grader" / "classroom.json").read_text()).get("students", [])
-    except (OSError, ValueError, AttributeError):
-        roster = []
-    with gradebook(url) as gb:
-        known = {s.id for s in gb.students} | set(submitted_students(aid, root)) | set(roster)
-    if student not in known:
-        raise CourseError(f"no student {student!r} in the gradebook, grader/submitted/ or the classroom's roster; "
-                          f"known: {', '.join(sorted(known)) or 'none yet'}")
-    due = grant_extension(aid, student, when, root, url)
-    if when is None:
-        return f"{student}'s extension of {aid} is taken back: due {due:%Y-%m-%d %H:%M} UTC, as for everyone"
-    from twoprim.learner.deadlines import span
-
-    return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({span((when - due).total_seconds())} after "
-            f"its due date, {due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
-
-
-def exchange_root(root: Path = ROOT) -> Path:
-    """The exchange the course's nbgrader configuration names ($TWOPRIM_EXCHANGE, the classroom's, or nbgrader's)."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    return Path(PyFileConfigLoader("nbgrader_config.py", path=str(root / "grader")).load_config().Exchange.root)
-
-
-def release(aid: str, *, root: Path = ROOT, due: str | None = None):
-    """Copy the student version of `aid` to the exchange, for students to fetch; `due`: its due date, recorded in
-    the gradebook (submissions after it are late: the report says by how long, and nbgrader's late-submission
-    plugin, if configured, sets the penalty). The gradebook's due date (from `due`, or set in the formgrader) is
-    also written where students can read it (`twoprim.learner.deadlines`); returns it (naive UTC), or None."""
-    from twoprim.grading.gradebook import database_url, gradebook, released_notebooks
-
-    if due is not None:
-        when = due_date(due)
-        url = database_url(root)
-        released_notebooks(aid, root, url)  # the assignment registered in the gradebook
-        with gradebook(url) as gb:
-            gb.update_or_create_assignment(aid, duedate=when)
-    nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
-    _seal_inbound(exchange_root(root))
-    return _publish_due_date(aid, root)
-
-
-def _seal_inbound(exchange: Path) -> None:
-    """The sticky bit on the exchange's inbound folder (nbgrader makes it 0733, writable by every student): a
-    student may still hand in, but only the owner of a submission may rename or delete it."""
-    import stat
-
-    from twoprim.config import COURSE_ID
-
-    inbound = exchange / COURSE_ID / "inbound"
-    with contextlib.suppress(OSError):
-        st = inbound.lstat()
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
-            inbound.chmod(stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
-
-
-def collect(aid: str, *, root: Path = ROOT) -> str:
-    """Take every student's newest submission of `aid` from the exchange into grader/submitted/, trusting only
-    what the exchange observed (who made it, when it arrived: `twoprim.exchange`); what was taken in, set aside
-    and flagged, then what is there now and who submitted after the due date (`collected`). A due date changed in
-    the formgrader since the release reaches the students' deadlines file here too."""
-    from twoprim.exchange import client, filesystem, intake
-
-    if client.uses_service(root):  # the classroom's exchange service: the hub said who sent each one
-        submissions, set_aside = client.collect_from_service(aid, root), []
-    else:
-        submissions, set_aside = filesystem.gather(aid, exchange_root(root))
-    report = intake.admit(aid, submissions, set_aside, root=root)
-    _publish_due_date(aid, root)
-    return f"{report}\n{collected(aid, root=root)}"
-
-
-def _publish_due_date(aid: str, root: Path):
-    """Write `aid`'s due date in the gradebook where students read it (`twoprim.learner.deadlines`), or take it out when it
-    has none; returns it."""
-    from twoprim.learner import deadlines
-    from twoprim.exchange.client import uses_service
-    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook
-
-    when = due_in_gradebook(aid, database_url(root))
-    if uses_service(root):  # the classroom's exchange service reads it from the gradebook at each request
-        return when
-    exchange = exchange_root(root)
-    if deadlines.read(exchange).get(aid) != when:
-        deadlines.publish(exchange, aid, when)
-    return when
-
-
-def collected(aid: str, *, root: Path = ROOT) -> str:
-    """'3 submission(s) of ex01_dot in grader/submitted/; due ... UTC: 1 late (bob 3 h); alice's extension runs to
-    ...': from each submission's timestamp.txt, the gradebook's due date and the extensions (`./course extend`)."""
-    from nbgrader.utils import parse_utc
-
-    from twoprim.learner.deadlines import span
-    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook, extensions, submitted_students
-
-    students = submitted_students(aid, root)
-    line = f"{len(students)} submission(s) of {aid} in grader/submitted/"
-    due = due_in_gradebook(aid, database_url(root))
-    if due is None:
-        return f"{line} (no due date)"
-    extended = extensions(aid, database_url(root))
-    late, unknown = [], []
-    for student in students:
-        try:
-            at = parse_utc((root / "grader" / "submitted" / student / aid / "timestamp.txt").read_text().strip())
-        except (OSError, ValueError, OverflowError):
-            unknown.append(student)
-            continue
-        theirs = max(due, extended.get(student, due))
-        if at > theirs:
-            late.append(f"{student} {span((at - theirs).total_seconds())}")
-    parts = [f"{len(late)} late" + (f" ({', '.join(late)})" if late else "")]
-    parts += [f"{s}'s extension runs to {extended[s]:%Y-%m-%d %H:%M} UTC" for s in students if s in extended]
-    if unknown:
-        parts.append(f"no readable submission time: {', '.join(unknown)}")
-    return f"{line}; due {due:%Y-%m-%d %H:%M} UTC: " + "; ".join(parts)
 
 
 def feedback(aid: str, *, root: Path = ROOT):
@@ -312,28 +160,38 @@ def install_lab_settings() -> Path:
     return lab.install_settings()
 
 
-# --- the command table: each command's arguments, what it runs, and who runs it ---------------------------------
+# --- the command table: each command's help, what it runs, who runs it, and its arguments ------------------------
 
 AUTHOR, INSTRUCTOR, LEARNER, ANYONE = "author", "instructor", "learner", "anyone"
-DB_HELP = ("the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or ~/.pgpass) or sqlite:///PATH "
-           "(default: $TWOPRIM_DB, else grader/gradebook.db)")
 
 
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    """A command without arguments."""
+def arg(*names: str, **options) -> tuple[tuple[str, ...], dict]:
+    """One argument of a command: its names and `ArgumentParser.add_argument`'s options."""
+    return names, options
+
+
+def one_of(*arguments: tuple, required: bool = True) -> tuple[tuple[str, ...], dict]:
+    """Arguments of which a command takes one (a mutually exclusive group)."""
+    return (), {"one_of": arguments, "required": required}
+
+
+ASSIGNMENT = arg("assignment")
+DB = arg("--db", default=None, help="the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or "
+         "~/.pgpass) or sqlite:///PATH (default: $TWOPRIM_DB, else grader/gradebook.db)")
+WHEN = "'YYYY-MM-DD HH:MM ZONE'"
 
 
 @dataclass(frozen=True)
 class Command:
-    """One `./course` command: its one-line help, its arguments, what it runs, and who runs it.
+    """One `./course` command: its one-line help, what it runs, who runs it, and its arguments (`arg`, `one_of`).
 
     `who`: "author" and "instructor" commands work in solutions/ or grader/, so they are refused to a classroom's
     students and to root in a classroom's course; "learner" and "anyone" commands are not. `raw`: the rest of the
-    command line goes to `run` untouched (argparse would reject JupyterLab's or the hub's own --options)."""
+    command line goes to `run` untouched as `args.args` (argparse would reject JupyterLab's or the hub's options)."""
     help: str
     run: Callable[[argparse.Namespace], int | None]
     who: str
-    add_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    arguments: tuple = ()
     raw: bool = False
 
     @property
@@ -341,95 +199,60 @@ class Command:
         """Whether the command is the author's or instructor's, refused where grader/ is not the caller's."""
         return self.who in (AUTHOR, INSTRUCTOR)
 
-
-def _one_assignment(parser: argparse.ArgumentParser) -> None:
-    """ASSIGNMENT."""
-    parser.add_argument("assignment")
-
-
-def _assignment_and_db(parser: argparse.ArgumentParser) -> None:
-    """ASSIGNMENT --db URL."""
-    parser.add_argument("assignment")
-    parser.add_argument("--db", default=None, help=DB_HELP)
-
-
-def _generate_arguments(parser):
-    """[ASSIGNMENT ...]."""
-    parser.add_argument("assignments", nargs="*")
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's arguments to its subparser."""
+        for names, options in self.arguments:
+            if "one_of" in options:
+                group = parser.add_mutually_exclusive_group(required=options["required"])
+                for inner, inner_options in options["one_of"]:
+                    group.add_argument(*inner, **inner_options)
+            else:
+                parser.add_argument(*names, **options)
 
 
 def _run_generate(args) -> None:
-    """./course generate."""
     for path in generate(args.assignments):
         print(f"generated {path.relative_to(ROOT)}")
 
 
-def _clean_arguments(parser):
-    """[NOTEBOOK ...]."""
-    parser.add_argument("notebooks", nargs="*", type=Path)
-
-
 def _run_clean(args) -> None:
-    """./course clean: the notebooks named, else every notebook git tracks."""
+    """The notebooks named, else every notebook git tracks."""
     paths = args.notebooks or [Path(p) for p in subprocess.run(
         ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
     for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
         print(f"cleaned {path}")
 
 
-def _rest_of_line(parser):
-    """ARGS ...: handed on untouched."""
-    parser.add_argument("args", nargs=argparse.REMAINDER)
-
-
-def _lab_arguments(parser):
-    """JupyterLab's own options."""
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899")
-
-
 def _run_lab(args) -> int:
-    """./course lab: JupyterLab on lesson 00."""
     from twoprim.classroom import lab
 
     return lab.run(args.args)
 
 
 def _run_hub(args) -> int:
-    """./course hub: the classroom on JupyterHub, with its own options (twoprim/classroom/hub.py)."""
-    from twoprim.classroom import hub
+    from twoprim.classroom import hub  # its own options (twoprim/classroom/hub.py)
 
     return hub.run(args.args)
 
 
 def _run_install_config(args) -> None:
-    """./course install-config (make setup)."""
     print(f"wrote {install_config()}")
     print(f"wrote {install_lab_settings()}")
 
 
-def _release_arguments(parser):
-    """ASSIGNMENT --due DATE."""
-    parser.add_argument("assignment")
-    parser.add_argument("--due", default=None, metavar="'YYYY-MM-DD HH:MM ZONE'",
-                        help="the due date, with its time zone (submissions after it are late)")
-
-
 def _run_release(args) -> None:
-    """./course release."""
     when = release(args.assignment, due=args.due)
     due = f", due {when:%Y-%m-%d %H:%M} UTC (students see it in their progress)" if when else ""
     print(f"released {args.assignment} to the exchange{due}")
 
 
 def _run_feedback(args) -> int:
-    """./course feedback: 1 when some student's feedback was held back."""
     result = feedback(args.assignment)
     print(result.describe())
     return 1 if result.held else 0
 
 
 def _run_report(args) -> None:
-    """./course report."""
     from twoprim import grading
 
     summary = grading.write_reports(args.assignment, url=grading.database_url(ROOT, args.db))
@@ -438,23 +261,7 @@ def _run_report(args) -> None:
         print(grading.format_problems(summary))
 
 
-def _extend_arguments(parser):
-    """ASSIGNMENT STUDENT (--until DATE | --remove) --db URL."""
-    parser.add_argument("assignment")
-    parser.add_argument("student")
-    when = parser.add_mutually_exclusive_group(required=True)
-    when.add_argument("--until", metavar="'YYYY-MM-DD HH:MM ZONE'", help="their own deadline, with its time zone")
-    when.add_argument("--remove", action="store_true", help="take the extension back")
-    parser.add_argument("--db", default=None, help=DB_HELP)
-
-
-def _db_arguments(parser):
-    """--db URL."""
-    parser.add_argument("--db", default=None, help=DB_HELP)
-
-
 def _run_db_init(args) -> None:
-    """./course db-init."""
     from twoprim import grading
 
     url = grading.database_url(ROOT, args.db)
@@ -464,14 +271,7 @@ def _run_db_init(args) -> None:
     print(f"the gradebook at {grading.display_url(url)} has nbgrader's tables and the course's")
 
 
-def _cluster_certs_arguments(parser):
-    """FOLDER --days N."""
-    parser.add_argument("folder", type=Path)
-    parser.add_argument("--days", type=int, default=365, help="how long they are valid (default 365)")
-
-
 def _run_cluster_certs(args) -> None:
-    """./course cluster-certs: the certificates, then how to start the cluster with them."""
     from twoprim.grading import tls
 
     paths = tls.cluster_certs(args.folder, days=args.days)
@@ -479,26 +279,7 @@ def _run_cluster_certs(args) -> None:
     print(tls.start_commands({role: p.resolve() for role, p in paths.items()}))
 
 
-def _autograde_arguments(parser):
-    """ASSIGNMENT and how to grade it."""
-    parser.add_argument("assignment")
-    parser.add_argument("--scheduler", default=None, metavar="tls://HOST:8786",
-                        help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)")
-    parser.add_argument("--db", default=None, help=DB_HELP)
-    parser.add_argument("--force", action="store_true",
-                        help="grade again the submissions already graded in their current form")
-    parser.add_argument("--workers", type=int, default=None, help="parallel workers (default: one per core)")
-    parser.add_argument("--student", action="append", default=None, help="grade only this student (repeatable)")
-    parser.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)")
-    parser.add_argument("--unisolated", action="store_true",
-                        help="run students' code as yourself, without the sandbox (only where bubblewrap is "
-                             "impossible)")
-    parser.add_argument("--trust", action="append", default=None, metavar="STUDENT",
-                        help="grade this student's code although the audit held it (after reading it; repeatable)")
-
-
 def _run_autograde(args) -> int:
-    """./course autograde."""
     from twoprim import grading
 
     return run_autograde(args.assignment, workers=args.workers, students=args.student, unisolated=args.unisolated,
@@ -506,99 +287,97 @@ def _run_autograde(args) -> int:
                          scheduler=args.scheduler, db=args.db, force=args.force)
 
 
-def _selfgrade_arguments(parser):
-    """ASSIGNMENT --notebook PATH."""
-    parser.add_argument("assignment")
-    parser.add_argument("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")
-
-
 def _run_selfgrade(args) -> None:
     """./course selfgrade: a learner's command, yet root in a classroom's course would leave root's files in grader/."""
-    from twoprim import grading
     from twoprim.classroom.hub import refuse_root_in_classroom
+    from twoprim.learner.selfgrade import command
 
     refuse_root_in_classroom(args.argv)
-    print(grading.selfgrade(args.assignment, notebook=args.notebook).describe())
-
-
-def _progress_arguments(parser):
-    """--cell-timeout S --chart FILE."""
-    parser.add_argument("--cell-timeout", type=int, default=None,
-                        help="seconds per cell of your notebooks (default 60)")
-    parser.add_argument("--chart", type=Path, default=None, metavar="FILE",
-                        help="also write the progress chart (PNG)")
+    command(args.assignment, args.notebook)  # the learner's warm grader, a line per test cell as it runs
 
 
 def _run_progress(args) -> int:
-    """./course progress."""
     from twoprim.learner import progress
 
     return progress.main(workspace(ROOT), timeout=args.cell_timeout or progress.CELL_TIMEOUT, chart_to=args.chart)
 
 
-def _similarity_arguments(parser):
-    """ASSIGNMENT --threshold T."""
-    parser.add_argument("assignment")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="pairs at or above this similarity (0-1) are shown in the HTML report (default 0.5)")
-
-
-def _export_arguments(parser):
-    """ASSIGNMENT[=CANVAS_ID] ... --roster R --canvas --output PATH --db URL."""
-    parser.add_argument("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]")
-    parser.add_argument("--roster", type=Path, required=True,
-                        help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, "
-                             "sis_user_id, sis_login_id, section")
-    parser.add_argument("--canvas", action="store_true", help="Canvas's gradebook import format")
-    parser.add_argument("--output", type=Path, default=None, help="where to write it (default grader/reports/)")
-    parser.add_argument("--db", default=None, help=DB_HELP)
-
-
 def _run_analytics(args) -> int:
-    """./course similarity, analysis and export (twoprim/analytics/)."""
-    from twoprim.analytics.commands import run as analytics
+    from twoprim.analytics.commands import run as analytics  # similarity, analysis and export
 
     return analytics(args, ROOT)
 
 
 COMMANDS: dict[str, Command] = {
-    "generate": Command("regenerate exercises/ from solutions/", _run_generate, AUTHOR, _generate_arguments),
-    "clean": Command("strip outputs and stray metadata from notebooks", _run_clean, ANYONE, _clean_arguments),
+    "generate": Command("regenerate exercises/ from solutions/", _run_generate, AUTHOR,
+                        (arg("assignments", nargs="*"),)),
+    "clean": Command("strip outputs and stray metadata from notebooks", _run_clean, ANYONE,
+                     (arg("notebooks", nargs="*", type=Path),)),
     "bench-lessons": Command("time every lesson against the 60 s budget", lambda args: bench_lessons(), ANYONE),
     "nbgrader": Command("run nbgrader with the course configuration",
-                        lambda args: nbgrader(args.args, check=False).returncode, INSTRUCTOR, _rest_of_line),
+                        lambda args: nbgrader(args.args, check=False).returncode, INSTRUCTOR,
+                        (arg("args", nargs=argparse.REMAINDER),)),
     "install-config": Command("(make setup) point this environment's nbgrader at the course", _run_install_config,
                               ANYONE),
     "hub": Command("the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)", _run_hub,
                    INSTRUCTOR, raw=True),
-    "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER, _lab_arguments,
+    "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER,
+                   (arg("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899"),),
                    raw=True),
-    "release": Command("release the student version to the exchange", _run_release, INSTRUCTOR, _release_arguments),
+    "release": Command("release the student version to the exchange", _run_release, INSTRUCTOR, (
+        ASSIGNMENT, arg("--due", default=None, metavar=WHEN,
+                        help="the due date, with its time zone (submissions after it are late)"))),
     "collect": Command("collect submissions from the exchange into grader/submitted/",
-                       lambda args: print(collect(args.assignment)), INSTRUCTOR, _one_assignment),
+                       lambda args: print(collect(args.assignment)), INSTRUCTOR, (ASSIGNMENT,)),
     "feedback": Command("generate feedback HTML and release it to the exchange", _run_feedback, INSTRUCTOR,
-                        _one_assignment),
+                        (ASSIGNMENT,)),
     "report": Command("rewrite grader/reports/ from the gradebook and print the summary", _run_report, INSTRUCTOR,
-                      _assignment_and_db),
+                      (ASSIGNMENT, DB)),
     "extend": Command("give one student more time for an assignment (its late penalty follows)",
                       lambda args: print(extend(args.assignment, args.student, None if args.remove else args.until,
-                                                db=args.db)), INSTRUCTOR, _extend_arguments),
+                                                db=args.db)), INSTRUCTOR, (
+        ASSIGNMENT, arg("student"),
+        one_of(arg("--until", metavar=WHEN, help="their own deadline, with its time zone"),
+               arg("--remove", action="store_true", help="take the extension back")), DB)),
     "db-init": Command("create the gradebook's tables (nbgrader's and the course's)", _run_db_init, INSTRUCTOR,
-                       _db_arguments),
+                       (DB,)),
     "cluster-certs": Command("write TLS certificates for a Dask grading cluster into FOLDER", _run_cluster_certs,
-                             INSTRUCTOR, _cluster_certs_arguments),
-    "autograde": Command("grade every submission of an assignment in parallel", _run_autograde, INSTRUCTOR,
-                         _autograde_arguments),
+                             INSTRUCTOR, (arg("folder", type=Path), arg("--days", type=int, default=365,
+                                                                        help="how long they are valid (default 365)"))),
+    "autograde": Command("grade every submission of an assignment in parallel", _run_autograde, INSTRUCTOR, (
+        ASSIGNMENT,
+        arg("--scheduler", default=None, metavar="tls://HOST:8786",
+            help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)"),
+        DB,
+        arg("--force", action="store_true", help="grade again the submissions already graded in their current form"),
+        arg("--workers", type=int, default=None, help="parallel workers (default: one per core)"),
+        arg("--student", action="append", default=None, help="grade only this student (repeatable)"),
+        arg("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)"),
+        arg("--unisolated", action="store_true",
+            help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)"),
+        arg("--trust", action="append", default=None, metavar="STUDENT",
+            help="grade this student's code although the audit held it (after reading it; repeatable)"))),
     "selfgrade": Command("grade your own exercises/ASSIGNMENT notebook, hidden checks included", _run_selfgrade,
-                         LEARNER, _selfgrade_arguments),
-    "progress": Command("your progress: lessons run, checks passing, self-grades, what next", _run_progress, LEARNER,
-                        _progress_arguments),
+                         LEARNER, (ASSIGNMENT, arg("--notebook", type=Path, default=None,
+                                                   help="grade this notebook instead of exercises/..."))),
+    "progress": Command("your progress: lessons run, checks passing, self-grades, what next", _run_progress, LEARNER, (
+        arg("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)"),
+        arg("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)"))),
     "similarity": Command("rank pairs of students by how alike their answers are (copydetect)", _run_analytics,
-                          INSTRUCTOR, _similarity_arguments),
+                          INSTRUCTOR, (ASSIGNMENT, arg(
+                              "--threshold", type=float, default=None,
+                              help="pairs at or above this similarity (0-1) are shown in the HTML report (default "
+                                   "0.5)"))),
     "analysis": Command("item analysis of every test cell: difficulty, discrimination, flags", _run_analytics,
-                        INSTRUCTOR, _assignment_and_db),
+                        INSTRUCTOR, (ASSIGNMENT, DB)),
     "export": Command("grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV", _run_analytics,
-                      INSTRUCTOR, _export_arguments),
+                      INSTRUCTOR, (
+        arg("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]"),
+        arg("--roster", type=Path, required=True,
+            help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, sis_user_id, "
+                 "sis_login_id, section"),
+        arg("--canvas", action="store_true", help="Canvas's gradebook import format"),
+        arg("--output", type=Path, default=None, help="where to write it (default grader/reports/)"), DB)),
 }
 
 
@@ -607,7 +386,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
-        command.add_arguments(sub.add_parser(name, help=command.help, add_help=name != "hub"))
+        command.add_to(sub.add_parser(name, help=command.help, add_help=name != "hub"))
     return top
 
 
