@@ -128,7 +128,58 @@ def _grade(task: dict) -> Outcome:
 
 def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str], out: Outcome,
               notes: list[str]) -> Outcome:
+    """Grade one submission in `work`: take its files in, lay out a course around them, audit the student's code,
+    run nbgrader in the sandbox, then judge what the kernel recorded; `out` says how far it got and why."""
     phase = time.monotonic()
+    sub_dir = _receive(work, task, notebooks, out, notes)
+    if sub_dir is None:
+        return out
+    grader = _lay_out(work / "course", sub_dir, task, aid, student, released, notebooks, out, notes)
+    target = grader / "submitted" / student / aid
+    findings = _audit(target, notebooks, released)
+    out.phases["prepare"] = time.monotonic() - phase
+    if findings and not task["trusted"]:
+        out.status = "flagged"
+        out.reason = (f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
+                      f"Read the code; if it is honest, grade it with --trust {student}")
+        return out
+    if findings:
+        notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
+    status, log_text, fired, capture = _run_in_box(work, box, grader, task, aid, student, out)
+    autograded = grader / "autograded" / student / aid
+    cell_log = work / "cell.log"
+    last_cell = cell_log.read_text() if cell_log.exists() else None
+    if fired:
+        out.time_limit = f"the submission's limit of {task['wall_seconds']:.0f} s"
+        out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
+                      f"look for an infinite loop in the notebook")
+        return out
+    if status != "ok" or not autograded.is_dir():
+        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
+        if "CellTimeoutError" in log_text:
+            out.time_limit = f"the cell limit of {task['cell_timeout']} s"
+        return out
+    max_points = _read_grades(grader / "gradebook.db", aid, student, out)
+    if max_points is None:
+        out.reason = _nbgrader_failure(log_text, 1, last_cell, task["cell_timeout"])
+        return out
+    phase = time.monotonic()
+    notes[:0] = _judge_in_grader(aid, work / "course", autograded, notebooks, capture, out, max_points,
+                                 task["cell_timeout"])
+    out.phases["verdicts"] = time.monotonic() - phase
+    out.score = float(sum(v for v in out.grades.values() if v is not None))
+    notes[:0] = _execution_notes(autograded, notebooks, task["cell_timeout"])
+    if any(" ran past its time limit" in n or " ran past their time limit" in n for n in notes):
+        out.time_limit = f"the cell limit of {task['cell_timeout']} s"
+    out.status = "graded"
+    out.reason = "; ".join(notes) or "all cells ran"
+    out.autograded = {p.name: p.read_bytes() for p in sorted(autograded.iterdir()) if p.is_file()}
+    return out
+
+
+def _receive(work: Path, task: dict, notebooks: list[str], out: Outcome, notes: list[str]) -> Path | None:
+    """The submission's files written to work/received/, each notebook read as UTF-8 text; None (with
+    `out.reason`) when a notebook is missing or unreadable. What was ignored goes to `notes`."""
     sub_dir = work / "received"
     sub_dir.mkdir(parents=True)
     for name, data in task["files"].items():
@@ -137,12 +188,12 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     missing = [f"{nb}.ipynb" for nb in notebooks if f"{nb}.ipynb" not in present]
     if missing:
         out.reason = _missing_reason(task, missing, present)
-        return out
+        return None
     for nb in notebooks:
         text, problem = _notebook_text(f"{nb}.ipynb", task["files"][f"{nb}.ipynb"])
         if problem:
             out.reason = f"{problem}; ask the student to resubmit"
-            return out
+            return None
         if task["files"][f"{nb}.ipynb"].startswith(BOM):
             notes.append(f"{nb}.ipynb starts with a UTF-8 byte-order mark; read without it")
         (sub_dir / f"{nb}.ipynb").write_text(text)
@@ -153,8 +204,13 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     if task.get("refused"):
         notes.append("ignored, never read (not regular files): " + ", ".join(
             f"{n} ({what})" for n, what in sorted(task["refused"].items())))
+    return sub_dir
 
-    course = work / "course"
+
+def _lay_out(course: Path, sub_dir: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str],
+             out: Outcome, notes: list[str]) -> Path:
+    """A course of its own for this one submission: configuration, the assignment's source, a copy of the
+    gradebook, and the submission realigned to the released cells, with its secret and timestamp; its grader/."""
     grader = course / "grader"
     target = grader / "submitted" / student / aid
     target.mkdir(parents=True)
@@ -181,23 +237,18 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
             out.timestamp = stamp.strip()
     else:
         notes.append("no timestamp.txt; graded without a submission time")
+    return grader
 
-    findings = _audit(target, notebooks, released)
-    out.phases["prepare"] = time.monotonic() - phase
-    if findings and not task["trusted"]:
-        out.status = "flagged"
-        out.reason = (f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
-                      f"Read the code; if it is honest, grade it with --trust {student}")
-        return out
-    if findings:
-        notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
 
+def _run_in_box(work: Path, box: Path, grader: Path, task: dict, aid: str, student: str, out: Outcome):
+    """nbgrader autograde of the laid-out submission, its kernel in the sandbox (forked from a warm forkserver
+    unless unisolated), under the submission's wall-clock watchdog: (status, log, whether the watchdog fired, the
+    folder the kernel's checks recorded into). The phases' times go to `out.phases`."""
     phase = time.monotonic()
     kernel = kernels.kernelspec_name(task["unisolated"])
     warm = None if task["unisolated"] else kernels.warm_forkserver(task.get("kernel_threads"))
     out.phases["forkserver"] = time.monotonic() - phase
     phase = time.monotonic()
-    cell_log = work / "cell.log"
     with sandbox.claimed_uid() as uid:
         paths = sandbox.prepare_box(box, uid)
         box_env = {verdicts.CAPTURE_ENV: str(paths["capture"]), CPU_LIMIT_LOG_ENV: str(work / "cpu-limit.log")}
@@ -213,39 +264,28 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         os.environ.update(box_env)
         watchdog = kernels.Watchdog(task["wall_seconds"], spare=warm.pids() if warm else set())
         try:
-            status, log_text = _run_nbgrader(grader, aid, student, cell_log, task["cell_timeout"], kernel,
+            status, log_text = _run_nbgrader(grader, aid, student, work / "cell.log", task["cell_timeout"], kernel,
                                              box if warm is not None else None)
         finally:
             watchdog.cancel()
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    capture = paths["capture"]
     out.phases.update(kernels.timings(work / "timing.log", phase, time.monotonic()))
-
     judged = (work / "cpu-limit.log").read_text().split() if (work / "cpu-limit.log").is_file() else []
     out.limit_by_cpu = bool(judged) and set(judged) == {"cpu"}
-    autograded = grader / "autograded" / student / aid
-    db = grader / "gradebook.db"
-    last_cell = cell_log.read_text() if cell_log.exists() else None
-    if watchdog.fired:
-        out.time_limit = f"the submission's limit of {task['wall_seconds']:.0f} s"
-        out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
-                      f"look for an infinite loop in the notebook")
-        return out
-    if status != "ok" or not autograded.is_dir():
-        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
-        if "CellTimeoutError" in log_text:
-            out.time_limit = f"the cell limit of {task['cell_timeout']} s"
-        return out
+    return status, log_text, watchdog.fired, paths["capture"]
 
+
+def _read_grades(db: Path, aid: str, student: str, out: Outcome) -> dict | None:
+    """nbgrader's automatic grades and comments of the submission into `out`; each graded cell's maximum points,
+    or None when the gradebook has no such submission (nbgrader failed before recording it)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(f"sqlite:///{db}", "two-primitives") as gb:
         try:
             sub = gb.find_submission(aid, student)
         except MissingEntry:
-            out.reason = _nbgrader_failure(log_text, 1, last_cell, task["cell_timeout"])
-            return out
+            return None
         max_points = {}
         for nb in sub.notebooks:
             for grade in nb.grades:
@@ -254,17 +294,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
             for comment in nb.comments:
                 out.comments[(nb.name, comment.name)] = comment.auto_comment
         out.max_score = float(sub.max_score)
-    phase = time.monotonic()
-    notes[:0] = _judge_in_grader(aid, course, autograded, notebooks, capture, out, max_points, task["cell_timeout"])
-    out.phases["verdicts"] = time.monotonic() - phase
-    out.score = float(sum(v for v in out.grades.values() if v is not None))
-    notes[:0] = _execution_notes(autograded, notebooks, task["cell_timeout"])
-    if any(" ran past its time limit" in n or " ran past their time limit" in n for n in notes):
-        out.time_limit = f"the cell limit of {task['cell_timeout']} s"
-    out.status = "graded"
-    out.reason = "; ".join(notes) or "all cells ran"
-    out.autograded = {p.name: p.read_bytes() for p in sorted(autograded.iterdir()) if p.is_file()}
-    return out
+    return max_points
 
 
 def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.NotebookNode]) -> list[str]:
