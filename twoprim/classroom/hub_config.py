@@ -94,13 +94,16 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
         folder.chmod(0o755)
         if text:
             (folder / "nbgrader_config.py").write_text(text)
+    terminal = {"shell_command": terminal_command(plan)}
     (run / "student" / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"jpserver_extensions": {name: False for name in STUDENT_OFF_EXTENSIONS}}}, indent=1))
+        {"ServerApp": {"jpserver_extensions": {name: False for name in STUDENT_OFF_EXTENSIONS},
+                       "terminado_settings": terminal}}, indent=1))
     (run / "student" / "labconfig").mkdir()
     (run / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {name: True for name in STUDENT_OFF_PLUGINS}}, indent=1))
     (run / "instructor" / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}}}}, indent=1))
+        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}},
+                       "terminado_settings": terminal}}, indent=1))
     for path in (run / "student").rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     for path in (run / "instructor").rglob("*"):
@@ -109,6 +112,14 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
     config.write_text(_hub_config(plan, run))
     config.chmod(0o600)
     return config
+
+
+def terminal_command(plan: Plan) -> list[str]:
+    """A JupyterLab terminal's shell: a login shell (/etc/profile, which resets PATH on Debian) that then puts the
+    course environment's bin/ first again, so `course progress` and `nbgrader` work in every user's terminal."""
+    import shlex
+
+    return ["/bin/bash", "-l", "-c", f"export PATH={shlex.quote(str(plan.venv / 'bin'))}:\"$PATH\"; exec /bin/bash -i"]
 
 
 def _student_nbgrader_config(plan: Plan) -> str:
