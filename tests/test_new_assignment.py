@@ -70,6 +70,7 @@ SOURCES = {
                     "ex98.check_{fn}({fn}, ex98.axpy_cases([1, 101], seed=1)[:2])\n### END HIDDEN TESTS",
     "hints": 'from twoprim.hints import hints\n\nhints("{fn}")',
     "submit": "## Before you submit\n\nRestart the kernel and run all cells, or press **Validate**.",
+    "self-grade": '# Save the notebook first.\nfrom twoprim.selfgrade import selfgrade\n\nselfgrade("ex98_axpy")',
 }
 
 
