@@ -100,13 +100,15 @@ def test_conv2d_gemm_tolerance_is_stated_and_scales_with_the_sum(sol04, capsys):
     ex04.check_conv2d_gemm(sol04["conv2d_gemm"], hidden=22)
     out = capsys.readouterr().out
     assert "tolerance abs" in out and "passed 4 cases" in out and "Grading runs 22 more hidden checks" in out
-    x, w = torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3)
-    case = checks.Case("ones", (x, w), {})
-    exact = F.conv2d(x, w)  # 18.0: the tolerance is 8·eps·18
-    assert "tolerance abs 1.7e-05" in ex04._judge_conv(exact, exact, case)
-    ex04._judge_conv(exact + 1e-5, exact, case)  # within 8·eps·18 + eps·18 ≈ 1.9e-5
-    with pytest.raises(checks.Mismatch):
-        ex04._judge_conv(exact + 4e-5, exact, case)
+    ones = [checks.Case("ones", (torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3)), {})]  # every output 18.0
+
+    def shifted(by):
+        return _named(lambda *args, **kwargs: sol04["conv2d_gemm"](*args, **kwargs) + by, "conv2d_gemm")
+
+    ex04.check_conv2d_gemm(shifted(0.0), ones)
+    assert "tolerance abs 1.7e-05" in capsys.readouterr().out  # 8·eps·18
+    ex04.check_conv2d_gemm(shifted(1e-5), ones)  # within 8·eps·18 + eps·18 ≈ 1.9e-5
+    assert "wrong result" in fails(ex04.check_conv2d_gemm, shifted(4e-5), ones)
 
 
 def test_not_written_yet_says_so():
