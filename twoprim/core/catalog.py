@@ -76,8 +76,8 @@ def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
 
 @cache
 def all_hints() -> dict[str, tuple[str, ...]]:
-    """Every assignment's hints, from the package's own checks modules (`twoprim/exNN.py`): found where only the
-    package is, as in a graded kernel's sandbox or a learner's copy without solutions/."""
+    """Every assignment's hints, from the package's own checks modules (`twoprim/assignments/exNN_name.py`): found
+    where only the package is, as in a graded kernel's sandbox or a learner's copy without solutions/."""
     return {gid: texts for path in sorted((_PACKAGE / "assignments").glob("ex[0-9][0-9]_*.py"))
             for gid, texts in _hints_in(path).items()}
 
