@@ -1,8 +1,9 @@
 """Hints for every graded function, revealed one at a time: `hints("dot")` shows a button, `hint("dot")` prints the
 next one. Each function has two or three, from what to look at, to which shape to build, to which identity to use;
 none is solution code. They live beside each assignment's checks (`HINTS` in `twoprim/assignments/exNN_name.py`).
-Revealing a hint never changes a grade; the count is kept in `.twoprim-progress.json` at the top of the learner's workspace (the course
-folder; on the classroom hub, the student's home: `twoprim.learner.state.workspace`), read by `./course progress`.
+Revealing a hint never changes a grade; the count is kept in `.twoprim-progress.json` at the top of the learner's
+workspace (the course folder; on the classroom hub, the student's home: `twoprim.learner.state.workspace`), read by
+`./course progress`.
 """
 from __future__ import annotations
 
