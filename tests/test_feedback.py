@@ -1,5 +1,5 @@
 """When a notebook's setup cell (or an answer cell) fails in grading, the terminal and the report say so first, with
-the cell and the error, instead of only a zero per check ("no result came back"): `_execution_notes` (autograde's
+the cell and the error, instead of only a zero per check ("no result came back"): `execution_notes` (autograde's
 reason for each student, in the report) and `SelfGrade.describe` (what `./course selfgrade` prints).
 
 The autograded notebook is built the way nbclient leaves one: error outputs where cells raised."""
@@ -11,7 +11,7 @@ import nbformat
 from nbformat.v4 import new_output
 
 from twoprim import grading
-from twoprim.grading.submission import _execution_notes
+from twoprim.grading.submission import execution_notes
 from twoprim.core.notebooks import ROOT
 
 AID = "ex01_dot"
@@ -50,7 +50,7 @@ def test_a_setup_cell_that_cannot_import_the_course_is_reported_first(tmp_path):
     nb = _autograded(tmp_path, {f"{AID}-setup": ("ModuleNotFoundError", "No module named 'twoprim'"),
                                 f"{AID}-dot-hints": ("ValueError", "no hints for 'dot'")})
     setup = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-setup")
-    notes = _execution_notes(tmp_path, [AID])
+    notes = execution_notes(tmp_path, [AID])
     assert notes[0].startswith(f"error in {AID}-setup (cell {setup + 1}): ModuleNotFoundError: No module named "
                                f"'twoprim' (the kernel cannot import the course package"), notes
     assert "running ./course once repairs it" in notes[0]
@@ -69,7 +69,7 @@ def test_a_failing_setup_cell_of_another_kind_and_a_cell_the_student_added(tmp_p
     nb.cells.insert(3, nbformat.v4.new_code_cell("import my_helpers", outputs=[new_output(
         "error", ename="ModuleNotFoundError", evalue="No module named 'my_helpers'", traceback=[])]))
     nbformat.write(nb, str(tmp_path / f"{AID}.ipynb"))
-    notes = _execution_notes(tmp_path, [AID])
+    notes = execution_notes(tmp_path, [AID])
     assert notes[0] == (f"error in {AID}-setup (cell 2): RuntimeError: Numpy is not available (the setup cell: every "
                         f"check after it fails because of this, not because of the answers)"), notes
     assert notes[1] == "error in cell 4: ModuleNotFoundError: No module named 'my_helpers'", notes
@@ -79,7 +79,7 @@ def test_a_failing_setup_cell_of_another_kind_and_a_cell_the_student_added(tmp_p
 
 def test_a_notebook_without_cell_errors_reports_only_its_failing_checks(tmp_path):
     _autograded(tmp_path, {})
-    notes = _execution_notes(tmp_path, [AID])
+    notes = execution_notes(tmp_path, [AID])
     assert len(notes) == 1 and notes[0].startswith("failing checks:")
     lines = _graded(notes).describe().splitlines()
     assert not any(line.startswith("  ✘ error in") for line in lines) and lines[1].startswith(f"  ✘ {AID}-")

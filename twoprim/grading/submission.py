@@ -33,8 +33,8 @@ from twoprim.grading.preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAU
 from twoprim.grading.realign import realign
 from twoprim.grading.submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text
 
-__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "MEMORY_LIMIT_BYTES", "CPU_LIMIT_SECONDS",
-           "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]
+__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "execution_notes", "MEMORY_LIMIT_BYTES",
+           "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]
 
 # Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
 MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
@@ -168,7 +168,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
                                  task["cell_timeout"])
     out.phases["verdicts"] = time.monotonic() - phase
     out.score = float(sum(v for v in out.grades.values() if v is not None))
-    notes[:0] = _execution_notes(autograded, notebooks, task["cell_timeout"])
+    notes[:0] = execution_notes(autograded, notebooks, task["cell_timeout"])
     if any(" ran past its time limit" in n or " ran past their time limit" in n for n in notes):
         out.time_limit = f"the cell limit of {task['cell_timeout']} s"
     out.status = "graded"
@@ -414,7 +414,7 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     return ("ok" if result.get("success") else "error"), log
 
 
-def _execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | None = None) -> list[str]:
+def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | None = None) -> list[str]:
     """What went wrong while the notebook ran, in an instructor's words (from the autograded notebook). First an
     error in a cell that is neither a check nor an answer (the setup cell, another given cell, a cell the student
     added), with its cell and message: every check that needs what that cell defines fails because of it, so it is
