@@ -55,7 +55,8 @@ def notebook_uses(text: str) -> tuple[set, set]:
                     imports.add((alias.name, None))
                     bound[alias.asname or "twoprim"] = alias.name if alias.asname else "twoprim"
     reads = {(bound[n.value.id], n.attr) for tree in trees for n in ast.walk(tree)
-             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound}
+             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
+             and n.value.id in bound}
     return imports, reads
 
 
