@@ -52,6 +52,20 @@ def test_a_row_without_a_lesson_is_another_assignment_of_the_lesson_above(tmp_pa
         outline(tmp_path)
 
 
+def test_progress_takes_each_assignment_of_a_lesson_before_the_next_lesson(tmp_path):
+    """With two assignments for lesson 01, the next step is the first one's unfinished check, not lesson 02."""
+    from twoprim.learner import progress
+
+    (tmp_path / "README.md").write_text("| lesson | assignment |\n| --- | --- |\n| `01_dot_product` — dots | `ex01_dot`: "
+                                        "`dot` |\n| | `ex11_axpy`: `axpy` |\n| `02_gemm` — GEMM | |\n")
+    done = [progress.LessonStatus(name, tmp_path / "lessons" / f"{name}.ipynb", ran, "")
+            for name, ran in (("01_dot_product", True), ("02_gemm", False))]
+    work = [progress.AssignmentStatus(aid, tmp_path / "exercises" / aid / f"{aid}.ipynb", "ran", checks={fn: check},
+                                      selfgrade={"score": 1, "max_score": 1, "stale": "", "failing": []})
+            for aid, fn, check in (("ex11_axpy", "axpy", progress.PASS), ("ex01_dot", "dot", progress.TODO))]
+    assert progress._next_step(tmp_path, done, work).startswith("make `dot` pass its check in exercises/ex01_dot/")
+
+
 def test_lesson_00s_outline_cell_is_the_readme_outline():
     nb = nbformat.read(str(LESSON_00), as_version=4)
     [cell] = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith(notebooks.OUTLINE_HEADING)]

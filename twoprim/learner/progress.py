@@ -509,14 +509,16 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
     """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
     (README.md's lesson table: lesson 09 comes with ex09_triton), else the assignment with the lesson's number."""
     by_aid = {a.aid: a for a in work}
-    paired = {row.lesson: row.assignment for row in (outline(root) or outline(ROOT)) if row.assignment}
+    paired: dict[str, list[str]] = {}  # a lesson may have more than one assignment (README's continuation rows)
+    for row in outline(root) or outline(ROOT):
+        if row.assignment:
+            paired.setdefault(row.lesson, []).append(row.assignment)
+    named = {a for aids in paired.values() for a in aids}
     steps: list[LessonStatus | AssignmentStatus] = []
     for lesson in lesson_list:
         steps.append(lesson)
-        aid = paired.get(lesson.name) or next((a for a in by_aid if a[2:4] == lesson.name[:2]
-                                               and a not in paired.values()), None)
-        if aid in by_aid:
-            steps.append(by_aid.pop(aid))
+        aids = paired.get(lesson.name) or [a for a in by_aid if a[2:4] == lesson.name[:2] and a not in named][:1]
+        steps += [by_aid.pop(aid) for aid in aids if aid in by_aid]
     steps += list(by_aid.values())
     for step in steps:
         if isinstance(step, LessonStatus):
