@@ -144,7 +144,7 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     """release, fetch, submit (twice), list, collect (the newest, the service's time), feedback, fetch feedback."""
     from nbgrader.exchange import ExchangeError
 
-    from twoprim.exchange.client import collect_from_service, Remote, _newest_submissions
+    from twoprim.exchange.client import collect_from_service, Remote, newest_submissions
 
     s, course = room["service"], room["course"]
     teach = _config(course, course, s.url, "t-teach")
@@ -177,7 +177,7 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     assert [r["id"] for r in kept] == [first.submission["id"], second.submission["id"]]
     assert b"first try" in s.store.submission(first.submission["id"])["data"][f"{AID}.ipynb"]
 
-    subs = _newest_submissions(Remote(s.url, "t-teach"), COURSE, AID)
+    subs = newest_submissions(Remote(s.url, "t-teach"), COURSE, AID)
     assert [(x.student, x.source) for x in subs] == [("ann", f"service submission {second.submission['id']}")]
     assert b"(x * w).sum()" in subs[0].files[f"{AID}.ipynb"] and "timestamp.txt" not in subs[0].files
     assert subs[0].claimed and subs[0].arrived.strftime("%Y-%m-%d %H:%M:%S.%f UTC") == second.submission["timestamp"]

@@ -36,8 +36,8 @@ from twoprim.exchange.intake import Submission, admit
 
 __all__ = ["ServiceExchange", "ExchangeFetchAssignment", "ExchangeFetchFeedback", "ExchangeList",
            "ExchangeReleaseAssignment", "ExchangeReleaseFeedback", "ExchangeSubmit", "ExchangeCollect",
-           "select", "configure_from_classroom", "uses_service", "collect_from_service", "Remote", "Local",
-           "CLASSES"]
+           "select", "configure_from_classroom", "uses_service", "collect_from_service", "newest_submissions", "Remote",
+           "Local", "CLASSES"]
 
 CLASSES = {"exchange": "ServiceExchange", "fetch_assignment": "ExchangeFetchAssignment",
            "fetch_feedback": "ExchangeFetchFeedback", "release_assignment": "ExchangeReleaseAssignment",
@@ -473,7 +473,7 @@ class ExchangeCollect(abc.ExchangeCollect, ServiceExchange):
 
     def copy_files(self):
         course, aid = self.course_id(), self.coursedir.assignment_id
-        subs = _newest_submissions(self.exchange, course, aid)
+        subs = newest_submissions(self.exchange, course, aid)
         report = admit(aid, subs, [], root=Path(self.coursedir.root))
         for line in str(report).splitlines():
             self.log.info(line)
@@ -487,7 +487,7 @@ def _arrived(record: dict) -> datetime.datetime:
     return datetime.datetime.fromisoformat(record["arrived"])
 
 
-def _newest_submissions(exchange, course: str, aid: str) -> list[Submission]:
+def newest_submissions(exchange, course: str, aid: str) -> list[Submission]:
     """Each student's newest submission of `aid`, as intake takes them (earlier ones stay in the service)."""
     newest: dict[str, dict] = {}
     for record in exchange.submissions(course, aid=aid, everyone=True):
@@ -524,7 +524,7 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
 
     room = classroom(root)
     try:
-        return _newest_submissions(backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
+        return newest_submissions(backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
                                    COURSE_ID, aid)
     except ExchangeError as err:
         raise CourseError(str(err)) from err
