@@ -42,7 +42,7 @@ from typing import Callable
 
 from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, nbgrader
 from twoprim.core.notebooks import ROOT, assignments, clean, execute, lessons
-# the class's steps (twoprim/exchange/steps.py), named here too: `course.release(...)` is how scripts and tests call them
+# the class's steps (twoprim/exchange/steps.py), named here too: scripts and tests call `course.release(...)`
 from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
 from twoprim.learner.state import workspace
 
@@ -383,7 +383,8 @@ COMMANDS: dict[str, Command] = {
 
 def parser() -> argparse.ArgumentParser:
     """`./course`'s argument parser, one subcommand per entry of COMMANDS."""
-    top = argparse.ArgumentParser(prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(prog="course", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
         command.add_to(sub.add_parser(name, help=command.help, add_help=name != "hub"))
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     command = COMMANDS[args.command]
     if command.refused_to_students:
-        from twoprim.classroom.hub import refuse_root_in_classroom  # a classroom's course is its instructor's, not root's
+        from twoprim.classroom.hub import refuse_root_in_classroom  # a classroom's course is its instructor's
 
         refuse_root_in_classroom(argv)
         refuse_students(args.command)
