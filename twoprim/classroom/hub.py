@@ -38,6 +38,7 @@ from twoprim.classroom.class_accounts import record_created, record_path, remove
 from twoprim.classroom.hub_checks import MARKER, SYSTEM_PATH, _account, _tool, as_user, course_made, make_plan
 from twoprim.config import COURSE_ID
 from twoprim.classroom.hub_config import Plan, write_run_folder
+from twoprim.classroom.limits import protected, remove_groups
 from twoprim.grading.nbgrader_cli import CourseError
 from twoprim.core.notebooks import ROOT
 
@@ -76,6 +77,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-mb", type=float, default=100.0,
                    help="with the service: the largest notebook (or other file) a student may submit, in MB "
                         "(default 100)")
+    p.add_argument("--memory-mb", type=int, default=2048,
+                   help="memory of each user's server and kernels together, in MB (default 2048; a control group: "
+                        "over it the largest process, their kernel, is stopped; 0: none)")
+    p.add_argument("--cpus", type=float, default=1.0,
+                   help="CPU time of each user's server and kernels together, in cores (default 1)")
+    p.add_argument("--cull-idle", type=int, default=3600, metavar="SECONDS",
+                   help="stop a server idle this long (jupyterhub-idle-culler; the student's files stay; default "
+                        "3600, 0: never)")
+    p.add_argument("--max-servers", type=int, default=0,
+                   help="the most servers running at once; a login past it gets a page saying the classroom is full "
+                        "(default 0: no limit; the README's capacity table says what a machine serves)")
     p.add_argument("--remove-class", action="store_true",
                    help="at the end of a course: delete the accounts ./course hub created (recorded in "
                         "grader/hub-accounts.json) and their homes, and no other; says what it will delete and asks")
@@ -373,7 +385,7 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.remove_class:
         return remove_class(ROOT, yes=args.yes)
-    plan = make_plan(args)
+    plan = protected(make_plan(args), args)
     passwords = prepare(plan)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
     env["PATH"] = f"{plan.venv / 'bin'}:{env.get('PATH', SYSTEM_PATH)}"
@@ -385,6 +397,7 @@ def run(argv: list[str]) -> int:
         return _serve(plan, passwords, proc)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+        remove_groups()  # the users' control groups (limits.py), once their processes are gone
 
 
 def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:

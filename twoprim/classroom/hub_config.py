@@ -56,6 +56,10 @@ class Plan:
     exchange_kind: str = "service"  # the exchange service (twoprim/exchange/service.py), or nbgrader's "filesystem"
     service_port: int = 0           # the exchange service's port, loopback
     max_file_mb: float = 100.0      # the service refuses a submitted file larger than this
+    memory_mb: int = 2048           # each user's server and kernels together (limits.py); 0: no control group
+    cpus: float = 1.0               # ... and their CPU time, in cores
+    cull_idle_s: int = 3600         # a server idle this long is stopped (jupyterhub-idle-culler); 0: never
+    max_servers: int = 0            # running servers at most; a login past it gets a page saying so; 0: no limit
 
     @property
     def service(self) -> bool:
@@ -108,6 +112,8 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
         path.chmod(0o755 if path.is_dir() else 0o644)
     for path in (run / "instructor").rglob("*"):
         path.chmod(0o644)
+    (hub / "templates").mkdir()
+    (hub / "templates" / "error.html").write_text(FULL_PAGE)
     config = hub / "jupyterhub_config.py"
     config.write_text(_hub_config(plan, run))
     config.chmod(0o600)
@@ -169,6 +175,52 @@ c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
 '''
 
 
+FULL_PAGE = """{% extends "templates/error.html" %}
+{% block error_detail %}
+  {% if status_code == 429 %}<p id="twoprim-full">{{ full_message }}</p>{% else %}{{ super() }}{% endif %}
+{% endblock error_detail %}
+"""
+
+
+def full_message(max_servers: int) -> str:
+    """What a student reads when the classroom already runs its most servers."""
+    return (f"The classroom is full: {max_servers} servers are running, as many as this machine is set to serve. "
+            f"Your work is safe. Try again in a few minutes, when a classmate's idle server has been stopped, "
+            f"or tell your instructor.")
+
+
+def _protection(plan: Plan, run: Path) -> str:
+    """Each user's limits (limits.py), the idle culler (a hub service) and the most servers at once."""
+    text = f'''# Limits that protect the class (twoprim/classroom/limits.py): each user's server and kernels share
+# {plan.memory_mb} MB and {plan.cpus:g} core(s) (a control group), and no process may map more than the grading
+# sandbox's address space (a far too large allocation is a MemoryError in the student's notebook).
+c.ClassroomSpawner.memory_mb = {plan.memory_mb}
+c.ClassroomSpawner.cpus = {plan.cpus!r}
+c.Spawner.poll_interval = 10  # how soon the hub's log names a student whose kernel went over their memory
+c.JupyterHub.template_paths = [{str(run / "hub" / "templates")!r}]
+'''
+    if plan.max_servers:
+        text += (f"# At most {plan.max_servers} servers at once: a login past it gets JupyterHub's 429 page with this "
+                 f"message, not a spinner.\n"
+                 f"c.JupyterHub.active_server_limit = {plan.max_servers}\n"
+                 f"c.JupyterHub.template_vars = {{'full_message': {full_message(plan.max_servers)!r}}}\n")
+    if plan.cull_idle_s:
+        every = max(1, min(300, plan.cull_idle_s // 3))
+        command = [str(plan.venv / "bin" / "python"), "-m", "jupyterhub_idle_culler",
+                   f"--timeout={plan.cull_idle_s}", f"--cull-every={every}"]
+        text += f'''# Idle servers are stopped after {plan.cull_idle_s} s (jupyterhub-idle-culler, a hub service run as
+# the instructor); the student's files stay and their next login starts a new server. Activity is reported every
+# {every} s so the culler sees it in time.
+c.JupyterHub.services.append({{"name": "idle-culler", "command": {command!r}, "user": INSTRUCTOR, "cwd": COURSE,
+                               "environment": {{"PATH": PATH}}, "display": False}})
+c.JupyterHub.load_roles.append({{"name": "idle-culler", "services": ["idle-culler"],
+                                "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}})
+c.JupyterHub.last_activity_interval = {every}
+c.Spawner.environment = {{"JUPYTERHUB_ACTIVITY_INTERVAL": "{every}"}}
+'''
+    return text
+
+
 def _where(plan: Plan) -> str:
     if not plan.public:
         return (f"# Loopback only. Each user's server has a host of its own, http://<name>.localhost:{plan.port} "
@@ -215,7 +267,8 @@ c.JupyterHub.cleanup_proxy = True
 c.JupyterHub.authenticator_class = "pam"
 c.Authenticator.allowed_users = set([INSTRUCTOR, *STUDENTS])
 
-c.JupyterHub.spawner_class = "localprocess"
+# LocalProcessSpawner with each user's limits (twoprim/classroom/limits.py; the values below)
+c.JupyterHub.spawner_class = "twoprim.classroom.limits.ClassroomSpawner"
 c.Spawner.cmd = [{str(plan.venv / 'bin' / 'jupyterhub-singleuser')!r}]
 c.Spawner.default_url = "/lab"
 c.Spawner.args = ["--LanguageServerManager.autodetect=False"]
@@ -223,6 +276,7 @@ c.Spawner.http_timeout = {START_TIMEOUT_S}
 c.Spawner.start_timeout = {START_TIMEOUT_S}
 
 {_service(plan)}
+{_protection(plan, run)}
 
 def pre_spawn_hook(spawner):
     """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
