@@ -13,6 +13,9 @@ from twoprim.core.notebooks import ROOT, code_of
 BIN = Path(sys.executable).parent
 # Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.
 os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+# `./course selfgrade` in a test grades in its own process: no learner's warm grader outlives a test
+# (tests/test_selfgrade.py starts its own, in a folder of its own, and stops it)
+os.environ["TWOPRIM_WARM_GRADER"] = "off"
 
 
 def fails(check, *args, **kwargs) -> str:

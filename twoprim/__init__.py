@@ -37,7 +37,7 @@ PUBLIC = {
     "mlx_tools": "topics.mlx", "triton_tools": "topics.triton_gemm", "triton_compile": "topics.triton_compiled",
     "xla_tools": "topics.xla", "explorers": "topics.explorers", "plots": "topics.plots",
     "hints": "learner.hints", "progress": "learner.progress", "state": "learner.state",
-    "selfcheck": "learner.selfcheck", "deadlines": "learner.deadlines",
+    "selfcheck": "learner.selfcheck", "deadlines": "learner.deadlines", "selfgrade": "learner.selfgrade",
     "audit": "grading.audit", "sandbox": "grading.sandbox", "forkserver": "grading.forkserver",
     "nbgrader_cli": "grading.nbgrader_cli",
     "hub": "classroom.hub", "hub_checks": "classroom.hub_checks", "hub_config": "classroom.hub_config",

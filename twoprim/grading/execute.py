@@ -3,14 +3,64 @@ where the grader can see it (`CpuTimedExecute`), so that a cell is never failed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import json
 import os
 import time
+from collections.abc import Callable, Iterator
 
 from nbgrader.preprocessors import Execute
 
+from twoprim.grading.forkserver import ENV_CELLS, ENV_SOCKET
+from twoprim.grading.kernels import scratch
 from twoprim.grading.preprocessors import CPU_LIMIT_LOG_ENV, KERNEL_UID_ENV, STRETCH
 
-__all__ = ["CpuTimedExecute", "kernel_cpu_seconds"]
+__all__ = ["CpuTimedExecute", "kernel_cpu_seconds", "watching_cells", "share_test_cells"]
+
+_ON_CELL: list[Callable] = []     # told of each cell as it starts and ends (`watching_cells`): a self-grade's progress
+
+
+@contextlib.contextmanager
+def watching_cells(callback: Callable[[dict, str], None] | None) -> Iterator[None]:
+    """While inside: `callback(cell, "start" | "end")` for every cell nbgrader runs in this process (a learner's
+    self-grade shows its progress per test cell). A callback that fails never fails the grading."""
+    if callback is None:
+        yield
+        return
+    _ON_CELL.append(callback)
+    try:
+        yield
+    finally:
+        _ON_CELL.remove(callback)
+
+
+def share_test_cells(nb) -> bool:
+    """When a forkserver makes the kernel: write the source of `nb`'s graded test cells (nbgrader has just put back
+    the instructor's own, hidden checks included) to a file of this grader's, where no kernel reaches, and name it
+    in $TWOPRIM_WARM_CELLS for the kernel's launcher (`forkserver.launch`). True when written."""
+    if not os.environ.get(ENV_SOCKET):
+        return False
+    cells = [c.source for c in nb.cells if c.get("cell_type") == "code"
+             and c.get("metadata", {}).get("nbgrader", {}).get("grade")
+             and not c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    if not cells:
+        return False
+    data = json.dumps(cells).encode()
+    path = scratch() / "cells" / f"{hashlib.sha256(data).hexdigest()[:24]}.json"
+    if not path.is_file():
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        fresh = path.with_suffix(f".{os.getpid()}.tmp")
+        fresh.write_bytes(data)
+        os.replace(fresh, path)
+    os.environ[ENV_CELLS] = str(path)
+    return True
+
+
+def _tell(cell, phase: str) -> None:
+    for callback in list(_ON_CELL):
+        with contextlib.suppress(Exception):
+            callback(cell, phase)
 
 
 _KERNEL: dict[int, object] = {}   # pid -> psutil.Process of the graded kernel's uid, found once, read cheaply
@@ -58,9 +108,23 @@ class CpuTimedExecute(Execute):
     of CPU by other processes gets another period, until it has used the limit in CPU seconds or `STRETCH` times it
     in wall-clock time. Without the kernel's uid (unisolated grading) the limit is wall-clock time alone."""
 
+    def preprocess(self, nb, *args, **kwargs):
+        """Run the notebook; with a forkserver, its launcher is first handed the instructor's test cells
+        (`share_test_cells`), so the forkserver warms what they build before it forks this kernel."""
+        shared = share_test_cells(nb)
+        try:
+            return super().preprocess(nb, *args, **kwargs)
+        finally:
+            if shared:
+                os.environ.pop(ENV_CELLS, None)
+
     def preprocess_cell(self, cell, resources, index):
         self._cell_clock = (time.monotonic(), kernel_cpu_seconds() if cell.get("cell_type") == "code" else None)
-        return super().preprocess_cell(cell, resources, index)
+        _tell(cell, "start")
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        finally:
+            _tell(cell, "end")
 
     async def _async_handle_timeout(self, timeout, cell=None):
         started, cpu0 = getattr(self, "_cell_clock", (None, None))

@@ -26,6 +26,7 @@ Two commands, both run with `python -I -m twoprim.grading.forkserver` and import
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib
 import json
 import os
@@ -41,11 +42,12 @@ from pathlib import Path
 
 ENV_SOCKET = "TWOPRIM_FORKSERVER"
 ENV_MODULE = "TWOPRIM_CHECKS_MODULE"    # the assignment's checks module: its kernel keeps what its import set
+ENV_CELLS = "TWOPRIM_WARM_CELLS"        # a file of the grader's: the instructor's test cells, for `warm_cells`
 READY = "twoprim-forkserver-ready"
 START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
 _SET_BY: dict[str, dict[str, str]] = {}   # module -> what importing it set in the environment
-_WARMED: set[str] = set()                 # assignments' checks modules whose warm_up has run here
+_WARMED: set[str] = set()                 # checks modules whose warm_up has run here, and "module:digest" of cells
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -83,17 +85,29 @@ def _warm_up() -> None:
             (torch.ones(3, dtype=torch.float64) * 2).sum()
 
 
-def _warm_assignment(module: str) -> None:
+def _warm_assignment(module: str, cells: list[str] = ()) -> None:
     """Before the first kernel of an assignment is forked: its checks module's `warm_up()`, if it has one, run here
     once, so every kernel of that assignment inherits what it computed (ex06: Dynamo's and AOTAutograd's first
-    capture, and the graphs its visible check hands the learner's code, the same for every submission). Only
-    assignments this forkserver imported are warmed, each at most once; a warm-up that fails is logged and the
-    kernels compute the same themselves."""
-    if module not in _SET_BY or module in _WARMED:
+    capture, and the graphs its visible check hands the learner's code, the same for every submission). Then, for
+    each new set of the instructor's test cells (`cells`, the trusted source nbgrader runs, sent by the grader's
+    launcher: keyed by their digest, so a changed hidden check is warmed anew), its `warm_cells(cells)`: what those
+    cells build before calling a check (ex06: the seeded graphs its hidden checks hand the learner's code).
+    Only assignments this forkserver imported are warmed; a warm-up that fails is logged and the kernels compute
+    the same themselves."""
+    if module not in _SET_BY:
         return
-    _WARMED.add(module)
-    warm_up = getattr(sys.modules[module], "warm_up", None)
-    if warm_up is None:
+    if module not in _WARMED:
+        _WARMED.add(module)
+        _warm_run(getattr(sys.modules[module], "warm_up", None), module, "warm_up")
+    warm_cells = getattr(sys.modules[module], "warm_cells", None)
+    key = f"{module}:{hashlib.sha256(json.dumps(list(cells)).encode()).hexdigest()}"
+    if cells and warm_cells is not None and key not in _WARMED:
+        _WARMED.add(key)
+        _warm_run(lambda: warm_cells(list(cells)), module, "warm_cells")
+
+
+def _warm_run(fn, module: str, what: str) -> None:
+    if fn is None:
         return
     start = time.monotonic()
     torch = sys.modules.get("torch")
@@ -101,11 +115,12 @@ def _warm_assignment(module: str) -> None:
     try:
         if torch:  # on one thread: a parallel region here would start OpenMP's pool, which a forked kernel inherits
             torch.set_num_threads(1)  # broken (its first parallel op then waits forever on threads it does not have)
-        warm_up()
+        fn()
     except Exception as exc:  # noqa: BLE001 - the kernels do the same work themselves
-        print(f"twoprim.grading.forkserver: {module}.warm_up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"twoprim.grading.forkserver: {module}.{what} failed: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
     else:
-        print(f"twoprim.grading.forkserver: {module} warmed in {time.monotonic() - start:.2f} s", flush=True)
+        print(f"twoprim.grading.forkserver: {module} {what} in {time.monotonic() - start:.2f} s", flush=True)
     finally:
         if torch:
             torch.set_num_threads(threads)
@@ -160,7 +175,9 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 if not request:
                     conn.close()
                     continue
-                _warm_assignment(str(request.get("module") or ""))
+                cells = request.get("cells")
+                _warm_assignment(str(request.get("module") or ""),
+                                 [c for c in cells if isinstance(c, str)] if isinstance(cells, list) else [])
                 pid = os.fork()
                 if pid == 0:
                     _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)
@@ -361,8 +378,14 @@ def launch(connection_file: str) -> int:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # closing the connection ends the kernel
+    cells = []
+    if os.environ.get(ENV_CELLS):  # written by the grader (`execute.CpuTimedExecute`), where no kernel reaches
+        try:
+            cells = json.loads(Path(os.environ[ENV_CELLS]).read_text())
+        except (OSError, ValueError):
+            cells = []
     _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
-                 "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, "")})
+                 "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, ""), "cells": cells})
     while True:
         message = _read_line(conn)
         if message is None:

@@ -1,0 +1,205 @@
+"""A learner's warm grader: one process per user and copy of the course that self-grades notebooks
+(`twoprim.grading.learner.selfgrade`, the same task autograde runs) and keeps, between them, what a cold
+`./course selfgrade` pays every time: the grading code imported (nbgrader, torch), the forkserver of warm kernels
+(`kernels.warm_forkserver`, with every assignment's checks, each assignment warmed once) and each assignment's
+generated release and snapshot gradebook.
+
+It listens on a Unix socket in a folder only its user can open (`twoprim.learner.selfgrade.grader_socket`), answers
+only its own user (the peer's uid, from the kernel), grades one notebook at a time, and exits after
+$TWOPRIM_GRADER_IDLE_S seconds unused (default 900), when asked, or when a request comes from other code than
+its own (the course was updated: the client starts a new one). The events it sends are described in
+`twoprim.learner.selfgrade`.
+
+    python -m twoprim.grading.warm serve SOCKET          the warm grader (started by the first self-grade)
+    python -m twoprim.grading.warm once AID NOTEBOOK ROOT  one self-grade, its events on stdout (no warm grader)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+from twoprim.grading import kernels, sandbox
+from twoprim.grading.learner import graded_tests, selfgrade
+from twoprim.learner.selfgrade import IDLE_ENV, code_version
+
+__all__ = ["serve", "grade_events", "main"]
+
+DEFAULT_IDLE_S = 900
+
+
+def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
+    """Self-grade `notebook` of `aid` under `root`, telling `send(event)` as it goes (see the module's events)."""
+    started = time.monotonic()
+    try:
+        rows = graded_tests(aid, root)
+        gids = {gid for gid, _ in rows}
+        send({"event": "start", "assignment": aid, "notebook": str(notebook), "tests": rows})
+        done: list[str] = []
+
+        def on_cell(cell, phase: str) -> None:
+            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if phase == "end" and gid in gids and gid not in done:
+                done.append(gid)
+                send({"event": "cell", "grade_id": gid, "done": len(done), "total": len(rows)})
+
+        def on_result(result) -> None:
+            o = result.outcome
+            scores = {gid: s for (_, gid), s in o.grades.items()}
+            send({"event": "result", "assignment": aid, "notebook": str(notebook), "status": o.status,
+                  "reason": o.reason, "score": o.score, "max_score": o.max_score,
+                  "tests": [[gid, scores.get(gid), points] for gid, points in rows],
+                  "text": result.describe(), "seconds": round(time.monotonic() - started, 2)})
+
+        result = selfgrade(aid, notebook=notebook, root=root, on_cell=on_cell, on_result=on_result)
+        send({"event": "feedback", "path": str(result.feedback) if result.feedback else None,
+              "seconds": round(time.monotonic() - started, 2)})
+    except SystemExit as err:  # what the learner should do instead (no hidden checks here, no such notebook)
+        send({"event": "error", "message": str(err).removeprefix("error: ")})
+    except Exception as err:  # noqa: BLE001 - the grader's own fault, said in words
+        send({"event": "error", "message": f"the grader itself failed: {type(err).__name__}: {err}"})
+
+
+class _Server:
+    def __init__(self, path: Path, idle_s: float):
+        self.path, self.idle_s = path, idle_s
+        self.version = code_version()
+        self.lock = threading.Lock()
+        self.last = time.monotonic()
+        self.busy = 0
+        self.stopping = threading.Event()
+
+    def listen(self) -> socket.socket:
+        with contextlib.suppress(OSError):  # a live grader already listens there: leave it be
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.connect(str(self.path))
+            probe.close()
+            raise SystemExit(f"a warm grader already listens on {self.path}")
+        self.path.unlink(missing_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            server.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        server.listen(8)
+        server.settimeout(1.0)
+        return server
+
+    def run(self) -> None:
+        server = self.listen()
+        threading.Thread(target=self.warm, daemon=True).start()
+        try:
+            while not self.stopping.is_set():
+                if not self.busy and time.monotonic() - self.last > self.idle_s:
+                    print(f"idle for {self.idle_s:.0f} s: exiting", flush=True)
+                    break
+                if not self.path.exists():  # its socket removed (the folder cleaned): nobody can reach it
+                    break
+                try:
+                    conn, _ = server.accept()
+                except socket.timeout:
+                    continue
+                threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+        finally:
+            server.close()
+            self.path.unlink(missing_ok=True)
+            _exit()
+
+    def warm(self) -> None:
+        """Start the forkserver now, while the learner works, so the first self-grade finds it warm."""
+        with self.lock, contextlib.suppress(Exception):
+            if sandbox.missing() is None:
+                kernels.warm_forkserver(None)
+            print(f"warm in {time.monotonic() - START:.1f} s", flush=True)
+
+    def answer(self, conn: socket.socket) -> None:
+        with conn:
+            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            if uid != os.getuid():
+                return
+            conn.settimeout(30)
+            data = b""
+            with contextlib.suppress(OSError):
+                while not data.endswith(b"\n") and len(data) < 1 << 16:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            try:
+                request = json.loads(data)
+            except ValueError:
+                return
+            conn.settimeout(None)
+            send = _sender(conn)
+            if request.get("stop") or request.get("version") != self.version:
+                send({"event": "restart" if not request.get("stop") else "stopping"})
+                self.stopping.set()
+                return
+            self.busy += 1
+            try:
+                with self.lock:
+                    grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]), send)
+            finally:
+                self.busy -= 1
+                self.last = time.monotonic()
+
+
+def _exit() -> None:
+    """Stop the forkserver, remove the scratch folder, and exit at once: a thread still warming (importing torch)
+    must not meet the interpreter's teardown (MKL aborts the process with a fatal error there)."""
+    import shutil
+
+    sys.stdout.flush()
+    for server in list(kernels._WARM.values()):
+        with contextlib.suppress(Exception):
+            server.stop()
+    if kernels.scratch.cache_info().currsize:
+        shutil.rmtree(kernels.scratch(), ignore_errors=True)
+    os._exit(0)
+
+
+def _sender(conn: socket.socket):
+    def send(event: dict) -> None:
+        with contextlib.suppress(OSError):  # the learner went away: the self-grade still finishes and is saved
+            conn.sendall((json.dumps(event) + "\n").encode())
+    return send
+
+
+START = time.monotonic()
+
+
+def serve(path: Path, idle_s: float | None = None) -> None:
+    """The warm grader on `path` until idle for `idle_s` seconds (default $TWOPRIM_GRADER_IDLE_S, else 900)."""
+    idle = idle_s if idle_s is not None else float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
+    _Server(path, idle).run()
+
+
+def main(argv: list[str]) -> int:
+    """`serve SOCKET` or `once AID NOTEBOOK ROOT`."""
+    if argv[:1] == ["serve"] and len(argv) == 2:
+        serve(Path(argv[1]))
+        return 0
+    if argv[:1] == ["once"] and len(argv) == 4:
+        out = sys.stdout
+        sys.stdout = sys.stderr  # only events on stdout
+
+        def send(event: dict) -> None:
+            out.write(json.dumps(event) + "\n")
+            out.flush()
+
+        grade_events(argv[1], Path(argv[2]), Path(argv[3]), send)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
