@@ -392,6 +392,16 @@ def test_fastest_and_a_sweep_of_fastest_calls_time_what_they_are_given():
     assert times["sleep"][1] > times["sleep"][0] > times["noop"][0]
 
 
+def test_step_seconds_times_two_steps_apart_and_hands_the_first_ones_result_on():
+    import time
+    seen = []
+    first, then = timing.step_seconds(lambda: time.sleep(0.001) or "built", lambda out: (seen.append(out),
+                                      time.sleep(0.02)), repeats=3)
+    assert 0.001 <= first < then and 0.02 <= then < 0.5 and seen == ["built"] * 4  # one warm-up, three timed
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        timing.step_seconds(lambda: 0, print, repeats=0)
+
+
 def test_plots_draw_peak_roof_and_points():
     import matplotlib.pyplot as plt
 

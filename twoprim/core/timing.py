@@ -1,5 +1,6 @@
 """Timing on the learner's machine, the one home of every timer the lessons use: `seconds`, the median by torch's
-own benchmark timer (warm-up, adaptive repeats), and `fastest`, the fastest single call.
+own benchmark timer (warm-up, adaptive repeats), `fastest`, the fastest single call, and `step_seconds`, two steps
+of one computation timed apart.
 
 The median counts the moments other programs held the cores; the fastest call measures what the machine can do
 (a call can be slowed down by them, never sped up), which is what a GEMM's speed on a shared machine should report.
@@ -7,6 +8,7 @@ The median counts the moments other programs held the cores; the fastest call me
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch.utils.benchmark import Timer
 
-__all__ = ["seconds", "Fastest", "fastest", "gflops", "sweep"]
+__all__ = ["seconds", "Fastest", "fastest", "step_seconds", "gflops", "sweep"]
 
 
 def seconds(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:
@@ -56,6 +58,24 @@ def fastest(fn: Callable[[], object], *, budget: float = 0.05, min_calls: int = 
         if progress is not None:
             progress(calls, planned)
     return Fastest(best, calls, planned, calls < planned) if calls else None
+
+
+def step_seconds(first: Callable[[], object], then: Callable[[object], object], *,
+                 repeats: int = 5) -> tuple[float, float]:
+    """Median seconds of two steps of one computation timed apart, call by call: `out = first()`, then `then(out)`
+    (MLX: building a lazy graph, then evaluating it). One warm-up of both steps first."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    then(first())
+    firsts, thens = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = first()
+        t1 = time.perf_counter()
+        then(out)
+        firsts.append(t1 - t0)
+        thens.append(time.perf_counter() - t1)
+    return statistics.median(firsts), statistics.median(thens)
 
 
 def gflops(flops: float, secs: float) -> float:

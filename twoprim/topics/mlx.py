@@ -21,10 +21,8 @@ from __future__ import annotations
 import io
 import re
 import shutil
-import statistics
 import subprocess
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -447,17 +445,10 @@ def render_dot(text: str, *, title: str = ""):
 def build_and_eval_seconds(build: Callable[[], Any], *, repeats: int = 5) -> dict[str, float]:
     """Median seconds to *build* a graph (`out = build()`, nothing runs) and to *run* it (`mx.eval(out)`)."""
     need_mlx()
-    mx.eval(build())  # warm-up: first calls pay one-off setup
-    built, ran = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = build()
-        t1 = time.perf_counter()
-        mx.eval(out)
-        t2 = time.perf_counter()
-        built.append(t1 - t0)
-        ran.append(t2 - t1)
-    return {"build": statistics.median(built), "eval": statistics.median(ran)}
+    from twoprim.core.timing import step_seconds
+
+    built, ran = step_seconds(build, mx.eval, repeats=repeats)
+    return {"build": built, "eval": ran}
 
 
 def eval_seconds(fn: Callable[[], Any], *, min_run_time: float = 0.1) -> float:
