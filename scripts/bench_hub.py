@@ -1,0 +1,590 @@
+"""Load driver: a whole class logs in to the classroom hub at once (Monday, 9 a.m.), as real clients do.
+
+    sudo .venv/bin/python scripts/bench_hub.py --students 15 [--window 60] [--memory-mb 2048] [--out FILE.json]
+
+It copies the course to a folder every account can pass (tests/accounts.py), starts `./course hub` there on a
+free loopback port with throwaway accounts, releases ex01_dot as the instructor, and then each simulated student,
+starting at an even spread over `--window` seconds:
+
+    login     the hub's login form (GET for its _xsrf cookie, POST name and password: PAM)
+    spawn     POST /hub/api/users/NAME/server with that cookie, then polls the hub until the server is ready
+              (what the spawn-pending page does); then a token for their own server (POST .../tokens)
+    fetch     the Assignments tab's Fetch (nbgrader's /assignments/fetch, through the exchange service)
+    open      GET the notebook (the contents API), and PUT it back answered (what typing and saving does)
+    kernel    a session for the notebook (POST /api/sessions), its websocket, and the first code cell's reply
+    cells     every other code cell run in order, over the same websocket (a student's Run All)
+    validate  nbgrader's Validate button (/assignments/validate: the whole notebook in a fresh kernel)
+    submit    the Submit button (/assignments/submit, through the exchange service)
+
+Every request goes through the hub's proxy on loopback (each user's server at NAME.localhost: the Host header).
+Counts and time are bounded (`--deadline`); the hub, the servers and the accounts are removed at the end. It
+reports each step's p50/p95/max latency, every failure with its cause, the machine's peak memory (MemTotal -
+MemAvailable) and each student's (the RSS of their server and kernels, summed from /proc) and the CPU's use, and
+writes them as JSON with `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+AID = "ex01_dot"
+COURSE_ID = "two-primitives"
+STEPS = ("login", "spawn", "fetch", "open", "kernel", "cells", "validate", "submit")
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+START_S = 240        # the hub's table: accounts, the environment probe, JupyterHub and its proxy
+REQUEST_S = 300      # one request at most (a Validate on a loaded machine is the longest)
+
+
+# --- the classroom: a copy of the course and ./course hub in it ---------------------------------------------------
+
+
+class Classroom:
+    """`./course hub` over a copy of the course, with throwaway accounts; `with Classroom(...) as room:`."""
+
+    def __init__(self, n: int, *, hub_args: tuple[str, ...] = (), tag: str | None = None, base: Path | None = None):
+        tag = tag or secrets.token_hex(2)
+        self.instructor = f"tpl{tag}i"
+        self.students = [f"tpl{tag}s{i:02d}" for i in range(n)]
+        self.hub_args = hub_args
+        self.base_given = base
+        self.proc = None
+        self.passwords: dict[str, str] = {}
+
+    def __enter__(self) -> "Classroom":
+        from tests.accounts import clone_for, point_venv_at, shared_python, shared_tmp
+
+        if os.geteuid() != 0:
+            raise SystemExit("error: the classroom makes a Unix account per student: run as root (sudo)")
+        self.base = self.base_given or shared_tmp("twoprim-load-")
+        try:
+            python = shared_python(self.base / "python")
+            self.course = self.base / "course"
+            self.course.mkdir()
+            point_venv_at(clone_for(self.course, node_modules=True), python)
+            self.port = _free_port()
+            self.log_path = self.base / "hub.log"
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.log = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            [str(self.course / "course"), "hub", "--students", ",".join(self.students), "--instructor",
+             self.instructor, "--port", str(self.port), *self.hub_args], cwd=self.course, stdout=self.log,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ctrl_c_when_orphaned,
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"})
+        deadline = time.monotonic() + START_S
+        while True:
+            text = self.text()
+            rows = {m.group(1): m.group(2) for m in
+                    re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)}
+            if "classroom is running" in text and all(a in rows for a in [self.instructor, *self.students]):
+                self.passwords = rows
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"./course hub exited ({self.proc.returncode}):\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no table from ./course hub within {START_S} s:\n{self.tail()}")
+            time.sleep(0.5)
+        self.url = f"http://127.0.0.1:{self.port}"
+        released = self.course_command("release", AID)
+        if released.returncode != 0 and "already" not in released.stdout + released.stderr:
+            raise RuntimeError(f"./course release {AID} failed:\n{released.stdout}{released.stderr}")
+
+    def course_command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """`./course ARGS` as the instructor, as their terminal runs it."""
+        user = pwd.getpwnam(self.instructor)
+        env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": user.pw_dir, "USER": user.pw_name,
+               "LOGNAME": user.pw_name}
+        return subprocess.run([str(self.course / "course"), *args], cwd=self.course, env=env, capture_output=True,
+                              text=True, timeout=timeout, user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+
+    def text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, n: int = 40) -> str:
+        ok = re.compile(r"\] (1\d\d|2\d\d|3\d\d) (GET|PUT|POST|PATCH|DELETE|HEAD) |info.*: (1|2|3)\d\d ")
+        return "\n".join([line for line in self.text().splitlines() if not ok.search(line)][-n:])
+
+    def stop(self) -> int | None:
+        """Ctrl-C to the hub (bounded wait, then SIGKILL); its exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()
+        return self.proc.returncode
+
+    def __exit__(self, *exc) -> None:
+        from tests.accounts import delete_account
+
+        try:
+            self.stop()
+        finally:
+            for name in [self.instructor, *self.students]:
+                with contextlib.suppress(Exception):
+                    delete_account(name)
+            if self.base_given is None and getattr(self, "base", None):
+                shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _ctrl_c_when_orphaned() -> None:
+    """If the driver dies, the hub gets the Ctrl-C that stops it and everything it started."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- one student -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Student:
+    """One simulated student: their account, what they answer, and what each step took."""
+
+    name: str
+    password: str
+    notebook: dict                 # the notebook they save and submit (nbformat JSON)
+    times: dict[str, float] = field(default_factory=dict)
+    failure: str = ""               # the step that failed and why
+    cell_errors: list[str] = field(default_factory=list)  # cells whose code raised (a wrong answer's check)
+    validate: dict = field(default_factory=dict)
+    token: str = ""
+
+
+class Client:
+    """HTTP to the hub and to one user's server through the proxy (the Host header picks the server)."""
+
+    def __init__(self, url: str, port: int, name: str):
+        import requests
+
+        self.requests = requests
+        self.hub = requests.Session()  # the hub at localhost (its cookies are for that host, as in a browser)
+        self.url, self.port, self.name = url, port, name
+        self.hub_url = f"http://localhost:{port}"
+        self.server = requests.Session()
+        self.server.headers["Host"] = f"{name}.localhost:{port}"
+        self.base = f"{url}/user/{name}/"
+        self.xsrf_token = ""
+
+    def xsrf(self) -> dict[str, str]:
+        """The header the hub's API wants with its cookie (the token its pages give their scripts)."""
+        return {"X-XSRFToken": self.xsrf_token}
+
+    def check(self, response, what: str):
+        """`response`, or StepError naming `what` when it failed."""
+        if response.status_code >= 400:
+            raise StepError(f"{what}: HTTP {response.status_code} {response.text[:300]}")
+        return response
+
+
+class StepError(Exception):
+    """A request that failed, with what it was."""
+
+
+def login(c: Client, password: str) -> None:
+    """The login form, as a browser fills it."""
+    c.check(c.hub.get(f"{c.hub_url}/hub/login", timeout=REQUEST_S), "GET /hub/login")
+    r = c.hub.post(f"{c.hub_url}/hub/login?next=", data={"username": c.name, "password": password,
+                                                     "_xsrf": c.hub.cookies.get("_xsrf", "")},
+                   allow_redirects=False, timeout=REQUEST_S)
+    if r.status_code != 302:
+        raise StepError(f"login: HTTP {r.status_code} (expected a redirect) {r.text[:300]}")
+    # the session cookie is for .localhost (every user's host too); Python's cookie jar files a dotless host as
+    # "localhost.local" and so never sends it back to localhost, as a browser does: give it that host as well
+    for cookie in list(c.hub.cookies):
+        if cookie.domain == ".localhost":
+            c.hub.cookies.set(cookie.name, cookie.value, domain="localhost.local", path=cookie.path)
+    home = c.check(c.hub.get(f"{c.hub_url}/hub/home", timeout=REQUEST_S), "GET /hub/home").text
+    found = re.search(r'xsrf_token: "([^"]+)"', home)  # the token the hub's pages give their scripts
+    if not found:
+        raise StepError("the hub's home page has no xsrf_token for its API calls")
+    c.xsrf_token = found.group(1)
+
+
+def spawn(c: Client, deadline: float) -> str:
+    """Start the server and wait until the hub says it is ready; a token for it (what the browser's OAuth gets)."""
+    api = f"{c.hub_url}/hub/api/users/{c.name}"
+    r = c.hub.post(f"{api}/server", headers=c.xsrf(), timeout=REQUEST_S)
+    if r.status_code not in (201, 202, 400):  # 400: already running
+        raise StepError(f"POST {api}/server: HTTP {r.status_code} {r.text[:300]}")
+    while True:
+        state = c.check(c.hub.get(api, headers=c.xsrf(), timeout=REQUEST_S), f"GET {api}").json()
+        server = state.get("servers", {}).get("", {})
+        if server.get("ready"):
+            break
+        if not server.get("pending") and not server:
+            raise StepError(f"the server of {c.name} stopped while starting (the hub's log says why)")
+        if time.monotonic() > deadline:
+            raise StepError(f"the server of {c.name} was not ready before the deadline")
+        time.sleep(0.5)
+    r = c.check(c.hub.post(f"{api}/tokens", headers=c.xsrf(), json={"note": "load test", "expires_in": 3600},
+                           timeout=REQUEST_S), f"POST {api}/tokens")
+    token = r.json()["token"]
+    c.server.headers["Authorization"] = f"token {token}"
+    return token
+
+
+def _form(c: Client, path: str, data: dict, what: str) -> dict:
+    r = c.check(c.server.post(c.base + path, data=data, timeout=REQUEST_S), what)
+    return r.json()
+
+
+def fetch(c: Client) -> None:
+    _form(c, "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": AID}, "Fetch")
+
+
+NOTEBOOK = f"exercises/{AID}/{AID}.ipynb"
+
+
+def open_and_answer(c: Client, notebook: dict) -> dict:
+    """The fetched notebook opened, then saved with the student's answers; returns what was fetched."""
+    fetched = c.check(c.server.get(c.base + "api/contents/" + NOTEBOOK, timeout=REQUEST_S), "GET notebook").json()
+    c.check(c.server.put(c.base + "api/contents/" + NOTEBOOK, json={"type": "notebook", "format": "json",
+                                                                    "content": notebook}, timeout=REQUEST_S),
+            "PUT notebook")
+    return fetched
+
+
+class Kernel:
+    """A notebook's kernel over its websocket, as JupyterLab runs cells."""
+
+    def __init__(self, c: Client, path: str, timeout: float = REQUEST_S):
+        import websocket
+
+        r = c.check(c.server.post(c.base + "api/sessions", json={"path": path, "type": "notebook", "name": path,
+                                                                  "kernel": {"name": "python3"}},
+                                  timeout=REQUEST_S), "POST api/sessions")
+        self.session = r.json()
+        self.id = self.session["kernel"]["id"]
+        url = f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels"
+        self.ws = websocket.create_connection(url, timeout=timeout, host=f"{c.name}.localhost:{c.port}",
+                                              header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+        self.c, self.timeout = c, timeout
+
+    def execute(self, code: str) -> tuple[str, str]:
+        """Run `code`; (status, text of its outputs and errors). Raises StepError if the kernel dies."""
+        msg_id = secrets.token_hex(8)
+        self.ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": self.id,
+                                            "username": self.c.name, "version": "5.3", "date": ""},
+                                 "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                                 "content": {"code": code, "silent": False, "store_history": True,
+                                             "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
+        out, status, idle, deadline = [], None, False, time.monotonic() + self.timeout
+        while time.monotonic() < deadline:  # the reply (shell) and the idle status (iopub) come in either order
+            msg = json.loads(self.ws.recv())
+            kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
+            if kind == "status" and content.get("execution_state") in ("restarting", "dead"):
+                raise StepError(f"the kernel {content['execution_state']} while running a cell")
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if kind == "stream":
+                out.append(content.get("text", ""))
+            elif kind in ("execute_result", "display_data"):
+                out.append(content.get("data", {}).get("text/plain", ""))
+            elif kind == "error":
+                out.append(f"{content.get('ename')}: {content.get('evalue')}")
+            elif kind == "execute_reply":
+                status = content.get("status")
+            elif kind == "status" and content.get("execution_state") == "idle":
+                idle = True
+            if idle and status is not None:
+                return status, "".join(out)
+        raise StepError(f"no reply from the kernel within {self.timeout:.0f} s")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close()
+
+
+def code_cells(notebook: dict) -> list[str]:
+    return ["".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
+LOW_MEMORY = threading.Event()  # set by the Sampler: the machine is nearly out of memory, start no further step
+LOW_MEMORY_MB = 1500
+
+
+def run_student(s: Student, url: str, port: int, deadline: float, keep_kernel: bool = True) -> Student:
+    """Every step of one student, timed; the first failure ends their run (and is recorded with its cause).
+    `keep_kernel=False`: the notebook's kernel is shut down after its cells (the student closes it)."""
+    c = Client(url, port, s.name)
+    step = "login"
+
+    def timed(name: str, fn, *args):
+        nonlocal step
+        step = name
+        if LOW_MEMORY.is_set():
+            raise StepError(f"not started: the machine had under {LOW_MEMORY_MB} MB available (the driver's guard)")
+        started = time.monotonic()
+        result = fn(*args)
+        s.times[name] = time.monotonic() - started
+        return result
+
+    try:
+        timed("login", login, c, s.password)
+        s.token = timed("spawn", spawn, c, deadline)
+        timed("fetch", fetch, c)
+        timed("open", open_and_answer, c, s.notebook)
+        cells = code_cells(s.notebook)
+        kernel = timed("kernel", lambda: _first_cell(c, cells, s))
+        try:
+            timed("cells", lambda: [_cell(kernel, code, s) for code in cells[1:]])
+        finally:
+            if not keep_kernel:
+                kernel.close()
+                c.server.delete(c.base + f"api/sessions/{kernel.session['id']}", timeout=REQUEST_S)
+        s.validate = timed("validate", _form, c, "assignments/validate", {"path": NOTEBOOK}, "Validate")
+        if not s.validate.get("success"):
+            raise StepError(f"Validate did not run: {str(s.validate.get('value'))[:300]}")
+        submitted = timed("submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID},
+                          "Submit")
+        if isinstance(submitted, dict) and submitted.get("success") is False:
+            raise StepError(f"Submit: {str(submitted.get('value'))[:300]}")
+    except Exception as err:  # every failure is counted with its cause, never raised past the student
+        cause = str(err) if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
+        s.failure = f"{step}: {cause}"
+        if not isinstance(err, (StepError, OSError)):
+            s.failure += "\n" + traceback.format_exc(limit=3)
+    return s
+
+
+def _first_cell(c: Client, cells: list[str], s: Student) -> Kernel:
+    kernel = Kernel(c, NOTEBOOK)
+    _cell(kernel, cells[0], s)
+    return kernel
+
+
+def _cell(kernel: Kernel, code: str, s: Student) -> None:
+    status, text = kernel.execute(code)
+    if status != "ok":
+        s.cell_errors.append(text.strip().splitlines()[-1][:200] if text.strip() else status)
+
+
+# --- measuring: memory and CPU from /proc -------------------------------------------------------------------------
+
+
+class Sampler(threading.Thread):
+    """Samples /proc every `every` s: the machine's memory in use, each student's RSS (their server and kernels),
+    and the CPU's busy share."""
+
+    def __init__(self, uids: dict[int, str], every: float = 0.5):
+        super().__init__(daemon=True)
+        self.uids, self.every = uids, every
+        self.stopped = threading.Event()
+        self.peak_machine = 0
+        self.peak_student: dict[str, int] = {}
+        self.cpu: list[float] = []
+        self.base_used = _machine_used()
+
+    def run(self) -> None:
+        last = _cpu_times()
+        while not self.stopped.wait(self.every):
+            self.peak_machine = max(self.peak_machine, _machine_used())
+            if _available() < LOW_MEMORY_MB * 2**20:
+                LOW_MEMORY.set()
+            for name, rss in _rss_by_user(self.uids).items():
+                self.peak_student[name] = max(self.peak_student.get(name, 0), rss)
+            now = _cpu_times()
+            busy, total = now[0] - last[0], now[1] - last[1]
+            if total > 0:
+                self.cpu.append(busy / total)
+            last = now
+
+    def stop(self) -> dict:
+        self.stopped.set()
+        self.join(timeout=5)
+        per = sorted(self.peak_student.values())
+        return {"machine_peak_mb": self.peak_machine / 2**20, "machine_before_mb": self.base_used / 2**20,
+                "student_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_student.items())},
+                "student_peak_mb_median": statistics.median(per) / 2**20 if per else 0,
+                "student_peak_mb_max": per[-1] / 2**20 if per else 0,
+                "cpu_mean": statistics.fmean(self.cpu) if self.cpu else 0, "cpu_max": max(self.cpu, default=0),
+                "cpus": os.cpu_count()}
+
+
+def _machine_used() -> int:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+
+
+def _available() -> int:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return int(info["MemAvailable"].split()[0]) * 1024
+
+
+def _cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def _rss_by_user(uids: dict[int, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        uid = re.search(r"^Uid:\s+(\d+)", text, re.M)
+        rss = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
+        if uid and rss and int(uid.group(1)) in uids:
+            name = uids[int(uid.group(1))]
+            out[name] = out.get(name, 0) + int(rss.group(1)) * 1024
+    return out
+
+
+# --- the class at once ----------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of `values`."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, deadline_s: float = 900,
+          keep_kernel: bool = True) -> dict:
+    """Every student of `notebooks` (name -> the notebook they submit) through every step, starting evenly over
+    `window_s`; the report (per step p50/p95/max, failures, memory, CPU)."""
+    uids = {pwd.getpwnam(n).pw_uid: n for n in notebooks}
+    sampler = Sampler(uids)
+    sampler.start()
+    started = time.monotonic()
+    deadline = started + deadline_s
+    students = [Student(n, room.passwords[n], nb) for n, nb in notebooks.items()]
+    threads = []
+    for i, s in enumerate(students):
+        delay = window_s * i / max(1, len(students) - 1) if len(students) > 1 else 0
+        def one(s=s, d=delay):
+            time.sleep(d)
+            run_student(s, room.url, room.port, deadline, keep_kernel)
+
+        t = threading.Thread(target=one, daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout=max(1, deadline - time.monotonic()))
+    for s, t in zip(students, threads):
+        if t.is_alive() and not s.failure:
+            s.failure = f"not finished within {deadline_s:.0f} s"
+    wall = time.monotonic() - started
+    return {"students": len(students), "window_s": window_s, "wall_s": wall, "steps": _step_table(students),
+            "failures": {s.name: s.failure for s in students if s.failure},
+            "cell_errors": {s.name: s.cell_errors for s in students if s.cell_errors},
+            "validate": {s.name: s.validate for s in students},
+            **sampler.stop(), "per_student": {s.name: s.times for s in students},
+            "tokens": {s.name: s.token for s in students}}
+
+
+def _step_table(students: list[Student]) -> dict:
+    table = {}
+    for step in STEPS:
+        values = [s.times[step] for s in students if step in s.times]
+        if values:
+            table[step] = {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
+                           "max": max(values)}
+    first = [s.times["login"] + s.times["spawn"] + s.times["fetch"] + s.times["open"] + s.times["kernel"]
+             for s in students if "kernel" in s.times]
+    if first:
+        table["login_to_first_cell"] = {"n": len(first), "p50": percentile(first, 50), "p95": percentile(first, 95),
+                                        "max": max(first)}
+    return table
+
+
+def format_report(report: dict) -> str:
+    """The report as a text table."""
+    lines = [f"{report['students']} students, logins spread over {report['window_s']:g} s, {report['wall_s']:.0f} s "
+             f"in all", "", f"  {'step':22} {'n':>3} {'p50 s':>8} {'p95 s':>8} {'max s':>8}"]
+    for step, row in report["steps"].items():
+        lines.append(f"  {step:22} {row['n']:3d} {row['p50']:8.1f} {row['p95']:8.1f} {row['max']:8.1f}")
+    lines += ["", f"  memory in use: {report['machine_before_mb']:.0f} MB before, {report['machine_peak_mb']:.0f} MB "
+              f"at the peak; per student (server + kernels, RSS): median {report['student_peak_mb_median']:.0f} MB, "
+              f"max {report['student_peak_mb_max']:.0f} MB",
+              f"  CPU ({report['cpus']} cores): {100 * report['cpu_mean']:.0f}% busy on average, "
+              f"{100 * report['cpu_max']:.0f}% at the peak",
+              f"  failures: {len(report['failures'])}"]
+    lines += [f"    {name}: {why}" for name, why in report["failures"].items()]
+    return "\n".join(lines)
+
+
+def class_notebooks(names: list[str], wrong_every: int = 0) -> dict[str, dict]:
+    """name -> the notebook they hand in: ex01_dot answered; every `wrong_every`-th with a wrong `dot`."""
+    import nbformat
+
+    from tests.classroom import answered, solution_code
+
+    right = json.loads(nbformat.writes(answered(AID)))
+    sol = f"{AID}-dot-solution"
+    wrong = json.loads(nbformat.writes(answered(AID, {sol: solution_code(AID)[sol].replace(
+        "return (x * w).sum()", "return x.sum() * w.sum()")})))
+    assert wrong != right, "the wrong answer must differ from the solution"
+    return {n: (wrong if wrong_every and i % wrong_every == wrong_every - 1 else right) for i, n in enumerate(names)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--students", type=int, default=5, help="simulated students (1-60)")
+    p.add_argument("--window", type=float, default=60, help="their logins spread evenly over this many seconds")
+    p.add_argument("--deadline", type=float, default=1200, help="the whole run at most, seconds")
+    p.add_argument("--memory-mb", type=int, default=2048, help="./course hub --memory-mb")
+    p.add_argument("--close-kernel", action="store_true",
+                   help="each student shuts their notebook's kernel down after its cells (before Validate): what "
+                        "fits when every kernel kept would not")
+    p.add_argument("--out", type=Path, help="write the report as JSON here")
+    args = p.parse_args(argv)
+    if not 1 <= args.students <= 60:
+        p.error(f"--students {args.students}: give 1 to 60 (each is a Unix account and a JupyterLab server)")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with Classroom(args.students, hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")) as room:
+        report = drive(room, class_notebooks(room.students), window_s=args.window, deadline_s=args.deadline,
+                       keep_kernel=not args.close_kernel)
+    report.pop("tokens", None)
+    report.update(command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),
+                  started=started, memory_mb_limit=args.memory_mb, kernels_kept=not args.close_kernel)
+    print(format_report(report))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
