@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from twoprim.grading import kernels, sandbox
-from twoprim.grading.learner import graded_tests, selfgrade
+from twoprim.grading.learner import graded_tests, require_hidden_checks, selfgrade
 from twoprim.learner.selfgrade import IDLE_ENV, code_version
 
 __all__ = ["serve", "grade_events", "main"]
@@ -38,6 +38,7 @@ def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
     """Self-grade `notebook` of `aid` under `root`, telling `send(event)` as it goes (see the module's events)."""
     started = time.monotonic()
     try:
+        require_hidden_checks(aid, root)
         rows = graded_tests(aid, root)
         gids = {gid for gid, _ in rows}
         send({"event": "start", "assignment": aid, "notebook": str(notebook), "tests": rows})

@@ -330,18 +330,26 @@ class _Bar:
             self.label.value = text
 
 
-def selfgrade(aid: str, notebook: str | Path | None = None, root: Path = ROOT,
+def _course_of(notebook: Path) -> Path:
+    """The course a notebook belongs to: the copy it sits in (<course>/exercises/<aid>/), else this package's."""
+    course = notebook.resolve().parent.parent.parent
+    return course if (course / "grader" / "nbgrader_config.py").is_file() else ROOT
+
+
+def selfgrade(aid: str, notebook: str | Path | None = None, root: Path | None = None,
               out: Callable[[str], None] = print) -> dict | None:
     """The self-grade cell: grade the *saved* notebook of `aid` (this kernel's notebook, or `notebook`) as
-    autograde would, showing progress per test cell, then the score and the table; returns the result's data."""
+    autograde would, in the course it belongs to (or `root`), showing progress per test cell, then the score and
+    the table; returns the result's data (None when nothing was graded, and the reason was printed)."""
     if os.environ.get("TWOPRIM_CAPTURE_DIR"):  # this notebook is itself being graded: nothing to do here
         out("Self-grade: skipped while this notebook is being graded.")
         return None
+    path = Path(notebook) if notebook else _notebook_path(aid)
+    root = Path(root) if root else _course_of(path) if path else ROOT
     problem = hidden_checks_problem(aid, root)
     if problem:
         out(f"Self-grade: {problem}")
         return None
-    path = Path(notebook) if notebook else _notebook_path(aid)
     if path is None:
         out(f"Self-grade: run this cell in JupyterLab, in the notebook itself (it grades that notebook's saved "
             f"file), or in a terminal: ./course selfgrade {aid} --notebook PATH")
