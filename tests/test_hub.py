@@ -3,10 +3,14 @@
 In a copy of the course (tests/accounts.py: its .venv hard-linked and pointed at a Python every account can run),
 one hub for the whole cycle, with throwaway accounts: the instructor releases ex01_dot from the formgrader, which
 renders inside their JupyterLab (the fix for nbgrader #1870: subdomains and frame-ancestors 'self' on their server
-only); two students log in, fetch it in the Assignments tab, write `dot` (one right, one wrong), press Validate and
-Submit; the instructor runs ./course collect, autograde and feedback; each student fetches feedback and reads their
+only), then sets its due date there, which a student sees at the next request; two students log in, fetch it in the
+Assignments tab, write `dot` (one right, one wrong; the wrong one's cosine_similarity forgets the norms), press
+Validate (the wrong cosine_similarity's block reads as the check: verdict and next step first, no course code) and
+Submit; in a student's JupyterLab terminal `course` is on PATH and `course progress` shows the formgrader's due
+date; the instructor runs ./course collect, autograde and feedback; each student fetches feedback and reads their
 own score, the two apart by exactly dot's points. Neither student can open the other's server or files, solutions/
-or the gradebook. Bad input fails before anything is created, in one line that says what to do. A second, shorter
+or the gradebook; the assignment's self-grade cell, where there is one, says to submit instead (the hidden checks
+are the instructor's). At the end `./course hub --remove-class --yes` deletes the three accounts the hub made. Bad input fails before anything is created, in one line that says what to do. A second, shorter
 hub serves the class with --public over TLS, with a certificate the test makes for hub.localhost and
 *.hub.localhost: a student works at https://<name>.hub.localhost. Screenshots of each step go to
 $TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import hashlib
 import json
 import os
@@ -40,6 +45,7 @@ from twoprim.core.notebooks import ROOT
 
 from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, shared_python, shared_tmp
 from .chromium import launch
+from .classroom import solution_code
 
 AID = "ex01_dot"
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts") / "hub"
@@ -51,7 +57,11 @@ RIGHT_DOT = ('def dot(x, w):\n    """x·w = Σᵢ xᵢ wᵢ as one element-wise 
 WRONG_DOT = ('def dot(x, w):\n    """x·w, summing each vector first (a slip: Σx·Σw is not Σ xᵢwᵢ)."""\n'
              '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
              '    return x.sum() * w.sum()  # () * () -> ()\n')
-ISOLATION_CELL = '''import json, os
+# the wrong student's cosine_similarity forgets the norms: Validate must show the check's verdict, not a stack
+WRONG_COSINE = solution_code(AID)[f"{AID}-cosine_similarity-solution"].replace(
+    "return dots / norms.clamp_min(1e-8)", "return dots  # forgot to divide by the norms")
+assert "forgot to divide" in WRONG_COSINE, "the solution's cosine_similarity changed: update WRONG_COSINE"
+ISOLATION_CELL = '''import json, os, shutil
 from twoprim import hints, progress, state
 hints.hint("dot")  # recorded in the student's own workspace
 notes = []
@@ -64,7 +74,9 @@ def _open(path):
         return type(err).__name__
 print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(state.workspace()),
                                  "released": sorted(room.released) if room else notes,
-                                 "submitted": sorted(room.submitted) if room else notes}))
+                                 "submitted": sorted(room.submitted) if room else notes,
+                                 "due": {a: f"{d:%%Y-%%m-%%d %%H:%%M}" for a, d in room.due.items()} if room else notes,
+                                 "course": shutil.which("course")}))
 '''
 
 
@@ -520,8 +532,9 @@ def _tab(page, label: str) -> None:
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=label).click()
 
 
-def _fetch_and_answer(page, who: str, answer: str) -> None:
-    """Fetch in the Assignments tab, open the notebook from there, write `dot` in its cell, save."""
+def _fetch_and_answer(page, who: str, answers: list[str]) -> None:
+    """Fetch in the Assignments tab, open the notebook from there, write each answer in the cell of its function
+    (found by the answer's first line, `def name(...):`), save."""
     _menu(page, "Assignment List")
     page.locator("#released_assignments_list .list_item", has_text=AID).get_by_role("button", name="Fetch").click()
     fetched = page.locator("#fetched_assignments_list > .list_item", has_text=AID)
@@ -530,12 +543,13 @@ def _fetch_and_answer(page, who: str, answer: str) -> None:
     fetched.locator("a.assignment-notebooks-link").click()
     fetched.locator(".nested_list_item a", has_text=AID).click()
     notebook = page.locator(".jp-NotebookPanel:visible")
-    cell = notebook.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text="def dot(x, w):"))
-    cell.wait_for()
     page.get_by_text(re.compile(r"^[^|]+ \| Idle$")).wait_for()  # its kernel started
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Control+A")
-    page.keyboard.insert_text(answer)  # as typed, without the editor's auto-indent
+    for answer in answers:
+        cell = notebook.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=answer.splitlines()[0]))
+        cell.wait_for()
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(answer)  # as typed, without the editor's auto-indent
     page.keyboard.press("Control+S")
     page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").wait_for(state="detached")
     _shot(page, f"04-{who}-answered")
@@ -583,6 +597,106 @@ def _feedback_score(page, name: str, who: str, port: int) -> tuple[float, str]:
     m = re.search(rf"{AID} \(Score: ([\d.]+) / ([\d.]+)\)", text)
     assert m, f"no score on {name}'s feedback page:\n{text[:2000]}"
     return float(m.group(1)), text
+
+
+DUE_OFFSET = "-0500"  # the instructor's time zone, as typed in the formgrader's edit dialog
+
+
+def _set_due_in_formgrader(frame, row, offset: str) -> datetime.datetime:
+    """The instructor edits the released assignment in the formgrader: a due date a week from now (their local
+    time, `offset` from UTC), saved; returns the local time typed."""
+    from playwright.sync_api import expect
+
+    when = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)).replace(
+        tzinfo=None, second=0, microsecond=0)
+    released = frame.locator("#success-modal")  # "Successfully released 'ex01_dot'", in the way until dismissed
+    released.get_by_role("button", name="OK").click()
+    expect(released).to_be_hidden()
+    row.locator("td.edit a").click()
+    modal = frame.locator("#edit-assignment-modal")
+    modal.locator("input.modal-duedate").fill(f"{when:%Y-%m-%dT%H:%M}")
+    modal.locator("input.modal-timezone").fill(offset)
+    modal.locator("button.save").click()
+    expect(modal).to_be_hidden(timeout=60_000)  # closed once the formgrader has saved it
+    expect(row.locator("td.duedate")).to_contain_text(f"{when:%Y-%m-%d}", timeout=60_000)
+    return when
+
+
+def _due_as_seen_by(service, name: str) -> dict[str, str]:
+    """The due dates the exchange service gives `name` (with their server's token): assignment -> 'Y-m-d H:M'."""
+    deadline = time.monotonic() + 60
+    while True:  # their server was started at login; its token is in its environment once the process exists
+        try:
+            listing = service.as_user(name, "GET", "assignments/two-primitives")
+            break
+        except (AssertionError, psutil.Error):
+            assert time.monotonic() < deadline, f"no server of {name} within 60 s of their login"
+            time.sleep(1)
+    assert listing.status_code == 200, listing.text
+    return {e["assignment_id"]: e["due"][:16].replace("T", " ") for e in listing.json() if e.get("due")}
+
+
+def _failed_block(verdict: str, source: str) -> list[str]:
+    """The lines of Validate's block for the failed cell whose source starts with `source` (the source first)."""
+    for block in verdict.split("The following cell failed:"):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if lines and lines[0].startswith(source):
+            return lines
+    raise AssertionError(f"no failed cell {source}... in Validate's dialog:\n{verdict}")
+
+
+def _in_a_terminal(service, name: str, command: str, timeout: float = 120) -> dict:
+    """`command` typed in a new JupyterLab terminal of `name`'s server (its REST API and websocket, with the
+    server's token), as the student's terminal runs it: {"exit": its status, "output": the text, escapes removed}."""
+    import requests
+    import websocket
+
+    env = service.environment(name)
+    base, token = env["JUPYTERHUB_SERVICE_URL"], env["JUPYTERHUB_API_TOKEN"]
+    auth = {"Authorization": f"token {token}"}
+    made = requests.post(base + "api/terminals", headers=auth, timeout=60)
+    assert made.status_code == 200, made.text
+    term = made.json()["name"]
+    ws = websocket.create_connection(f"ws{base[4:]}terminals/websocket/{term}",
+                                     header=[f"Authorization: token {token}"], timeout=timeout)
+    text, deadline = "", time.monotonic() + timeout
+    try:
+        ws.send(json.dumps(["stdin", f"{command}; echo TERMINAL-EXIT-$?\r"]))
+        while not (done := re.search(r"TERMINAL-EXIT-(\d+)", text)):
+            assert time.monotonic() < deadline, f"no end of `{command}` within {timeout} s:\n{text}"
+            message = json.loads(ws.recv())
+            if message[0] == "stdout":
+                text += message[1]
+    finally:
+        ws.close()
+        requests.delete(base + f"api/terminals/{term}", headers=auth, timeout=60)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
+    return {"exit": int(done.group(1)), "output": text}
+
+
+SCORE_LINE = r"Self-grade: [\d.]+ of [\d.]+ points"  # what the self-grade cell prints where it can grade
+
+
+def _selfgrade_cell(page, home: str, who: str) -> str | None:
+    """Run the assignment's self-grade cell (its last, `<aid>-selfgrade`) in the student's notebook, in the browser;
+    its output's text, or None when the released notebook has no such cell."""
+    from playwright.sync_api import expect
+
+    fetched = nbformat.read(f"{home}/exercises/{AID}/{AID}.ipynb", as_version=4)
+    mine = [c for c in fetched.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-selfgrade"]
+    if not mine:
+        return None
+    _tab(page, f"{AID}.ipynb")
+    notebook = page.locator(".jp-NotebookPanel:visible")
+    cell = notebook.locator(".jp-CodeCell", has=page.locator(".jp-InputArea",
+                                                            has_text=mine[0].source.strip().splitlines()[-1]))
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    output = cell.locator(".jp-OutputArea")
+    expect(output).to_contain_text(re.compile(rf"Submit {AID} instead|{SCORE_LINE}"), timeout=180_000)
+    cell.scroll_into_view_if_needed()
+    _shot(page, f"10-{who}-selfgrade-cell")
+    return output.inner_text()
 
 
 def _isolation(page, who: str, paths: list[str]) -> dict[str, str]:
@@ -789,9 +903,20 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     _shot(ipage, "02-formgrader-released")
                     assert [a["assignment_id"] for a in service.store().released("two-primitives")] == [AID]
                     assert not (exchange / "two-primitives" / "outbound").exists()
-                mark("released from the formgrader")
+                    mark("released from the formgrader")
+                    due_local = _set_due_in_formgrader(frame, row, DUE_OFFSET)  # an edit after the release
+                    due_set = time.monotonic()
+                    mark("due date set in the formgrader")
+                    _shot(ipage, "02-formgrader-due-date")
+                # what students see: nbgrader's conversion of the instructor's local time (UTC-5) to UTC
+                due_utc = f"{due_local + datetime.timedelta(hours=5):%Y-%m-%d %H:%M}"
+                # the first time a student asks after the edit (no collect, no release again), they see it
+                assert _due_as_seen_by(service, wrong) == {AID: due_utc}
+                assert time.monotonic() - due_set < 60
+                mark("the due date seen by a student")
 
-                for name, who, answer in ((right, "student-right", RIGHT_DOT), (wrong, "student-wrong", WRONG_DOT)):
+                for name, who, answers in ((right, "student-right", [RIGHT_DOT]),
+                                           (wrong, "student-wrong", [WRONG_DOT, WRONG_COSINE])):
                     page = pages[name]
                     with _step(f"03-{who}-fetch-answer", page, hub):
                         _lab_ready(page, name, port)
@@ -799,11 +924,12 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         assert response.headers.get("content-security-policy", "").startswith(
                             "frame-ancestors 'none'"), f"a student's server must forbid framing: {response.headers}"
                         page.locator("#jp-main-dock-panel").wait_for()
-                        _fetch_and_answer(page, who, answer)
+                        _fetch_and_answer(page, who, answers)
                         saved = nbformat.read(str(Path(pwd.getpwnam(name).pw_dir) / "exercises" / AID /
                                                   f"{AID}.ipynb"), as_version=4)
-                        assert any(c.source.strip() == answer.strip() for c in saved.cells), \
-                            f"{name}'s dot did not reach their notebook"
+                        for answer in answers:
+                            assert any(c.source.strip() == answer.strip() for c in saved.cells), \
+                                f"{name}'s {answer.splitlines()[0]} did not reach their notebook"
                         _validate(page)  # both validations run at once, as in a class
                 mark("both answered, Validate pressed")
                 verdicts = {}
@@ -814,6 +940,19 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 mark("validated and submitted")
                 # Validate ran each notebook: the wrong dot's check failed, the right one's did not
                 assert "check_dot(" in verdicts[wrong] and "check_dot(" not in verdicts[right], verdicts
+                # the wrong cosine_similarity's block reads as the check: its verdict and next step first, and no
+                # line of the course's code (twoprim/...) anywhere in the dialog
+                block = _failed_block(verdicts[wrong], "ex01.check_cosine_similarity(")
+                assert block[1].startswith(f"✘ {AID}-cosine_similarity: wrong result.") and \
+                    any(line.lstrip().startswith("next:") for line in block[:5]), block[:8]
+                assert not any("twoprim/" in line or "Traceback" in line for line in verdicts[wrong].splitlines()), \
+                    verdicts[wrong]
+                # the due date set in the formgrader, as the student's own terminal shows it: `course` is on their PATH
+                terminal = _in_a_terminal(service, wrong, "command -v course; course progress")
+                assert terminal["exit"] == 0 and f"{course / '.venv' / 'bin' / 'course'}\n" in terminal["output"], \
+                    terminal
+                assert f"due {due_utc} UTC" in terminal["output"], terminal
+                mark("Validate's dialog read; `course progress` in a student's terminal")
                 # through the service, as the hub knows them: the wrong one cannot hand in as the right one
                 theirs = service.of(right)
                 assert [r["student"] for r in theirs] == [right]
@@ -884,6 +1023,14 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         response = other_page.goto(f"http://{name}.localhost:{port}/user/{name}/formgrader")
                         assert response.status == 404, response.status  # no formgrader on a student's own server
                         other_page.close()
+                    if name == wrong:
+                        with _step(f"10-{who}-selfgrade-cell", page, hub):
+                            # on the hub the hidden checks are the instructor's: the cell says to submit instead
+                            said = _selfgrade_cell(page, pwd.getpwnam(name).pw_dir, who)
+                            mark(f"self-grade cell: {'none in the released notebook' if said is None else 'run'}")
+                            if said is not None:
+                                assert f"Submit {AID} instead" in said and not re.search(SCORE_LINE, said) \
+                                    and "Traceback" not in said, said
                     with _step(f"10-{who}-kernel-isolation", page, hub):
                         home = pwd.getpwnam(other).pw_dir
                         denied = [home, f"{home}/exercises/{AID}/{AID}.ipynb", str(course / "solutions"),
@@ -898,6 +1045,9 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         # progress hears from the exchange service (with the server's own token) what is released
                         # and what this student submitted: no folder is shared with them
                         assert seen["released"] == [AID] and seen["submitted"] == [AID], seen
+                        # the formgrader's due date reaches their progress, and `course` is on their kernel's PATH
+                        assert seen["due"] == {AID: due_utc}, seen
+                        assert seen["course"] == str(course / ".venv" / "bin" / "course"), seen
                         state_file = Path(mine.pw_dir) / ".twoprim-progress.json"
                         assert state_file.stat().st_uid == mine.pw_uid
                         assert json.loads(state_file.read_text())["hints"][f"{AID}-dot"] >= 1
@@ -927,6 +1077,15 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         stopped = hub.interrupt()
         assert stopped == 0, hub.tail()
         mark("the hub restarted, nothing lost")
+        # the end of the course: the three accounts the hub made go, each with its home, and nothing else
+        removed = _course(course, "hub", "--remove-class", "--yes")
+        assert removed.returncode == 0 and "will delete 3 account(s) that ./course hub created" in removed.stdout, \
+            removed
+        for name in accounts:
+            assert f"deleted {name}\n" in removed.stdout, removed.stdout
+            with pytest.raises(KeyError):
+                pwd.getpwnam(name)
+        mark("./course hub --remove-class")
     finally:
         if stopped is None:
             with contextlib.suppress(Exception):
