@@ -142,3 +142,27 @@ def test_remove_class_removes_the_accounts_the_hub_made_and_no_other(monkeypatch
         for name in (made, by_hand):
             delete_account(name)
         shutil.rmtree(course, ignore_errors=True)
+
+
+# --- the `course` command in a hub user's terminal ------------------------------------------------------------------
+
+
+def test_a_hub_terminal_keeps_the_course_environment_on_path(tmp_path):
+    """A JupyterLab terminal runs a login shell, and Debian's /etc/profile sets PATH afresh: with jupyter_server's own
+    shell (`bash -l`) `course` is not found although the server's PATH has it; the hub's terminal command puts the
+    environment's bin/ first again. (tests/test_hub.py runs `course progress` in a real student terminal.)"""
+    from twoprim.classroom import hub_config
+
+    plan = hub_config.Plan(course=ROOT, venv=ROOT / ".venv", proxy=Path("/"), exchange=Path("/"), instructor="",
+                           students=(), port=0, hub_port=0, proxy_api_port=0)
+    server_env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{SYSTEM_PATH}", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+
+    def found(shell: list[str]) -> str:
+        proc = subprocess.run(shell, input="command -v course || echo none\nexit\n", capture_output=True, text=True,
+                              env=server_env, cwd=tmp_path, timeout=30)
+        return proc.stdout.strip().splitlines()[-1]
+
+    if not Path("/etc/profile").is_file() or "PATH=" not in Path("/etc/profile").read_text():
+        pytest.fail("this test needs a system /etc/profile that sets PATH (Debian's, as on the hub)")
+    assert found(["/bin/bash", "-l"]) == "none"  # what the terminal ran before: the course's bin/ gone
+    assert found(hub_config.terminal_command(plan)) == str(ROOT / ".venv" / "bin" / "course")
