@@ -267,7 +267,13 @@ def _form(c: Client, path: str, data: dict, what: str) -> dict:
 
 
 def fetch(c: Client) -> None:
-    _form(c, "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": AID}, "Fetch")
+    """The Fetch button. nbgrader answers with the assignment list whatever the fetch did (HTTP 200; its server
+    log has the error): the list must show it fetched."""
+    answer = _form(c, "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": AID}, "Fetch")
+    rows = answer.get("value") if isinstance(answer, dict) else None
+    if not isinstance(rows, list) or not any(r.get("assignment_id") == AID and r.get("status") == "fetched"
+                                              for r in rows):
+        raise StepError(f"Fetch did not fetch {AID} (the student's server log says why): {str(answer)[:300]}")
 
 
 NOTEBOOK = f"exercises/{AID}/{AID}.ipynb"
@@ -573,12 +579,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.students <= 60:
         p.error(f"--students {args.students}: give 1 to 60 (each is a Unix account and a JupyterLab server)")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load_before = os.getloadavg()  # what else the machine was doing (it is shared)
     with Classroom(args.students, hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")) as room:
         report = drive(room, class_notebooks(room.students), window_s=args.window, deadline_s=args.deadline,
                        keep_kernel=not args.close_kernel)
     report.pop("tokens", None)
     report.update(command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),
-                  started=started, memory_mb_limit=args.memory_mb, kernels_kept=not args.close_kernel)
+                  started=started, memory_mb_limit=args.memory_mb, kernels_kept=not args.close_kernel,
+                  loadavg_before=load_before, loadavg_after=os.getloadavg())
     print(format_report(report))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import sys
 import time
 
@@ -53,6 +54,68 @@ def _bench():
 
 
 bench = _bench()
+
+
+# --- the limits' own logic, without a hub (milliseconds) -----------------------------------------------------------
+
+
+def _args(**kw):
+    import argparse
+
+    return argparse.Namespace(**{"memory_mb": 2048, "cpus": 1.0, "cull_idle": 3600, "max_servers": 0, **kw})
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({"memory_mb": -1}, "--memory-mb -1 is negative: give 0 (no limit) or a positive number"),
+    ({"memory_mb": 100}, "--memory-mb 100 is too little for a JupyterLab server and a kernel: give at least 256"),
+    ({"cpus": 0.0}, "--cpus 0 would stop every server: give a share of a core"),
+    ({"cull_idle": -5}, "--cull-idle -5 is negative"),
+    ({"max_servers": -2}, "--max-servers -2 is negative"),
+])
+def test_limits_that_make_no_sense_are_refused_saying_what_to_give(kw, expected):
+    from twoprim.classroom.hub_config import Plan
+    from twoprim.classroom.limits import protected
+    from twoprim.grading.nbgrader_cli import CourseError
+
+    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=ROOT, instructor="i", students=("s",), port=1,
+                hub_port=2, proxy_api_port=3)
+    with pytest.raises(CourseError, match=re.escape(expected)):
+        protected(plan, _args(**kw))
+    kept = protected(plan, _args(memory_mb=512, cpus=0.5, cull_idle=0, max_servers=30))
+    assert (kept.memory_mb, kept.cpus, kept.cull_idle_s, kept.max_servers) == (512, 0.5, 0, 30)
+
+
+def test_the_hierarchy_is_found_from_proc_self_cgroup_for_v1_and_v2(tmp_path):
+    from twoprim.classroom.limits import GROUP, _own_path, find_hierarchy
+
+    v1 = "4:memory:/box/one\n3:cpu,cpuacct:/\n0::/\n"
+    assert (_own_path("memory", v1), _own_path("cpu", v1), _own_path("pids", v1)) == ("box/one", "", None)
+    assert _own_path("", "0::/user.slice/hub.service\n") == "user.slice/hub.service"
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    found = find_hierarchy(v2)  # this process's own group, whatever it is, below the given root
+    assert found is not None and found.version == 2 and found.memory == found.cpu and found.memory.name == GROUP
+    (v2 / "cgroup.controllers").write_text("pids\n")  # no memory controller: no limits from a group
+    assert find_hierarchy(v2) is None
+
+
+def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_path):
+    from twoprim.classroom.hub_config import Plan, _protection, full_message
+
+    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=ROOT, instructor="i", students=("s",), port=1,
+                hub_port=2, proxy_api_port=3)
+    plain = _protection(plan, tmp_path)
+    assert "c.ClassroomSpawner.memory_mb = 2048" in plain and "active_server_limit" not in plain
+    assert "jupyterhub_idle_culler" in plain and "--timeout=3600" in plain
+    import dataclasses
+
+    asked = _protection(dataclasses.replace(plan, cull_idle_s=0, max_servers=12), tmp_path)
+    assert "jupyterhub_idle_culler" not in asked and "c.JupyterHub.active_server_limit = 12" in asked
+    assert repr(full_message(12)) in asked
+
+
+# --- one classroom, a class at once ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
