@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import socket
 import struct
 import sys
@@ -56,7 +57,8 @@ def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
             send({"event": "result", "assignment": aid, "notebook": str(notebook), "status": o.status,
                   "reason": o.reason, "score": o.score, "max_score": o.max_score,
                   "tests": [[gid, scores.get(gid), points] for gid, points in rows],
-                  "text": result.describe(), "seconds": round(time.monotonic() - started, 2)})
+                  "text": result.describe(), "seconds": round(time.monotonic() - started, 2),
+                  "phases": {k: v if isinstance(v, dict) else round(v, 3) for k, v in o.phases.items()}})
 
         result = selfgrade(aid, notebook=notebook, root=root, on_cell=on_cell, on_result=on_result)
         send({"event": "feedback", "path": str(result.feedback) if result.feedback else None,
@@ -68,12 +70,15 @@ def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
 
 
 class _Server:
+    """The warm grader: a thread accepts and reads requests; the main thread grades them one at a time. The main
+    thread starts the forkserver too, and lives as long as the grader: the sandbox ends the forkserver when the
+    thread that started it ends (bwrap's --die-with-parent)."""
+
     def __init__(self, path: Path, idle_s: float):
         self.path, self.idle_s = path, idle_s
         self.version = code_version()
-        self.lock = threading.Lock()
+        self.queue: queue.Queue = queue.Queue()
         self.last = time.monotonic()
-        self.busy = 0
         self.stopping = threading.Event()
 
     def listen(self) -> socket.socket:
@@ -91,24 +96,27 @@ class _Server:
             os.umask(old)
         os.chmod(self.path, 0o600)
         server.listen(8)
-        server.settimeout(1.0)
         return server
 
     def run(self) -> None:
         server = self.listen()
-        threading.Thread(target=self.warm, daemon=True).start()
+        threading.Thread(target=self.accept, args=(server,), daemon=True).start()
         try:
+            self.warm()
             while not self.stopping.is_set():
-                if not self.busy and time.monotonic() - self.last > self.idle_s:
-                    print(f"idle for {self.idle_s:.0f} s: exiting", flush=True)
-                    break
-                if not self.path.exists():  # its socket removed (the folder cleaned): nobody can reach it
-                    break
                 try:
-                    conn, _ = server.accept()
-                except socket.timeout:
+                    conn, request = self.queue.get(timeout=1.0)
+                except queue.Empty:
+                    if time.monotonic() - self.last > self.idle_s:
+                        print(f"idle for {self.idle_s:.0f} s: exiting", flush=True)
+                        break
+                    if not self.path.exists():  # its socket removed (the folder cleaned): nobody can reach it
+                        break
                     continue
-                threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+                with conn:
+                    grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]),
+                                 _sender(conn))
+                self.last = time.monotonic()
         finally:
             server.close()
             self.path.unlink(missing_ok=True)
@@ -116,41 +124,48 @@ class _Server:
 
     def warm(self) -> None:
         """Start the forkserver now, while the learner works, so the first self-grade finds it warm."""
-        with self.lock, contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
             if sandbox.missing() is None:
                 kernels.warm_forkserver(None)
-            print(f"warm in {time.monotonic() - START:.1f} s", flush=True)
+        print(f"warm in {time.monotonic() - START:.1f} s", flush=True)
+
+    def accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
 
     def answer(self, conn: socket.socket) -> None:
-        with conn:
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-            if uid != os.getuid():
-                return
-            conn.settimeout(30)
-            data = b""
-            with contextlib.suppress(OSError):
-                while not data.endswith(b"\n") and len(data) < 1 << 16:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-            try:
-                request = json.loads(data)
-            except ValueError:
-                return
-            conn.settimeout(None)
-            send = _sender(conn)
-            if request.get("stop") or request.get("version") != self.version:
-                send({"event": "restart" if not request.get("stop") else "stopping"})
-                self.stopping.set()
-                return
-            self.busy += 1
-            try:
-                with self.lock:
-                    grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]), send)
-            finally:
-                self.busy -= 1
-                self.last = time.monotonic()
+        """Read one request from its own user; queue it for grading, or stop (asked to, or another code version)."""
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        if uid != os.getuid():
+            conn.close()
+            return
+        conn.settimeout(30)
+        data = b""
+        with contextlib.suppress(OSError):
+            while not data.endswith(b"\n") and len(data) < 1 << 16:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            request = json.loads(data)
+            if not request.get("stop"):
+                request["assignment"], request["notebook"], request["root"]  # noqa: B018 - all three present
+        except (ValueError, KeyError, TypeError, AttributeError):
+            conn.close()
+            return
+        conn.settimeout(None)
+        if request.get("stop") or request.get("version") != self.version:
+            _sender(conn)({"event": "stopping" if request.get("stop") else "restart"})
+            conn.close()
+            self.stopping.set()
+            return
+        self.last = time.monotonic()
+        self.queue.put((conn, request))
 
 
 def _exit() -> None:

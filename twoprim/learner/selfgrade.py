@@ -217,9 +217,11 @@ def events(aid: str, notebook: Path, root: Path = ROOT, *, warm: bool | None = N
     yield from _cold_events(request)
 
 
-def command(aid: str, notebook: Path | None = None, root: Path = ROOT) -> int:
+def command(aid: str, notebook: Path | None = None, root: Path | None = None) -> int:
     """`./course selfgrade`: the self-grade's events as text, a line per test cell as it runs, then what
-    `SelfGrade.describe` says and the feedback's path; the exit status (0: graded)."""
+    `SelfGrade.describe` says and the feedback's path; the exit status (0: graded). A `notebook` is graded in the
+    course it belongs to (`root`, else the copy of the course it sits in, else this one)."""
+    root = Path(root) if root else _course_of(Path(notebook)) if notebook else ROOT
     problem = hidden_checks_problem(aid, root)
     if problem:
         raise SystemExit(f"error: {problem}")
@@ -332,8 +334,10 @@ class _Bar:
 
 def _course_of(notebook: Path) -> Path:
     """The course a notebook belongs to: the copy it sits in (<course>/exercises/<aid>/), else this package's."""
-    course = notebook.resolve().parent.parent.parent
-    return course if (course / "grader" / "nbgrader_config.py").is_file() else ROOT
+    folder = notebook.resolve().parent
+    course = folder.parent.parent
+    in_exercises = folder.parent.name == "exercises" and (course / "grader" / "nbgrader_config.py").is_file()
+    return course if in_exercises else ROOT
 
 
 def selfgrade(aid: str, notebook: str | Path | None = None, root: Path | None = None,
