@@ -38,7 +38,6 @@ from twoprim.classroom.class_accounts import record_created, record_path, remove
 from twoprim.classroom.hub_checks import MARKER, SYSTEM_PATH, _account, _tool, as_user, course_made, make_plan
 from twoprim.config import COURSE_ID
 from twoprim.classroom.hub_config import Plan, write_run_folder
-from twoprim.classroom.limits import protected, remove_groups
 from twoprim.grading.nbgrader_cli import CourseError
 from twoprim.core.notebooks import ROOT
 
@@ -385,6 +384,8 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.remove_class:
         return remove_class(ROOT, yes=args.yes)
+    from twoprim.classroom.limits import protected, remove_groups  # imports JupyterHub: only for a hub that runs
+
     plan = protected(make_plan(args), args)
     passwords = prepare(plan)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
