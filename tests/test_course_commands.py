@@ -130,7 +130,7 @@ def test_the_help_lists_every_command_of_the_table_under_who_runs_it():
     heading of who runs it; and the refusal of a classroom's students follows `who`."""
     import re
 
-    headings = {"Authors": {course.AUTHOR, course.ANYONE}, "A class": {course.INSTRUCTOR},
+    headings = {"Authors": {course.AUTHOR, course.ANYONE}, "A class": {course.INSTRUCTOR, course.ROOT},
                 "Learners": {course.LEARNER}}
     listed, allowed = {}, None
     for line in course.__doc__.splitlines():
@@ -163,3 +163,13 @@ def test_an_instructors_command_is_refused_to_a_student_before_it_runs(tmp_path,
     with pytest.raises(SystemExit, match="`./course collect` is the instructor's command"):
         course.main(["collect", "ex01_dot"])
     assert course.main(["progress"]) == 0 and ran == ["progress"]
+
+
+def test_nbgrader_gets_its_own_options_untouched(monkeypatch):
+    """`./course nbgrader --version` (an option first) reaches nbgrader as given: argparse would have refused it."""
+    import types
+
+    given = []
+    monkeypatch.setattr(course, "nbgrader", lambda args, check: given.append(args) or types.SimpleNamespace(returncode=3))
+    assert course.main(["nbgrader", "--version"]) == 3 and course.main(["nbgrader", "list", "--inbound"]) == 3
+    assert given == [["--version"], ["list", "--inbound"]]

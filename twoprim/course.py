@@ -162,7 +162,7 @@ def install_lab_settings() -> Path:
 
 # --- the command table: each command's help, what it runs, who runs it, and its arguments ------------------------
 
-AUTHOR, INSTRUCTOR, LEARNER, ANYONE = "author", "instructor", "learner", "anyone"
+AUTHOR, INSTRUCTOR, LEARNER, ANYONE, ROOT = "author", "instructor", "learner", "anyone", "root"
 
 
 def arg(*names: str, **options) -> tuple[tuple[str, ...], dict]:
@@ -186,8 +186,9 @@ class Command:
     """One `./course` command: its one-line help, what it runs, who runs it, and its arguments (`arg`, `one_of`).
 
     `who`: "author" and "instructor" commands work in solutions/ or grader/, so they are refused to a classroom's
-    students and to root in a classroom's course; "learner" and "anyone" commands are not. `raw`: the rest of the
-    command line goes to `run` untouched as `args.args` (argparse would reject JupyterLab's or the hub's options)."""
+    students and to root in a classroom's course; "learner" and "anyone" commands are not, nor "root" ones (the hub,
+    which checks that root runs it). `raw`: the rest of the command line goes to `run` untouched as `args.args`
+    (argparse would reject nbgrader's, JupyterLab's or the hub's own options)."""
     help: str
     run: Callable[[argparse.Namespace], int | None]
     who: str
@@ -316,11 +317,11 @@ COMMANDS: dict[str, Command] = {
     "bench-lessons": Command("time every lesson against the 60 s budget", lambda args: bench_lessons(), ANYONE),
     "nbgrader": Command("run nbgrader with the course configuration",
                         lambda args: nbgrader(args.args, check=False).returncode, INSTRUCTOR,
-                        (arg("args", nargs=argparse.REMAINDER),)),
+                        (arg("args", nargs=argparse.REMAINDER),), raw=True),
     "install-config": Command("(make setup) point this environment's nbgrader at the course", _run_install_config,
                               ANYONE),
     "hub": Command("the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)", _run_hub,
-                   INSTRUCTOR, raw=True),
+                   ROOT, raw=True),
     "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER,
                    (arg("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899"),),
                    raw=True),
@@ -407,11 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     """`./course COMMAND ...`: parse, refuse what the caller may not run, run the command; its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMANDS.get(argv[0]) if argv else None
-    if command is not None and command.raw:  # the hub and the lab check their caller themselves (the hub: root)
-        return command.run(argparse.Namespace(command=argv[0], args=argv[1:], argv=argv))
-    args = parser().parse_args(argv)
-    args.argv = argv
-    command = COMMANDS[args.command]
+    if command is not None and command.raw:
+        args = argparse.Namespace(command=argv[0], args=argv[1:], argv=argv)
+    else:
+        args = parser().parse_args(argv)
+        args.argv = argv
+        command = COMMANDS[args.command]
     if command.refused_to_students:
         from twoprim.classroom.hub import refuse_root_in_classroom  # a classroom's course is its instructor's
 
