@@ -113,7 +113,10 @@ def remove_class(course: Path, *, yes: bool = False, ask=input, out=print) -> in
     for line in stay:
         out(f"kept: {line}")
     if not go:
-        out(f"nothing to remove: {record_path(course)} lists no account of this course's classroom that still exists")
+        out(f"nothing to remove: {record_path(course)} lists no account of this course's classroom that still exists"
+            if record_path(course).exists() else
+            f"nothing to remove: ./course hub has made no account for this course (no {record_path(course)}); an "
+            f"account made by hand, or by a course older than the record, goes with userdel --remove NAME")
         return 0
     out(f"./course hub --remove-class will delete {len(go)} account(s) that ./course hub created, each with its home "
         f"and everything in it (work that was submitted stays in {course / 'grader'}):")
