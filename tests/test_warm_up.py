@@ -6,6 +6,8 @@ so a kernel forked after it hands the learner's code copies instead of capturing
 from __future__ import annotations
 
 import gc
+import json
+import os
 import sys
 import types
 
@@ -76,3 +78,43 @@ def test_the_forkserver_skips_timing_dynamos_guards_for_every_kernel(monkeypatch
     forkserver._warm_up()
     assert guards.profile_guard_manager.skipped_by_twoprim and guards.profile_guard_manager(None, {}, 1) == 0.0
     assert timed == []
+
+
+def test_the_instructors_test_cells_are_warmed_once_per_version(monkeypatch):
+    """The grader hands the forkserver the instructor's test cells (`execute.share_test_cells`); ex06's `warm_cells`
+    captures the graphs they build, once for each version of the cells, so every kernel forked later gets copies."""
+    name = ex06.__name__
+    monkeypatch.setattr(forkserver, "_SET_BY", {name: {}})
+    monkeypatch.setattr(forkserver, "_WARMED", {name})  # its warm_up has run
+    monkeypatch.setattr(gc, "freeze", lambda: None)
+    runs = []
+    real = ex06.warm_cells
+    monkeypatch.setattr(ex06, "warm_cells", lambda cells: (runs.append(cells), real(cells)))
+    cell = ('S = ex06.Spec\nex06.check_count_ops(count_ops, ex06.graph_cases([S("mlp", "dynamo", batch=(2,))], '
+            'seed=977))')
+    ex06._captured.cache_clear()
+    forkserver._warm_assignment(name, [cell])
+    forkserver._warm_assignment(name, [cell])
+    assert runs == [[cell]], "the same cells are warmed once"
+    assert ex06._captured.cache_info().currsize == 1, "the graphs the hidden check builds are captured here"
+    ex06.graph_cases([ex06.Spec("mlp", "dynamo", batch=(2,))], seed=977)
+    assert ex06._captured.cache_info().misses == 1, "a kernel forked afterwards captures nothing again"
+    forkserver._warm_assignment(name, [cell + "  # changed"])
+    assert len(runs) == 2, "a changed test cell is warmed anew"
+
+
+def test_the_grader_shares_test_cells_only_with_a_forkserver(monkeypatch, tmp_path):
+    import nbformat
+
+    from twoprim.grading import execute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("check(x)")])
+    nb.cells[0].metadata["nbgrader"] = {"solution": True, "grade": False}
+    nb.cells[1].metadata["nbgrader"] = {"solution": False, "grade": True}
+    monkeypatch.delenv(forkserver.ENV_SOCKET, raising=False)
+    monkeypatch.setenv(forkserver.ENV_CELLS, "")  # what it was is put back after the test
+    monkeypatch.delenv(forkserver.ENV_CELLS)
+    assert not execute.share_test_cells(nb) and forkserver.ENV_CELLS not in os.environ
+    monkeypatch.setenv(forkserver.ENV_SOCKET, str(tmp_path / "socket"))
+    assert execute.share_test_cells(nb)
+    assert json.loads(open(os.environ[forkserver.ENV_CELLS]).read()) == ["check(x)"], "test cells only"
