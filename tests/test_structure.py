@@ -201,3 +201,26 @@ def test_long_modules_say_why():
         if lines > MAX_LINES:
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             assert "Why this module is long" in doc, f"{name} has {lines} lines and its docstring gives no reason"
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(tree: ast.AST, where: str) -> list[str]:
+    """Every function (methods and nested ones too) longer than MAX_FUNCTION_LINES lines, with its length."""
+    return [f"{where}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function that does one job fits on a screen: split a longer one into the steps it takes."""
+    long = [f for name, path in _modules().items() for f in _long_functions(ast.parse(path.read_text()), name)]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {'; '.join(long)}"
+
+
+def test_the_long_function_finder_counts_methods_and_nested_functions():
+    body = "\n".join(["    x = 1"] * MAX_FUNCTION_LINES)
+    source = f"class A:\n    def m(self):\n    {body.replace(chr(10), chr(10) + '    ')}\n\ndef short():\n    pass\n"
+    assert [f.split()[1] for f in _long_functions(ast.parse(source), "m")] == ["m"]
+    assert _long_functions(ast.parse(f"def f():\n{body[:-10]}\n"), "f") == []

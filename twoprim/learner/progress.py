@@ -618,25 +618,7 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
         else:
             todo.append((a, key))
 
-    results: dict[str, tuple[str, dict]] = {}
-    if todo:
-        def run(item):
-            a, key = item
-            log(f"running a copy of {a.path.relative_to(root)} in a fresh kernel ...")
-            try:
-                result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1)
-            except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
-                result = {"status": "error", "checks": {}, "problem": f"could not run it: {type(err).__name__}: "
-                                                                     f"{str(err)[:200]}", "seconds": 0.0}
-                key = None  # a kernel that would not start says nothing about the notebook: not cached
-            log(f"{a.aid}: {result['status']} in {result.get('seconds', 0):.1f} s")
-            return a, key, result
-
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for a, key, result in pool.map(run, todo):
-                _fill(a, result, cached=False)
-                if key:
-                    results[a.aid] = (key, result)
+    results = _run_copies(todo, root, timeout=timeout, workers=workers, log=log)
 
     def remember(data: dict) -> None:
         for aid, (key, result) in results.items():
@@ -650,6 +632,34 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
         except OSError as err:
             notes.append(f"could not save {STATE_FILE} ({err}); results are not cached")
     return Report(root, lesson_list, work, _next_step(root, lesson_list, work, classroom), notes, classroom)
+
+
+def _run_copies(todo: list[tuple[AssignmentStatus, str]], root: Path, *, timeout: int, workers: int,
+                log: Callable[[str], None]) -> dict[str, tuple[str, dict]]:
+    """Run a copy of each assignment notebook of `todo` in a fresh kernel (`workers` at once) and fill in its
+    status; returns what to cache: aid -> (its cache key, the result)."""
+    results: dict[str, tuple[str, dict]] = {}
+    if not todo:
+        return results
+
+    def run(item):
+        a, key = item
+        log(f"running a copy of {a.path.relative_to(root)} in a fresh kernel ...")
+        try:
+            result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1)
+        except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
+            result = {"status": "error", "checks": {}, "problem": f"could not run it: {type(err).__name__}: "
+                                                                 f"{str(err)[:200]}", "seconds": 0.0}
+            key = None  # a kernel that would not start says nothing about the notebook: not cached
+        log(f"{a.aid}: {result['status']} in {result.get('seconds', 0):.1f} s")
+        return a, key, result
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for a, key, result in pool.map(run, todo):
+            _fill(a, result, cached=False)
+            if key:
+                results[a.aid] = (key, result)
+    return results
 
 
 def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
