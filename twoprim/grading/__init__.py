@@ -18,7 +18,8 @@
 Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor), `failed` (with a
 reason in words) or, when the grader itself failed it (a worker or the scheduler lost, the grader's own error, after
 retries), `not graded`: no grade is written or changed for it, and the next run grades it. The batch always
-finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner grades their own notebook the same way with `selfgrade`.
+finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner grades their own notebook the same way with `selfgrade`,
+through a warm grader of their own (`warm`) that keeps all this loaded between self-grades.
 
 | module | what it holds |
 | --- | --- |
@@ -34,6 +35,7 @@ finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen su
 | `reports` | CSV, chart and the summary, and the terminal's line per failed, held or not graded student |
 | `feedback` | `./course feedback`: each student's feedback generated and released on its own |
 | `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |
+| `warm` | a learner's warm grader: self-grades from the notebook's cell and `./course selfgrade` in seconds |
 """
 from __future__ import annotations
 
