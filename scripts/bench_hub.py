@@ -302,6 +302,7 @@ class Kernel:
         url = f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels"
         self.ws = websocket.create_connection(url, timeout=timeout, host=f"{c.name}.localhost:{c.port}",
                                               header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+        self.ws.settimeout(timeout)  # a recv that hears nothing this long raises
         self.c, self.timeout = c, timeout
 
     def execute(self, code: str) -> tuple[str, str]:
@@ -417,6 +418,7 @@ class Sampler(threading.Thread):
         self.stopped = threading.Event()
         self.peak_machine = 0
         self.peak_student: dict[str, int] = {}
+        self.cpu_student: dict[str, float] = {}  # CPU seconds of their processes (reaped kernels included)
         self.cpu: list[float] = []
         self.base_used = _machine_used()
 
@@ -426,8 +428,9 @@ class Sampler(threading.Thread):
             self.peak_machine = max(self.peak_machine, _machine_used())
             if _available() < LOW_MEMORY_MB * 2**20:
                 LOW_MEMORY.set()
-            for name, rss in _rss_by_user(self.uids).items():
+            for name, (rss, cpu) in _by_user(self.uids).items():
                 self.peak_student[name] = max(self.peak_student.get(name, 0), rss)
+                self.cpu_student[name] = max(self.cpu_student.get(name, 0.0), cpu)
             now = _cpu_times()
             busy, total = now[0] - last[0], now[1] - last[1]
             if total > 0:
@@ -443,6 +446,8 @@ class Sampler(threading.Thread):
                 "student_peak_mb_median": statistics.median(per) / 2**20 if per else 0,
                 "student_peak_mb_max": per[-1] / 2**20 if per else 0,
                 "cpu_mean": statistics.fmean(self.cpu) if self.cpu else 0, "cpu_max": max(self.cpu, default=0),
+                "student_cpu_s": dict(sorted(self.cpu_student.items())),
+                "student_cpu_s_median": statistics.median(self.cpu_student.values()) if self.cpu_student else 0,
                 "cpus": os.cpu_count()}
 
 
@@ -462,18 +467,26 @@ def _cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def _rss_by_user(uids: dict[int, str]) -> dict[str, int]:
-    out: dict[str, int] = {}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _by_user(uids: dict[int, str]) -> dict[str, tuple[int, float]]:
+    """name -> (RSS bytes, CPU seconds) of that user's processes now; CPU counts what their reaped children used
+    (a Validate's kernel, once the server has reaped it) and so only grows while their server runs."""
+    out: dict[str, tuple[int, float]] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             text = status.read_text()
-        except OSError:
+            stat = (status.parent / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
         uid = re.search(r"^Uid:\s+(\d+)", text, re.M)
         rss = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
         if uid and rss and int(uid.group(1)) in uids:
             name = uids[int(uid.group(1))]
-            out[name] = out.get(name, 0) + int(rss.group(1)) * 1024
+            cpu = sum(int(x) for x in stat[11:15]) / TICK  # utime, stime, cutime, cstime
+            have = out.get(name, (0, 0.0))
+            out[name] = (have[0] + int(rss.group(1)) * 1024, have[1] + cpu)
     return out
 
 
@@ -545,7 +558,8 @@ def format_report(report: dict) -> str:
               f"at the peak; per student (server + kernels, RSS): median {report['student_peak_mb_median']:.0f} MB, "
               f"max {report['student_peak_mb_max']:.0f} MB",
               f"  CPU ({report['cpus']} cores): {100 * report['cpu_mean']:.0f}% busy on average, "
-              f"{100 * report['cpu_max']:.0f}% at the peak",
+              f"{100 * report['cpu_max']:.0f}% at the peak; per student (their processes): median "
+              f"{report['student_cpu_s_median']:.0f} CPU s",
               f"  failures: {len(report['failures'])}"]
     lines += [f"    {name}: {why}" for name, why in report["failures"].items()]
     return "\n".join(lines)

@@ -193,12 +193,21 @@ def _points(function: str | None) -> float:
                if "nbgrader" in c.metadata and (ids is None or c.metadata["nbgrader"].get("grade_id") in ids))
 
 
-def _kernel(room, name: str):
-    """A logged-in client for `name` (their server started again if the culler stopped it) and a kernel."""
+def _kernel(room, name: str, path: str = "scratch.ipynb", fresh: bool = True):
+    """A logged-in client for `name` and a kernel of its own for `path`. `fresh`: their server is stopped and
+    started again first, so that the culler, which may be about to stop a server idle since the load, cannot
+    take it away during the test."""
     c = bench.Client(room.url, room.port, name)
     bench.login(c, room.passwords[name])
+    api = f"{c.hub_url}/hub/api/users/{name}"
+    if fresh:
+        c.hub.delete(f"{api}/server", headers=c.xsrf(), timeout=120)
+        deadline = time.monotonic() + 60
+        while c.hub.get(api, headers=c.xsrf(), timeout=60).json().get("servers"):
+            assert time.monotonic() < deadline, f"{name}'s server did not stop within 60 s:\n{room.tail()}"
+            time.sleep(0.5)
     bench.spawn(c, time.monotonic() + 180)
-    return c, bench.Kernel(c, bench.NOTEBOOK, timeout=120)
+    return c, bench.Kernel(c, path, timeout=120)
 
 
 def test_a_runaway_kernel_is_stopped_alone(room, load):
@@ -219,7 +228,7 @@ def test_a_runaway_kernel_is_stopped_alone(room, load):
     kernel.close()
     assert theirs.execute("print(kept + 1)") == ("ok", "42\n")  # the classmate's kernel, its variables intact
     theirs.close()
-    _, again = _kernel(room, runaway)  # the runaway's own kernel restarted, their server still up
+    _, again = _kernel(room, runaway, fresh=False)  # the runaway's own kernel restarted, their server still up
     assert again.execute("print('restarted')") == ("ok", "restarted\n")
     again.close()
     assert store.submissions("two-primitives") == before
