@@ -62,7 +62,7 @@ EXPECTED = {
                                        "recognised it"),
     "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24) (a crash, os._exit() "
                               "or running out of memory); the cells after it could not run"),
-    "stripped_metadata": (15, "graded", "23 cells had lost their nbgrader metadata; recognised them by their source "
+    "stripped_metadata": (15, "graded", "24 cells had lost their nbgrader metadata; recognised them by their source "
                                         "and the functions they define"),
     "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit of 10 "
                                         "s and ignored the interrupt (a loop that catches KeyboardInterrupt?); the "
