@@ -131,6 +131,7 @@ def _warm_run(fn, module: str, what: str) -> None:
 
 
 def serve(socket_path: str, modules: list[str]) -> None:
+    """The forkserver: import `modules`, warm up, then fork a kernel for each launcher that asks, until killed."""
     # what each import sets in the environment (ex09 turns on Triton's interpreter), a kernel keeps for the modules
     # it uses (all but the assignments' checks, and its own assignment's), as if it had imported them itself
     # pydevd (imported with ipykernel's debugger) warns at import that frozen modules may hide breakpoints: not here
