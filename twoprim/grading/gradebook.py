@@ -9,10 +9,8 @@ either committed whole or not at all: a run that stops half way (a database that
 it again, which grades only what is not committed in its current form.
 
 Only the instructor's process writes the gradebook, one submission per transaction; grading workers never open it
-(they get an assignment-only SQLite `snapshot` to run nbgrader in).
-
-Credentials never live in a file of the course: a PostgreSQL URL names the user and host, and libpq finds the
-password in `PGPASSWORD` or `~/.pgpass`.
+(they get an assignment-only SQLite `snapshot` to run nbgrader in). Credentials never live in a file of the course:
+a PostgreSQL URL names the user and host, and libpq finds the password in `PGPASSWORD` or `~/.pgpass`.
 """
 from __future__ import annotations
 
