@@ -224,3 +224,24 @@ def test_the_long_function_finder_counts_methods_and_nested_functions():
     source = f"class A:\n    def m(self):\n    {body.replace(chr(10), chr(10) + '    ')}\n\ndef short():\n    pass\n"
     assert [f.split()[1] for f in _long_functions(ast.parse(source), "m")] == ["m"]
     assert _long_functions(ast.parse(f"def f():\n{body[:-10]}\n"), "f") == []
+
+
+def _undocumented(path: Path) -> list[str]:
+    """The public top-level functions and classes of a module without a docstring."""
+    missing = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            if not ast.get_docstring(node):
+                missing.append(node.name)
+    return missing
+
+
+def test_every_public_name_has_a_docstring():
+    missing = {name: found for name, path in _modules().items() if (found := _undocumented(path))}
+    assert not missing, f"public functions and classes without a one-line docstring: {missing}"
+
+
+def test_the_docstring_finder_finds_a_missing_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('def shown(x):\n    return x\n\n\ndef _private():\n    pass\n\n\nclass Kept:\n    """Said."""\n')
+    assert _undocumented(probe) == ["shown"]

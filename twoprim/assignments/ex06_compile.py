@@ -523,6 +523,7 @@ VISIBLE_MODELS = [Spec("mlp", "dynamo"), Spec("mlp", "aten"), Spec("mlp", "aten"
 
 
 def check_count_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `count_ops`: op names counted from the nodes of Dynamo and ATen graphs, forward and backward."""
     cases = cases if cases is not None else graph_cases(VISIBLE_GRAPHS)
     return _check("count_ops", fn, cases, expected=compiler._count, judge=_judge_counts, hidden=hidden,
                   proves="op names counted from the nodes of Dynamo and ATen graphs (functions, methods, ATen "
@@ -531,6 +532,7 @@ def check_count_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
 
 
 def check_capture(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `capture`: the graphs torch.compile builds at both levels, with and without backward, past a break."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
     return _check("capture", fn, cases, expected=_ground_truth, judge=_judge_capture, hidden=hidden,
                   proves="the graphs torch.compile builds, at the Dynamo and ATen levels, with and without backward, "
@@ -539,6 +541,7 @@ def check_capture(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
 
 
 def check_gemm_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check `gemm_count`: GEMMs counted over every captured graph at both levels, training and inference."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
     return _check("gemm_count", fn, cases, expected=lambda *args: _ground_truth(*args).gemms(), judge=_judge_gemms,
                   hidden=hidden,
@@ -663,22 +666,27 @@ def _check_answer(name: str, value: Any, cases: Sequence[Case] | None, hidden: i
 
 
 def check_forward_gemms(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check the short answer `forward_gemms` (its form now; its value is measured when graded)."""
     return _check_answer("forward_gemms", value, cases, hidden)
 
 
 def check_backward_gemms(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check the short answer `backward_gemms` (its form now; its value is measured when graded)."""
     return _check_answer("backward_gemms", value, cases, hidden)
 
 
 def check_backward_gemms_input_grad(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check the short answer `backward_gemms_input_grad` (its form now; its value is measured when graded)."""
     return _check_answer("backward_gemms_input_grad", value, cases, hidden)
 
 
 def check_no_bias_gemms(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check the short answer `no_bias_gemms` (its form now; its value is measured when graded)."""
     return _check_answer("no_bias_gemms", value, cases, hidden)
 
 
 def check_graph_break_graphs(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+    """Check the short answer `graph_break_graphs` (its form now; its value is measured when graded)."""
     return _check_answer("graph_break_graphs", value, cases, hidden)
 
 

@@ -293,6 +293,7 @@ def prepare(plan: Plan) -> dict[str, str]:
 
 
 def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
+    """The table printed when the hub starts: each account, its role, its password and where its server opens."""
     rows = [("account", "role", "password", "their server opens in")]
     rows.append((plan.instructor, "instructor", passwords[plan.instructor],
                  f"{plan.course} (the course; Nbgrader > Formgrader)"))

@@ -42,6 +42,7 @@ def roster_ids(path: Path) -> list[str]:
 
 
 def student_names(args) -> list[str]:
+    """The students named by --students and --roster, each checked to be a valid account name."""
     names = [n.strip() for n in args.students.split(",") if n.strip()]
     if args.roster is not None:
         names += roster_ids(args.roster)
@@ -77,6 +78,7 @@ def _account(name: str) -> pwd.struct_passwd | None:
 
 
 def course_made(account: pwd.struct_passwd) -> bool:
+    """True when the account carries the course's marker in its GECOS field (the hub made it)."""
     return account.pw_gecos.split(",")[0] in MARKER.values()
 
 
@@ -125,6 +127,7 @@ def check_new_passwords(names: list[str], students: list[str], instructor: str) 
 
 
 def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
+    """True when nothing can bind `port` on `ip` now."""
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -208,12 +211,14 @@ def check_public(host: str, cert: Path | None, key: Path | None, port: int) -> N
 
 
 def free_port() -> int:
+    """A loopback port free at the time of asking."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def find_proxy(course: Path) -> Path:
+    """JupyterHub's proxy (configurable-http-proxy) installed in the course's node_modules, and Node.js to run it."""
     proxy = course / "node_modules" / ".bin" / "configurable-http-proxy"
     if not os.access(proxy, os.X_OK):
         raise CourseError(f"JupyterHub's proxy, configurable-http-proxy, is not installed in {course / 'node_modules'}:"
@@ -286,6 +291,7 @@ def check_environment(course: Path, venv: Path, args_hint: str) -> None:
 
 
 def check_exchange(exchange: Path) -> None:
+    """The shared-folder exchange is an absolute folder path that every account can reach."""
     if not exchange.is_absolute():
         raise CourseError(f"the exchange {exchange} must be an absolute path, e.g. --exchange /srv/nbgrader/exchange")
     if exchange.exists() and not exchange.is_dir():

@@ -275,6 +275,7 @@ _CELL: ContextVar["str | None"] = ContextVar("twoprim_cell", default=None)
 
 
 def current_replay() -> "Replay | None":
+    """The replay the grader is judging in this context, or None in a learner's (or a graded) kernel."""
     return _REPLAY.get()
 
 
@@ -336,6 +337,7 @@ class Replay:
 
 @dataclass
 class Verdict:
+    """The grader's judgement of one graded test cell: passed or not, and the text the learner sees."""
     grade_id: str
     passed: bool
     text: str

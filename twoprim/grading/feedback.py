@@ -17,6 +17,7 @@ __all__ = ["Released", "release_feedback"]
 
 @dataclass
 class Released:
+    """What `./course feedback` did: the students whose feedback was released, and those held with why."""
     assignment: str
     released: list[str] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)   # student -> why no feedback was released

@@ -396,6 +396,7 @@ def launch(connection_file: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """`python -I -m twoprim.grading.forkserver serve SOCKET MODULE...` or `launch CONNECTION_FILE`."""
     if argv[:1] == ["serve"] and len(argv) >= 2:
         serve(argv[1], argv[2:])
         return 0

@@ -372,6 +372,7 @@ def _extensions(gb, aid: str) -> dict[str, datetime.datetime]:
 
 
 def extensions(aid: str, url: str) -> dict[str, datetime.datetime]:
+    """Each student's own deadline for assignment `aid` in the gradebook at `url` (student -> due date, UTC)."""
     with gradebook(url) as gb:
         return _extensions(gb, aid)
 

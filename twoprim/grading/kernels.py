@@ -25,6 +25,7 @@ WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipyke
 
 
 def worker_name() -> str:
+    """The Dask worker's address, or host:pid when grading runs outside a worker."""
     try:
         from distributed import get_worker
 

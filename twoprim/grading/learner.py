@@ -28,6 +28,7 @@ __all__ = ["SelfGrade", "selfgrade", "require_hidden_checks", "graded_tests"]
 
 @dataclass
 class SelfGrade:
+    """A learner's self-grade of one notebook: the outcome, and the feedback HTML written for it."""
     assignment: str
     outcome: Outcome
     feedback: Path | None

@@ -63,6 +63,7 @@ def write_reports(aid: str, *, root: Path = ROOT, url: str | None = None, run: l
 
 
 def number(x: float) -> float | int:
+    """A score as reports show it: an int when whole, else rounded to 3 decimals."""
     return int(x) if float(x).is_integer() else round(float(x), 3)
 
 
@@ -99,6 +100,7 @@ def summary(aid: str, rows: list[dict]) -> dict:
 
 
 def format_summary(s: dict, root: Path = ROOT) -> str:
+    """The summary autograde and report print: scores, held, not graded, late, workers and where the reports are."""
     mean = "-" if s["mean"] is None else f"{s['mean']:.2f}"
     median = "-" if s["median"] is None else f"{s['median']:.2f}"
     reports = (root / "grader" / "reports").relative_to(root)

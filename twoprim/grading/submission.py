@@ -48,6 +48,7 @@ NOT_GRADED = "not graded"
 
 @dataclass
 class Outcome:
+    """One submission's grading: its status and reason, score, each test's grade and comment."""
     student: str
     status: str = "failed"                  # "graded", "failed", "flagged" (held by the audit) or NOT_GRADED
     reason: str = ""

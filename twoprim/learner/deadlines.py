@@ -25,6 +25,7 @@ FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def path(exchange: str | os.PathLike) -> Path:
+    """The file of published due dates in the shared-folder exchange."""
     return Path(exchange) / COURSE_ID / FILE
 
 

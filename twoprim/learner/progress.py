@@ -64,6 +64,7 @@ ANALYSIS_VERSION = 2     # part of every cache key: results cached by an older a
 
 @dataclass
 class LessonStatus:
+    """One lesson's state in the learner's progress: run to the end or not, and why."""
     name: str          # "01_dot_product"
     path: Path
     done: bool
@@ -242,6 +243,7 @@ def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_threa
 
 @dataclass
 class AssignmentStatus:
+    """One assignment's state: its visible checks, self-grade, submission and any problem."""
     aid: str
     path: Path
     status: str                     # not started | ran | error | crashed | timed out | missing | unreadable
@@ -271,6 +273,7 @@ class AssignmentStatus:
 
 @dataclass
 class Report:
+    """Everything `course progress` shows: lessons, assignments, notes and the next step."""
     root: Path
     lessons: list[LessonStatus]
     assignments: list[AssignmentStatus]
@@ -702,6 +705,7 @@ def chart(r: Report):
 
 
 def chart_png(r: Report) -> bytes:
+    """The progress chart as PNG bytes (`--chart FILE`)."""
     buffer = io.BytesIO()
     chart(r).savefig(buffer, format="png", dpi=80)
     return buffer.getvalue()
