@@ -130,7 +130,7 @@ def test_the_help_lists_every_command_of_the_table_under_who_runs_it():
     heading of who runs it; and the refusal of a classroom's students follows `who`."""
     import re
 
-    headings = {"Authors": {course.AUTHOR, course.ANYONE}, "A class": {course.INSTRUCTOR, course.ROOT},
+    headings = {"Authors": {course.AUTHOR, course.ANYONE}, "A class": {course.INSTRUCTOR, course.SUPERUSER},
                 "Learners": {course.LEARNER}}
     listed, allowed = {}, None
     for line in course.__doc__.splitlines():

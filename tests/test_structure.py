@@ -4,6 +4,7 @@ modules saying why they are long, and every name a released notebook imports sti
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -136,9 +137,9 @@ def test_every_module_has_a_layer_and_the_layers_are_not_empty():
     assert layers == set(LAYERS.values())
 
 
-# Run in each child: every write to os.environ made by the package's own code while the module imports is recorded
-# (a library's own, such as Dynamo setting TORCHINDUCTOR_CACHE_DIR or jax setting TF_CPP_MIN_LOG_LEVEL, is not ours).
-_IMPORT_ALONE = """
+# Every write to os.environ made by the package's own code while a module imports is recorded (a library's own, such
+# as Dynamo setting TORCHINDUCTOR_CACHE_DIR or jax setting TF_CPP_MIN_LOG_LEVEL, is not ours).
+_WATCH = """
 import importlib, os, sys
 package = os.path.join(os.getcwd(), "twoprim") + os.sep
 ours = []
@@ -159,19 +160,80 @@ def _watch(method):
 
 _watch("__setitem__")
 _watch("__delitem__")
+"""
+_IMPORT_ALONE = _WATCH + """
 importlib.import_module(sys.argv[1])
 assert not ours, f"importing {sys.argv[1]} changed the environment: {ours}"
 """
+# One interpreter imports the libraries the package imports (torch, jax, triton, nbgrader, ...), none of the
+# package, then forks a child per module: each child imports its module into an interpreter where no module of the
+# package was ever loaded, at the cost of a fork instead of a new interpreter importing torch again.
+_IMPORT_EACH_FORKED = _WATCH + """
+import json
+for library in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(library)
+    except Exception:
+        pass
+assert not [m for m in sys.modules if m == "twoprim" or m.startswith("twoprim.")], "a library imported the package"
+failed = {}
+for name in sys.argv[2:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(name)
+            message = f"importing {name} changed the environment: {ours}" if ours else ""
+        except BaseException as exc:
+            import traceback
+            message = "".join(traceback.format_exception(exc))[-1500:]
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        message = f.read()
+    _, status = os.waitpid(pid, 0)
+    if message or status:
+        failed[name] = message or f"the child ended with status {status}"
+print(json.dumps(failed))
+"""
+
+
+def _libraries() -> list[str]:
+    """The libraries the package imports at module level (not the package itself)."""
+    found = set()
+    for path in _modules().values():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+    return sorted(m for m in found if m.split(".")[0] not in ("twoprim", "__future__"))
 
 
 def test_every_module_imports_in_its_own_fresh_interpreter_without_side_effects():
-    """Each module alone, in a new interpreter: it imports, and importing it writes no environment variable."""
+    """Each module alone, in an interpreter where no other module of the package was loaded: it imports, and
+    importing it writes no environment variable."""
     names = sorted(_modules())
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        procs = list(pool.map(lambda n: subprocess.run([sys.executable, "-c", _IMPORT_ALONE, n], cwd=ROOT, text=True,
-                                                       capture_output=True, timeout=300), names))
-    failed = {n: p.stderr[-1500:] for n, p in zip(names, procs) if p.returncode}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_FORKED, json.dumps(_libraries()), *names], cwd=ROOT,
+                          text=True, capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, failed
+
+
+def test_the_forked_import_finds_a_module_that_fails_alone(tmp_path):
+    probe = ROOT / "twoprim" / "topics" / "_probe_broken.py"
+    probe.write_text("import twoprim.topics._no_such_module\n")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_FORKED, "[]", "twoprim.config",
+                               "twoprim.topics._probe_broken"], cwd=ROOT, text=True, capture_output=True, timeout=120)
+    finally:
+        probe.unlink()
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert list(failed) == ["twoprim.topics._probe_broken"] and "_no_such_module" in failed[
+        "twoprim.topics._probe_broken"]
 
 
 def test_the_side_effect_watch_sees_the_package_write_the_environment(tmp_path):

@@ -162,7 +162,7 @@ def install_lab_settings() -> Path:
 
 # --- the command table: each command's help, what it runs, who runs it, and its arguments ------------------------
 
-AUTHOR, INSTRUCTOR, LEARNER, ANYONE, ROOT = "author", "instructor", "learner", "anyone", "root"
+AUTHOR, INSTRUCTOR, LEARNER, ANYONE, SUPERUSER = "author", "instructor", "learner", "anyone", "root"
 
 
 def arg(*names: str, **options) -> tuple[tuple[str, ...], dict]:
@@ -321,7 +321,7 @@ COMMANDS: dict[str, Command] = {
     "install-config": Command("(make setup) point this environment's nbgrader at the course", _run_install_config,
                               ANYONE),
     "hub": Command("the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)", _run_hub,
-                   ROOT, raw=True),
+                   SUPERUSER, raw=True),
     "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER,
                    (arg("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899"),),
                    raw=True),

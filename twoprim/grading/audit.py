@@ -11,6 +11,7 @@ import ast
 import math
 import re
 
+import twoprim
 from twoprim.core.catalog import package_modules
 
 __all__ = ["audit"]
@@ -50,6 +51,17 @@ _ATTRIBUTES = {
 }
 _VERDICT_LOOKALIKE = re.compile(r"[✔✘]|\bScore\s*:|\bpassed \d+ cases?\b|\bex0\d_\w+-\w+")
 _LIBRARY_ROOTS = {"torch", "np", "numpy", "F", "nn", "math", "mx", "twoprim", "builtins", "sys", "os"}
+
+
+def _home(module: str) -> str:
+    """A module as notebooks name it (`twoprim.checks`) spelled as its home (`twoprim.core.checks`)."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[0] == "twoprim":
+        home = twoprim.PUBLIC.get(parts[1]) or (f"assignments.{a}" if (a := twoprim.assignment_modules().get(parts[1]))
+                                                 else None)
+        if home:
+            return ".".join(["twoprim", home, *parts[2:]])
+    return module
 
 
 def _library_roots() -> set[str]:
@@ -97,10 +109,11 @@ def audit(code: str) -> list[str]:
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom):
                 modules += [f"{node.module}.{a.name}" for a in node.names]
-            for module in modules:
+            for written in modules:
+                module = _home(written)
                 for banned, why in _IMPORTS.items():
                     if module == banned or module.startswith(banned + "."):
-                        note(node, f"import {module}", why)
+                        note(node, f"import {written}", why)
                         break
         elif isinstance(node, ast.BinOp) and id(node) not in inner and _huge(node):
             note(node, ast.unparse(node)[:40], "a size of a billion or more: a memory or time bomb")
