@@ -7,7 +7,6 @@ import ast
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from twoprim.core.notebooks import ROOT
