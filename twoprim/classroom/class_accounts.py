@@ -18,11 +18,11 @@ import pwd
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from twoprim.classroom.hub_checks import _tool, course_made
 from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.files import write_json
 
 RECORD = "hub-accounts.json"  # in grader/
 
@@ -57,17 +57,7 @@ def read_record(course: Path) -> dict[str, dict]:
 
 
 def _write_record(course: Path, accounts: dict[str, dict]) -> None:
-    path = record_path(course)
-    fd, tmp = tempfile.mkstemp(prefix=f".{RECORD}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"accounts": dict(sorted(accounts.items()))}, f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(record_path(course), {"accounts": dict(sorted(accounts.items()))}, mode=0o600)
 
 
 def record_created(course: Path, account: pwd.struct_passwd, role: str) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from twoprim.config import COURSE_ID
+from twoprim.core.files import write_json
 
 __all__ = ["FILE", "path", "read", "publish", "describe", "span"]
 
@@ -50,17 +50,7 @@ def publish(exchange: str | os.PathLike, aid: str, when: datetime.datetime | Non
     else:
         current[aid] = when.strftime(FORMAT)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILE}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(dict(sorted(current.items())), f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_json(target, dict(sorted(current.items())), mode=0o644)
 
 
 def describe(when: datetime.datetime, now: datetime.datetime | None = None) -> str:
