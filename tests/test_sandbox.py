@@ -234,11 +234,16 @@ def test_the_grader_judges_what_the_kernel_computed_not_what_it_claims(attacked_
 def test_the_sandbox_hides_the_course_and_blocks_writes_network_processes_and_bombs(attacked_class):
     course = attacked_class["course"]
     read = _printed(course, "read_secrets")
-    assert "LEAKED" not in read and read.count("blocked") == 6, read
     # the grader's home shows only the folder that leads to the Python the kernel runs on, if Python lives there
+    # (pyenv, uv); where Python lives elsewhere (Debian's /usr) the home is not in the box at all
     python_home = Path(sys.base_prefix).resolve()
-    shown = sorted({python_home.relative_to(Path.home()).parts[0]}) if Path.home() in python_home.parents else []
-    assert f"listed {Path.home()} {shown!r}" in read, read
+    if Path.home() in python_home.parents:
+        shown = [python_home.relative_to(Path.home()).parts[0]]
+        assert f"listed {Path.home()} {shown!r}" in read, read
+        assert "LEAKED" not in read and read.count("blocked") == 6, read
+    else:
+        assert f"blocked {Path.home()} FileNotFoundError" in read, read
+        assert "LEAKED" not in read and "listed" not in read and read.count("blocked") == 7, read
     wrote = _printed(course, "write_outside")
     assert "WROTE" not in wrote and wrote.count("blocked") == 3, wrote
     assert "blocked network" in _printed(course, "network") and attacked_class["received"] == []
