@@ -6,6 +6,7 @@ environment provides (no kernel-selection dialog), started with the course's .ve
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -132,6 +133,20 @@ def _check_serves_course(run: Lab, venv_bin: Path) -> tuple[str, str]:
     return base, token
 
 
+def _listening_grader(folder: Path, within_s: float = 90) -> psutil.Process:
+    """The warm grader process listening in `folder` (a socket there that accepts)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        for path in folder.glob("*.sock"):
+            with socket.socket(socket.AF_UNIX) as probe, contextlib.suppress(OSError):
+                probe.connect(str(path))
+                for proc in psutil.process_iter(["cmdline"]):
+                    if (proc.info["cmdline"] or [])[-2:] == ["serve", str(path)]:
+                        return proc
+        assert time.monotonic() < deadline, f"no warm grader listened in {folder} within {within_s:.0f} s"
+        time.sleep(0.5)
+
+
 def test_command_adds_allow_root_only_for_root_and_explains_it():
     argv, notes = lab.command(["--no-browser"], euid=0)
     assert "--allow-root" in argv and notes == [lab.ROOT_NOTE]
@@ -169,10 +184,11 @@ def test_every_notebook_names_a_kernel_the_course_environment_provides():
 
 def test_make_lab_serves_lesson_00_here(tmp_path):
     """As whoever runs the tests (root in CI: --allow-root added and explained), with the asked-for port taken."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_", "TWOPRIM_WARM"))}
     env.update(JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
                JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"))
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+               TWOPRIM_GRADER_DIR=str(tmp_path / "grader"))
     with socket.socket() as blocker:  # another JupyterLab already has the port the learner asks for
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
@@ -180,8 +196,17 @@ def test_make_lab_serves_lesson_00_here(tmp_path):
         run = Lab(ROOT, f"--no-browser --port={taken}", env)
         try:
             base, _ = _check_serves_course(run, ROOT / ".venv" / "bin")
+            # the learner's warm grader started beside JupyterLab, for the first self-grade cell
+            grader = _listening_grader(tmp_path / "grader")
         finally:
             run.stop()
+        # ... and it ends with ./course lab, not 15 idle minutes later
+        deadline = time.monotonic() + 30
+        while grader.is_running() and grader.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the warm grader outlived ./course lab by 30 s"
+            time.sleep(0.5)
+        assert not list((tmp_path / "grader").glob("*.sock"))
+        assert "(./course lab) has ended: exiting" in "".join(p.read_text() for p in (tmp_path / "grader").glob("*.log"))
     assert not base.endswith(f":{taken}")
     assert f"note: port {taken} is in use" in run.output and f"listens on port {base.rsplit(':', 1)[1]}" in run.output
     root_notes = [line for line in run.lines if line.startswith("note: running as root")]
@@ -219,6 +244,7 @@ def test_make_lab_as_an_ordinary_user(throwaway_user):
     clone.mkdir()
     venv = clone_for(clone, user)
     env = {"PATH": SYSTEM_PATH, "HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
+           "TWOPRIM_WARM_GRADER": "off",  # test_make_lab_serves_lesson_00_here checks the warm grader beside lab
            "LANG": "C.UTF-8"}
 
     # Built by root from a Python under a folder only root may enter (pyenv in /root, mode 0700).

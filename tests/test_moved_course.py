@@ -59,7 +59,9 @@ def moved():
 
 
 def _run(argv: list, cwd: Path, timeout: int = 240, **kwargs) -> subprocess.CompletedProcess:
-    env = {"PATH": SYSTEM_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    # no warm grader: it would outlive the test by its 15 idle minutes (test_selfgrade covers it)
+    env = {"PATH": SYSTEM_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+           "TWOPRIM_WARM_GRADER": "off"}
     return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
                           **kwargs)
 

@@ -9,6 +9,8 @@ What it adds to a plain `jupyter lab`:
   interpreter that runs the server, so no kernel-selection dialog and no other Python;
 - no search for language servers (none is installed; it runs npm and logs after the URL);
 - when the port is taken JupyterLab tries the next ones (its `port_retries`); this says which port it got;
+- the learner's warm grader starts beside it and lives as long as it does (twoprim.learner.selfgrade), so the first
+  self-grade cell answers in seconds, not after a cold start;
 - the last line printed is the URL, token included, that opens `lessons/00_start_here.ipynb`.
 """
 from __future__ import annotations
@@ -163,6 +165,15 @@ class _Relay(threading.Thread):
             self.at_line_start = True
 
 
+def _warm_grader_beside() -> None:
+    """Start the learner's warm grader in the background, to live as long as this process (and so JupyterLab):
+    the first self-grade cell finds it warm. Where it cannot start (the classroom's copy without hidden checks,
+    $TWOPRIM_WARM_GRADER=off) the self-grade cell says why when pressed."""
+    from twoprim.learner.selfgrade import start_warm_grader
+
+    threading.Thread(target=start_warm_grader, args=(os.getpid(), ROOT), daemon=True).start()
+
+
 def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> int:
     """Start JupyterLab on the course and relay its output; print the lesson URL last; return its exit code."""
     from twoprim.grading.nbgrader_cli import environment
@@ -209,6 +220,7 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     lines = []
     if taken and int(info["port"]) != port:
         lines.append(f"note: port {port} is in use (another JupyterLab?), so this one listens on port {info['port']}.")
+    _warm_grader_beside()
     lines.append(f"JupyterLab is serving the course; open {LESSON} at:")
     lines.append(lesson_url(info))
     relay.say(lines)

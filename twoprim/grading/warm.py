@@ -6,7 +6,7 @@ generated release and snapshot gradebook.
 
 It listens on a Unix socket in a folder only its user can open (`twoprim.learner.selfgrade.grader_socket`), answers
 only its own user (the peer's uid, from the kernel), grades one notebook at a time, and exits after
-$TWOPRIM_GRADER_IDLE_S seconds unused (default 900), when asked, or when a request comes from other code than
+$TWOPRIM_GRADER_IDLE_S seconds unused (default 900; started by `./course lab`, when that process ends), when asked, or when a request comes from other code than
 its own (the course was updated: the client starts a new one). The events it sends are described in
 `twoprim.learner.selfgrade`.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from twoprim.grading import kernels, sandbox
 from twoprim.grading.learner import graded_tests, require_hidden_checks, selfgrade
-from twoprim.learner.selfgrade import IDLE_ENV, code_version
+from twoprim.learner.selfgrade import IDLE_ENV, WHILE_ENV, code_version
 
 __all__ = ["serve", "grade_events", "main"]
 
@@ -80,6 +80,8 @@ class _Server:
         self.queue: queue.Queue = queue.Queue()
         self.last = time.monotonic()
         self.stopping = threading.Event()
+        # started by ./course lab: it lives while that process does, however long unused ($TWOPRIM_GRADER_WHILE_PID)
+        self.while_pid = int(os.environ.get(WHILE_ENV) or 0)
 
     def listen(self) -> socket.socket:
         with contextlib.suppress(OSError):  # a live grader already listens there: leave it be
@@ -101,13 +103,15 @@ class _Server:
     def run(self) -> None:
         server = self.listen()
         threading.Thread(target=self.accept, args=(server,), daemon=True).start()
+        if self.while_pid:
+            threading.Thread(target=self.watch, daemon=True).start()
         try:
             self.warm()
             while not self.stopping.is_set():
                 try:
                     conn, request = self.queue.get(timeout=1.0)
                 except queue.Empty:
-                    if time.monotonic() - self.last > self.idle_s:
+                    if not self.while_pid and time.monotonic() - self.last > self.idle_s:
                         print(f"idle for {self.idle_s:.0f} s: exiting", flush=True)
                         break
                     if not self.path.exists():  # its socket removed (the folder cleaned): nobody can reach it
@@ -128,6 +132,14 @@ class _Server:
             if sandbox.missing() is None:
                 kernels.warm_forkserver(None)
         print(f"warm in {time.monotonic() - START:.1f} s", flush=True)
+
+    def watch(self) -> None:
+        """Exit once `./course lab` has ended, even while still warming or grading (its learner is gone)."""
+        while _alive(self.while_pid):
+            time.sleep(1.0)
+        print(f"process {self.while_pid} (./course lab) has ended: exiting", flush=True)
+        self.path.unlink(missing_ok=True)
+        _exit()
 
     def accept(self, server: socket.socket) -> None:
         while True:
@@ -166,6 +178,15 @@ class _Server:
             return
         self.last = time.monotonic()
         self.queue.put((conn, request))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _exit() -> None:

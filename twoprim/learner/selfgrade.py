@@ -5,8 +5,9 @@ bar per test cell, then the score and a table of the test cells.
 This module grades nothing itself (a learner's module never imports the grader's code): it asks the learner's warm
 grader (`twoprim.grading.warm`), a process of the learner's own that keeps the grading machinery and a forkserver
 of warm kernels between self-grades, over a Unix socket in a folder only its user can open. The first self-grade
-starts it (the cost of a cold run, once); it goes away after `IDLE_ENV` seconds unused (default 15 minutes) or
-when the course's code changes. Where it cannot start, or with $TWOPRIM_WARM_GRADER=off, each self-grade is a
+starts it (the cost of a cold run, once), unless `./course lab` already did as JupyterLab started (it then lives
+as long as JupyterLab does); otherwise it goes away after `IDLE_ENV` seconds unused (default 15 minutes) or when
+the course's code changes. Where it cannot start, or with $TWOPRIM_WARM_GRADER=off, each self-grade is a
 cold run of its own in a subprocess, speaking the same events. `./course selfgrade` uses the same two paths.
 
 Events, one JSON object a line: `start` (the test cells' grade_ids and points), `cell` (a test cell has run:
@@ -31,12 +32,13 @@ from pathlib import Path
 from twoprim.config import PACKAGE, ROOT
 from twoprim.core.notebooks import assignments
 
-__all__ = ["selfgrade", "command", "render_table", "events", "hidden_checks_problem", "grader_socket", "code_version", "stop_warm_grader",
-           "GraderUnavailable", "ENV_DIR", "ENV_WARM", "IDLE_ENV"]
+__all__ = ["selfgrade", "command", "render_table", "events", "hidden_checks_problem", "grader_socket", "code_version",
+           "start_warm_grader", "stop_warm_grader", "GraderUnavailable", "ENV_DIR", "ENV_WARM", "IDLE_ENV", "WHILE_ENV"]
 
 ENV_DIR = "TWOPRIM_GRADER_DIR"      # the folder of the warm grader's socket (default: the user's runtime folder)
 ENV_WARM = "TWOPRIM_WARM_GRADER"    # "off": no warm grader; every self-grade is a cold run of its own
 IDLE_ENV = "TWOPRIM_GRADER_IDLE_S"  # seconds a warm grader waits unused before it exits (default 900)
+WHILE_ENV = "TWOPRIM_GRADER_WHILE_PID"  # a warm grader started with ./course lab lives while this process does
 START_TIMEOUT_S = 120               # a warm grader's start (imports torch, nbgrader) on a busy 2-core machine
 GRADE_TIMEOUT_S = 1200              # one self-grade: the submission's own wall-clock limit (900 s) and more
 # what a learner's kernel has set that the grader must not inherit (it grades in kernels of its own)
@@ -120,12 +122,16 @@ def _connect(path: Path, timeout: float = 2.0) -> socket.socket:
     return conn
 
 
-def _start(path: Path) -> socket.socket:
-    """Start a warm grader listening on `path` (detached: it outlives this process) and connect to it."""
+def _start(path: Path, while_pid: int | None = None) -> socket.socket:
+    """Start a warm grader listening on `path` (detached: it outlives this process, or lives while `while_pid`
+    does) and connect to it."""
     log = open(path.with_suffix(".log"), "ab")  # noqa: SIM115 - the child keeps it
+    env = _child_env()
+    if while_pid:
+        env[WHILE_ENV] = str(while_pid)
     try:
         subprocess.Popen([sys.executable, "-m", "twoprim.grading.warm", "serve", str(path)], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, env=_child_env(), cwd=str(PACKAGE.parent), start_new_session=True)
+                         stdout=log, stderr=log, env=env, cwd=str(PACKAGE.parent), start_new_session=True)
     finally:
         log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -245,6 +251,28 @@ def command(aid: str, notebook: Path | None = None, root: Path | None = None) ->
         elif kind == "error":
             raise SystemExit(f"error: {event['message']}")
     return status
+
+
+def start_warm_grader(while_pid: int, root: Path = ROOT) -> str | None:
+    """`./course lab`: start this course's warm grader now, living while `while_pid` does, so the learner's first
+    self-grade finds it warm. None when started (or one already runs); else why not (warm grading off, no hidden
+    checks to read, a folder it cannot listen in)."""
+    if os.environ.get(ENV_WARM, "").lower() in ("off", "0", "no", "false"):
+        return f"${ENV_WARM} is off"
+    names = assignments(root)
+    problem = hidden_checks_problem(names[0], root) if names else "the course has no assignments"
+    if problem:
+        return problem
+    try:
+        path = grader_socket()
+        try:
+            _connect(path).close()
+            return None  # one is running already (a terminal's ./course selfgrade started it)
+        except OSError:
+            _start(path, while_pid).close()
+    except (GraderUnavailable, OSError) as err:
+        return str(err)
+    return None
 
 
 def stop_warm_grader(seconds: float = 10.0) -> bool:
