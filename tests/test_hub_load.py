@@ -86,11 +86,12 @@ def test_limits_that_make_no_sense_are_refused_saying_what_to_give(kw, expected)
 
 
 def test_the_hierarchy_is_found_from_proc_self_cgroup_for_v1_and_v2(tmp_path):
-    from twoprim.classroom.limits import GROUP, _own_path, find_hierarchy
+    from twoprim.classroom.limits import GROUP, find_hierarchy
+    from twoprim.classroom.notices import own_path
 
     v1 = "4:memory:/box/one\n3:cpu,cpuacct:/\n0::/\n"
-    assert (_own_path("memory", v1), _own_path("cpu", v1), _own_path("pids", v1)) == ("box/one", "", None)
-    assert _own_path("", "0::/user.slice/hub.service\n") == "user.slice/hub.service"
+    assert (own_path("memory", v1), own_path("cpu", v1), own_path("pids", v1)) == ("box/one", "", None)
+    assert own_path("", "0::/user.slice/hub.service\n") == "user.slice/hub.service"
     v2 = tmp_path / "v2"
     v2.mkdir()
     (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
@@ -98,6 +99,31 @@ def test_the_hierarchy_is_found_from_proc_self_cgroup_for_v1_and_v2(tmp_path):
     assert found is not None and found.version == 2 and found.memory == found.cpu and found.memory.name == GROUP
     (v2 / "cgroup.controllers").write_text("pids\n")  # no memory controller: no limits from a group
     assert find_hierarchy(v2) is None
+
+
+@pytest.mark.parametrize("version, events", [(2, "low 0\nhigh 0\nmax 3\noom 1\noom_kill {n}\n"),
+                                             (1, "oom_kill_disable 0\nunder_oom 0\noom_kill {n}\n")])
+def test_a_student_is_told_once_when_the_memory_limit_stopped_their_kernel(tmp_path, version, events):
+    from twoprim.classroom.notices import message, pending
+
+    group = tmp_path / "group"
+    group.mkdir()
+    told = tmp_path / "home" / ".twoprim" / "memory-kills-told"
+    kills = lambda n: (group / ("memory.events" if version == 2 else "memory.oom_control")).write_text(  # noqa: E731
+        events.format(n=n))
+    (group / ("memory.max" if version == 2 else "memory.limit_in_bytes")).write_text(str(1536 * 2**20))
+    kills(0)
+    assert pending((group, version), told) is None
+    kills(1)
+    assert pending((group, version), told) == message(1, 1536) and "memory limit of 1536 MB" in message(1, 1536)
+    assert pending((group, version), told) is None  # told once
+    kills(3)
+    assert "stopped 2 kernels of yours" in pending((group, version), told)
+    kills(0)  # their server started again in a new group: nothing to tell, the count starts over
+    assert pending((group, version), told) is None and told.read_text() == "0"
+    kills(1)
+    assert pending((group, version), told) == message(1, 1536)
+    assert pending(None, told) is None  # no control group: nothing to read, nothing said
 
 
 def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_path):
@@ -211,6 +237,7 @@ def _kernel(room, name: str, path: str = "scratch.ipynb", fresh: bool = True):
 
 
 def test_a_runaway_kernel_is_stopped_alone(room, load):
+    from twoprim.classroom import notices
     from twoprim.exchange.service import Store
 
     store = Store(room.course / "grader" / "exchange")
@@ -229,7 +256,9 @@ def test_a_runaway_kernel_is_stopped_alone(room, load):
     assert theirs.execute("print(kept + 1)") == ("ok", "42\n")  # the classmate's kernel, its variables intact
     theirs.close()
     _, again = _kernel(room, runaway, fresh=False)  # the runaway's own kernel restarted, their server still up
-    assert again.execute("print('restarted')") == ("ok", "restarted\n")
+    status, text = again.execute("print('restarted')")  # the next cell they run says what happened, once
+    assert status == "ok" and text == notices.message(1, MEMORY_MB) + "restarted\n", text
+    assert again.execute("print('once')") == ("ok", "once\n")
     again.close()
     assert store.submissions("two-primitives") == before
     deadline = time.monotonic() + 40

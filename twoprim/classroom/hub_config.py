@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from twoprim.classroom import notices
 from twoprim.config import COURSE_ID
 
 INSTRUCTOR_CSP = "frame-ancestors 'self'"
@@ -108,7 +110,11 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
     (run / "instructor" / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}},
                        "terminado_settings": terminal}}, indent=1))
-    for path in (run / "student").rglob("*"):
+    # every user's kernels: ipykernel with the memory-limit notice (notices.py), found first on JUPYTER_PATH
+    spec = run / "share" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(notices.kernel_spec(str(plan.venv / "bin" / "python")), indent=1))
+    for path in [*(run / "student").rglob("*"), *(run / "share").rglob("*"), run / "share"]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     for path in (run / "instructor").rglob("*"):
         path.chmod(0o644)
@@ -242,6 +248,7 @@ def _hub_config(plan: Plan, run: Path) -> str:
         "COURSE": str(plan.course), "INSTRUCTOR": plan.instructor, "STUDENTS": list(plan.students),
         "EXCHANGE": str(plan.exchange), "PATH": path, "EXCHANGE_URL": plan.service_url if plan.service else "",
         "INSTRUCTOR_CONFIG": str(run / "instructor"), "STUDENT_CONFIG": str(run / "student"),
+        "KERNELS": str(run / "share"),
     }
     head = "".join(f"{name} = {value!r}\n" for name, value in values.items())
     return f'''# Written by ./course hub for one run (twoprim/classroom/hub_config.py); removed when the hub stops.
@@ -282,6 +289,7 @@ def pre_spawn_hook(spawner):
     """The instructor's server opens in the course (the formgrader's course root); a student's in their home."""
     env = spawner.environment = dict(spawner.environment)
     env["PATH"] = PATH
+    env["JUPYTER_PATH"] = KERNELS  # the classroom's python3 kernel, which tells a student their memory limit stopped it
     if EXCHANGE_URL:  # the exchange service (nbgrader's config names it too): due dates and submissions too
         env["TWOPRIM_EXCHANGE_URL"] = EXCHANGE_URL
     else:  # nbgrader's shared folder

@@ -6,7 +6,8 @@ the limits added before it drops to the user's account):
 - A control group per user (`cgroup`), when the machine lets root make one: the server and every process it starts
   (kernels, terminals) share `--memory-mb` of memory and `--cpus` of CPU time. Over the memory limit the kernel
   kills the largest process of that group only (the runaway kernel, never a classmate's); JupyterLab says the kernel
-  died and restarts it, and the hub's log names the student and the limit. cgroup v2 (`memory.max`, `cpu.max`) or
+  died and restarts it, the next cell the student runs says why and what to do (notices.py), and the hub's log
+  names the student and the limit. cgroup v2 (`memory.max`, `cpu.max`) or
   v1 (`memory.limit_in_bytes`, `cpu.cfs_quota_us`), made inside the hub's own group so a limit set on the hub (a
   container's) still holds. Why not systemd (jupyterhub-systemdspawner): it needs systemd as PID 1, which a
   container (this course's CI among them) does not have; a control group is what systemd would make.
@@ -23,20 +24,12 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Float, Int
 
+from twoprim.classroom.notices import oom_kills_in, own_path
 from twoprim.grading.sandbox import MEMORY_LIMIT_BYTES
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP = "twoprim-classroom"
 PERIOD_US = 100_000
-
-
-def _own_path(controller: str, proc_cgroup: str) -> str | None:
-    """This process's group in the hierarchy of `controller` ("" for v2), from /proc/self/cgroup's text."""
-    for line in proc_cgroup.splitlines():
-        _, names, path = line.split(":", 2)
-        if (controller == "" and names == "") or controller in names.split(","):
-            return path.lstrip("/")
-    return None
 
 
 @dataclass(frozen=True)
@@ -59,12 +52,12 @@ def find_hierarchy(root: Path = CGROUP_ROOT) -> Hierarchy | None:
     except OSError:
         return None
     if (root / "cgroup.controllers").exists():  # v2, unified at the root
-        path = _own_path("", own)
+        path = own_path("", own)
         controllers = (root / "cgroup.controllers").read_text().split()
         if path is None or not {"memory", "cpu"} <= set(controllers):
             return None
         return Hierarchy(2, root / path / GROUP, root / path / GROUP)
-    memory, cpu = _own_path("memory", own), _own_path("cpu", own)
+    memory, cpu = own_path("memory", own), own_path("cpu", own)
     if memory is None or cpu is None or not (root / "memory").is_dir() or not (root / "cpu").is_dir():
         return None
     return Hierarchy(1, root / "memory" / memory / GROUP, root / "cpu" / cpu / GROUP)
@@ -100,13 +93,7 @@ def make_user_group(hierarchy: Hierarchy, name: str, memory_bytes: int, cpus: fl
 
 def oom_kills(hierarchy: Hierarchy, name: str) -> int:
     """How many processes of the user's group the kernel has killed for going over its memory limit."""
-    folder = hierarchy.memory / name
-    source = folder / ("memory.events" if hierarchy.version == 2 else "memory.oom_control")
-    try:
-        fields = dict(line.split() for line in source.read_text().splitlines() if len(line.split()) == 2)
-    except OSError:
-        return 0
-    return int(fields.get("oom_kill", 0))
+    return oom_kills_in(hierarchy.memory / name, hierarchy.version)
 
 
 def remove_user_group(hierarchy: Hierarchy, name: str) -> None:
