@@ -1,11 +1,12 @@
 """The explorers work where learners use them: JupyterLab from the course environment, in a real browser.
 
 The test starts JupyterLab on a loopback port with a token, serving a temporary copy of the course (a running lab
-autosaves, and the repository's notebooks must stay clean), and drives Debian's Chromium with Playwright. For each
-lesson with an explorer it runs the lesson's setup cell and the explorer cell, moves a slider with the keyboard and
-checks that the picture and the readout changed; then it opens an exercise, presses nbgrader's Validate button and
-reads the verdict. A screenshot of each explorer (and of the verdict) goes to $TWOPRIM_ARTIFACTS, by default
-.artifacts/browser/. It never skips: without Chromium it fails and says how to install it.
+autosaves, and the repository's notebooks must stay clean), and drives Debian's Chromium with Playwright: JupyterLab
+loads once and each notebook opens in it, on one kernel (`_open`). For each lesson with an explorer it runs the
+lesson's setup cell and the explorer cell, moves a slider with the keyboard and checks that the picture and the
+readout changed; then it opens an exercise, presses nbgrader's Validate button and reads the verdict. A screenshot
+of each explorer (and of the verdict) goes to $TWOPRIM_ARTIFACTS, by default .artifacts/browser/. It never skips:
+without Chromium it fails and says how to install it.
 """
 from __future__ import annotations
 
@@ -57,8 +58,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api(base: str, path: str, method: str = "GET"):
-    request = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {TOKEN}"})
+def _api(base: str, path: str, method: str = "GET", body: dict | None = None):
+    headers = {"Authorization": f"token {TOKEN}", "Content-Type": "application/json"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{base}{path}", method=method, headers=headers, data=data)
     with urllib.request.urlopen(request, timeout=10) as response:
         body = response.read()
     return json.loads(body) if body else None
@@ -81,7 +84,8 @@ def lab(tmp_path_factory):
     args = [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             f"--IdentityProvider.token={TOKEN}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={course}",
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            f"--LabApp.user_settings_dir={work / 'settings'}", f"--LabApp.workspaces_dir={work / 'workspaces'}"]
+            f"--LabApp.user_settings_dir={work / 'settings'}", f"--LabApp.workspaces_dir={work / 'workspaces'}",
+            "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: each notebook opens in the one loaded app
     if os.geteuid() == 0:
         args.append("--allow-root")  # CI runs as root, which JupyterLab otherwise refuses
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(work / "runtime"))
@@ -127,19 +131,34 @@ def page(lab):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(60_000)
             page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" when a notebook has unsaved runs
+            # JupyterLab loads once (a reset workspace); each test opens its notebook in it, as a learner does from
+            # the file browser, instead of loading the whole application again
+            page.goto(f"{lab['base']}/lab?reset&token={TOKEN}")
+            page.wait_for_function("() => window.jupyterapp !== undefined")
+            page.evaluate("async () => { await window.jupyterapp.restored; }")
             yield page
         finally:
             browser.close()
 
 
 def _open(page, lab, path: str) -> None:
-    """Open `path` alone in JupyterLab (a reset workspace, no kernel of an earlier notebook left running) and wait
-    for its kernel to be idle."""
-    for session in _api(lab["base"], "/api/sessions"):
+    """Open `path` alone in JupyterLab (the notebook opened before closed) and wait for its kernel to be idle.
+
+    One kernel serves the notebooks the module opens, one after another: the running session moves to `path` (the
+    server's sessions API) and JupyterLab, finding a session there, connects to it instead of starting a kernel.
+    Each lesson's own setup and explorer cells still run, in its own notebook; a kernel each (torch imported in
+    each) cost about 5 s of CPU a lesson, and test_notebooks runs every lesson in a fresh kernel."""
+    # a notebook whose cells ran is unsaved: disposed, it closes without JupyterLab's "save your changes?" dialog
+    page.evaluate("() => { for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) w.dispose(); }")
+    sessions = _api(lab["base"], "/api/sessions")
+    for session in sessions[1:]:
         _api(lab["base"], f"/api/sessions/{session['id']}", method="DELETE")
-    page.goto(f"{lab['base']}/lab/tree/{path}?reset&token={TOKEN}")
+    if sessions:
+        _api(lab["base"], f"/api/sessions/{sessions[0]['id']}", method="PATCH", body={"path": path, "name": path})
+    page.evaluate("async path => { await window.jupyterapp.commands.execute('docmanager:open', {path}); }", path)
     page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for()
-    page.get_by_text(re.compile(r"^[^|]+ \| Idle$")).wait_for()  # the status bar; a run sent earlier is lost
+    # the status bar's kernel status (looked for there only: not in every cell's text at each poll)
+    page.locator("#jp-main-statusbar").get_by_text(re.compile(r"^[^|]+ \| Idle$")).wait_for()
 
 
 @contextlib.contextmanager
