@@ -10,9 +10,11 @@ Submit; in a student's JupyterLab terminal `course` is on PATH and `course progr
 date; the instructor runs ./course collect, autograde and feedback; each student fetches feedback and reads their
 own score, the two apart by exactly dot's points. Neither student can open the other's server or files, solutions/
 or the gradebook; the assignment's self-grade cell, where there is one, says to submit instead (the hidden checks
-are the instructor's). At the end `./course hub --remove-class --yes` deletes the three accounts the hub made. Bad input fails before anything is created, in one line that says what to do. A second, shorter
-hub serves the class with --public over TLS, with a certificate the test makes for hub.localhost and
-*.hub.localhost: a student works at https://<name>.hub.localhost. Screenshots of each step go to
+are the instructor's). The hub is then started again over the same course, this time with --public over TLS (a
+certificate the test makes for hub.localhost and *.hub.localhost): every submission is still there, the accounts
+keep their passwords (one a student changed), and a student works at https://<name>.hub.localhost. At the end
+`./course hub --remove-class --yes` deletes the three accounts the hub made. Bad input fails before anything is
+created, in one line that says what to do. Screenshots of each step go to
 $TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
 
 Creating accounts needs root (CI runs as root). As another user the test checks the not-root error and says that
@@ -360,72 +362,6 @@ def _logs_in(name: str, password: str) -> bool:
         return True
     except pamela.PAMError:
         return False
-
-
-def test_a_public_classroom_is_served_over_tls_with_a_host_per_server(clone):
-    """--public: https only, the certificate the instructor gave for HOST and *.HOST, a student's JupyterLab on their
-    own host; no plain HTTP on the port. The student's account is from an earlier run, and they changed its password
-    since: this run keeps it, and --new-password gives a new one."""
-    if clone is None:
-        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
-    from playwright.sync_api import sync_playwright
-
-    from twoprim.classroom.hub import KEPT, ensure_account
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    course = clone["course"]
-    instructor, student = _names(2)
-    port = _free_port()
-    certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
-    exchange = clone["base"] / "exchange-public"
-    hub, stopped = None, None
-    try:
-        _, first = ensure_account(student, "student")  # made by an earlier run, which printed `first`
-        assert len(first) >= 12 and _logs_in(student, first)
-        theirs = secrets.token_urlsafe(12)  # then changed by the student (`passwd` in their terminal)
-        subprocess.run(["chpasswd"], input=f"{student}:{theirs}\n", text=True, check=True, capture_output=True)
-        hub = Hub(course, ["--students", student, "--instructor", instructor, "--port", str(port), "--exchange",
-                           str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]), "--ssl-key",
-                           str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-public.log")
-        base, passwords = hub.table([instructor, student])
-        assert passwords[student] == KEPT.split()[0] and KEPT in hub.text(), passwords  # not reset by this run
-        assert len(passwords[instructor]) >= 12 and _logs_in(instructor, passwords[instructor])  # a new account
-        assert base == f"https://{PUBLIC_HOST}:{port}/", base
-        assert f"classroom is running (JupyterHub, on 127.0.0.1, TLS): {base}" in hub.text()
-        assert f"Each user's server is at https://<name>.{PUBLIC_HOST}:{port}/" in hub.text()
-        for name in (PUBLIC_HOST, f"{student}.{PUBLIC_HOST}"):
-            assert _tls_names(port, certs["ca"], name) == PUBLIC_HOST  # the instructor's certificate, valid for both
-        answer = _plain_http(port)
-        assert not re.match(r"HTTP [23]", answer), f"the port answered plain HTTP: {answer}"
-        with sync_playwright() as playwright:
-            browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
-            try:
-                page = _login(browser, base, student, theirs)
-                with _step("public-student-lab", page, hub):
-                    _lab_ready(page, student, port, f"https://{PUBLIC_HOST}")
-                    page.locator(".jp-DirListing-item", has_text="lessons").wait_for()  # their home
-                    _shot(page, "public-student-lab")
-                    response = page.goto(f"https://{instructor}.{PUBLIC_HOST}:{port}/user/{instructor}/lab")
-                    # another user's server, on its own host: the hub neither opens it nor says whether it exists
-                    assert response.status == 404 and "No access to resources" in hub.text(), response.status
-            finally:
-                browser.close()
-        stopped = hub.interrupt()
-        assert stopped == 0, hub.tail()
-        assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), \
-            hub.tail()
-        _, fresh = ensure_account(student, "student", new_password=True)  # what --new-password NAME does
-        assert fresh not in (first, theirs) and _logs_in(student, fresh) and not _logs_in(student, theirs)
-    finally:
-        if hub is not None and stopped is None:
-            with contextlib.suppress(Exception):
-                hub.interrupt()
-        left = _class_processes([instructor, student]) + _processes_of(course)
-        still_open = _listening(port)
-        for name in (instructor, student):
-            delete_account(name)
-    assert not left, "processes of the class outlived the hub:\n" + "\n".join(left)
-    assert not still_open, f"port {port} still answers after the hub stopped"
 
 
 # --- the whole cycle ----------------------------------------------------------------------------------------------
@@ -835,6 +771,8 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     from playwright.sync_api import expect, sync_playwright
 
+    from twoprim.classroom.hub import KEPT, ensure_account
+
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for stale in [*ARTIFACTS.glob("*.png"), *ARTIFACTS.glob("*.txt")]:
         stale.unlink()
@@ -1060,12 +998,27 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), \
             hub.tail()
         _check_lessons_at_home(course, pwd.getpwnam(right))
-        # the hub again, over the same course: its service answers, and every submission is still there
+        # the hub again, over the same course, now public (--public): https only, with the certificate the
+        # instructor gave for HOST and *.HOST, each user's JupyterLab on their own host, no plain HTTP on the port.
+        # The accounts are the course's from the run before, and `right` changed their password since (`passwd` in
+        # their terminal): this run keeps every password. Its service answers, and every submission is still there.
         kept = service.store().submissions("two-primitives")
+        theirs = secrets.token_urlsafe(12)
+        subprocess.run(["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True)
+        certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
         hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
-                           "--exchange", str(exchange)], clone["base"] / "hub-again.log")
+                           "--exchange", str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]),
+                           "--ssl-key", str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-again.log")
         stopped = None
-        hub.table(accounts)
+        public, kept_passwords = hub.table(accounts)
+        assert set(kept_passwords.values()) == {KEPT.split()[0]} and KEPT in hub.text(), kept_passwords
+        assert public == f"https://{PUBLIC_HOST}:{port}/", public
+        assert f"classroom is running (JupyterHub, on 127.0.0.1, TLS): {public}" in hub.text()
+        assert f"Each user's server is at https://<name>.{PUBLIC_HOST}:{port}/" in hub.text()
+        for name in (PUBLIC_HOST, f"{right}.{PUBLIC_HOST}"):
+            assert _tls_names(port, certs["ca"], name) == PUBLIC_HOST  # the instructor's certificate, valid for both
+        answer = _plain_http(port)
+        assert not re.match(r"HTTP [23]", answer), f"the port answered plain HTTP: {answer}"
         again = _Service(course, hub)
         assert again.health()
         # one each from the browser and the 20 MB one (the forged one was never stored)
@@ -1074,9 +1027,28 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         proc = _course(course, "collect", AID, user=pwd.getpwnam(instructor), timeout=300)
         assert proc.returncode == 0 and f"1 new submission(s) of {AID} collected ({wrong} (newer))" in proc.stdout, \
             proc  # the newest, kept through the restart
+        with sync_playwright() as playwright:
+            browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
+            try:
+                page = _login(browser, public, right, theirs)
+                with _step("11-public-student-lab", page, hub):
+                    _lab_ready(page, right, port, f"https://{PUBLIC_HOST}")
+                    _shot(page, "11-public-student-lab")  # their JupyterLab as they left it (its layout restored)
+                    response = page.goto(f"https://{right}.{PUBLIC_HOST}:{port}/user/{right}/api/contents")
+                    assert response.status == 200 and "lessons" in {item["name"] for item in response.json()[
+                        "content"]}, response.status  # their home, over TLS on their own host
+                    response = page.goto(f"https://{instructor}.{PUBLIC_HOST}:{port}/user/{instructor}/lab")
+                    # another user's server, on its own host: the hub neither opens it nor says whether it exists
+                    assert response.status == 404 and "No access to resources" in hub.text(), response.status
+            finally:
+                browser.close()
         stopped = hub.interrupt()
         assert stopped == 0, hub.tail()
-        mark("the hub restarted, nothing lost")
+        assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), \
+            hub.tail()
+        _, fresh = ensure_account(right, "student", new_password=True)  # what --new-password NAME does
+        assert fresh not in (passwords[right], theirs) and _logs_in(right, fresh) and not _logs_in(right, theirs)
+        mark("the hub restarted, public over TLS, nothing lost")
         # the end of the course: the three accounts the hub made go, each with its home, and nothing else
         removed = _course(course, "hub", "--remove-class", "--yes")
         assert removed.returncode == 0 and "will delete 3 account(s) that ./course hub created" in removed.stdout, \
