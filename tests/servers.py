@@ -179,13 +179,15 @@ class DaskCluster:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.base.glob("*.log")))
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL what is still running after 5 s (a test's cluster holds nothing worth a wait)."""
+        """SIGTERM, then SIGKILL what is still running 5 s later, all of it together (a test's cluster holds
+        nothing worth a wait; workers that lost their scheduler could each take the 5 s in turn)."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
