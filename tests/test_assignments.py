@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from functools import cache
 
 import nbformat
 import pytest
@@ -21,6 +22,10 @@ def _graded_cells(aid: str) -> dict[str, str]:
             if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
 
 
+# Each assignment's solution cells run once, for all its checks, as in the notebook (one kernel, one namespace):
+# ex06's setup and solutions compile models with torch.compile, seconds each time they run.
+_namespace = cache(solution_namespace)
+
 CASES = [(aid, gid) for aid in assignments() for gid in _graded_cells(aid) if not gid.endswith("-hidden")]
 
 
@@ -29,7 +34,7 @@ def test_solution_passes_and_visible_check_announces_the_hidden_count(aid, grade
     cells = _graded_cells(aid)
     assert f"{grade_id}-hidden" in cells, f"{grade_id} has no hidden check cell"
     assert "BEGIN HIDDEN TESTS" in cells[f"{grade_id}-hidden"]
-    ns = solution_namespace(aid)
+    ns = _namespace(aid)
     exec(cells[grade_id], ns)  # noqa: S102 - the visible check, on the solution
     found = re.search(r"Grading runs (\d+) more hidden", capsys.readouterr().out)
     assert found, f"the visible check {grade_id} must say how many hidden checks grading adds"
