@@ -13,6 +13,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import grading
+from twoprim.grading import kernels
 from twoprim.grading.nbgrader_cli import generate_assignment
 from twoprim.core.notebooks import ROOT, assignments
 
@@ -125,7 +126,8 @@ def students(aid: str) -> dict[str, tuple[nbformat.NotebookNode, str | None]]:
 
 @pytest.fixture(scope="module")
 def grade(tmp_path_factory):
-    """grade(aid) -> the temporary course in which `nbgrader autograde aid` graded every student of students()."""
+    """grade(aid) -> the temporary course in which `nbgrader autograde aid` graded every student of students().
+    The warm forkserver this process grades with stops with the module: no grader outlives these tests."""
     done: dict[str, Path] = {}
 
     def run(aid: str) -> Path:
@@ -139,11 +141,17 @@ def grade(tmp_path_factory):
                 target = course / "grader" / "submitted" / student / aid
                 target.mkdir(parents=True)
                 nbformat.write(nb, str(target / f"{aid}.ipynb"))
-            grading.autograde(aid, root=course, workers=2, progress=False)  # what `./course autograde` runs
+            # what `./course autograde` runs, its tasks (`grade_task`: sandbox, warm forkserver, nbgrader, verdicts,
+            # gradebook merge, reports) graded in this process rather than on a Dask LocalCluster: the cluster's
+            # scheduler, worker processes and second forkserver cost this file 218 s of CPU against 132 s graded here.
+            # Grading on the LocalCluster is tests/test_grading.py's (a class of ex01_dot), and the same grades from a
+            # cluster of `dask worker`s is tests/test_cluster.py's.
+            grading.autograde(aid, root=course, in_process=True, progress=False)
             done[aid] = course
         return done[aid]
 
-    return run
+    yield run
+    kernels.stop_forkservers()
 
 
 def gradebook_scores(course: Path, aid: str, student: str) -> tuple[float, float, dict[str, float]]:

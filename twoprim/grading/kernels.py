@@ -17,7 +17,8 @@ from pathlib import Path
 from twoprim.grading import forkserver, sandbox
 from twoprim.core.catalog import checks_modules
 
-__all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "Watchdog", "timings"]
+__all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "stop_forkservers",
+           "Watchdog", "timings"]
 
 # What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
 WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
@@ -90,6 +91,13 @@ def warm_forkserver(threads: int | None) -> forkserver.Forkserver:
     atexit.register(server.stop)
     _WARM[threads] = server
     return server
+
+
+def stop_forkservers() -> None:
+    """Stop this process's warm forkservers now rather than at its exit (the next grading here starts one again)."""
+    for server in _WARM.values():
+        server.stop()
+    _WARM.clear()
 
 
 def timings(log: Path, start: float, stop: float) -> dict:
