@@ -22,6 +22,7 @@ from twoprim import course, grading
 from twoprim.learner import deadlines, progress
 from twoprim.assignments import ex06_compile as ex06
 from twoprim.learner.hints import hint
+from twoprim.learner.state import load_state, update_state
 from twoprim.core.notebooks import ROOT, assignments, lessons
 
 from .classroom import answered, cell_index, prepend
@@ -97,13 +98,30 @@ def test_fresh_checkout_nothing_done_nothing_run(learner):
     assert by_aid(progress.report(learner))["ex01_dot"].hints_used == 2
 
 
-def test_solutions_in_the_learners_place_pass_every_visible_check(learner):
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory) -> tuple[Path, progress.Report, dict[str, str]]:
+    """A learner's copy with every assignment answered by its solution and every lesson run, and its first progress
+    report (each notebook run in a fresh kernel): the folder, the report, and its notebooks' digests before it."""
+    learner = tmp_path_factory.mktemp("solved")
+    for folder in ("exercises", "lessons"):
+        shutil.copytree(ROOT / folder, learner / folder)
     for aid in assignments():
         put(learner, aid, answered(aid))
     mark_run(learner)
     before = digest(learner)
+    return learner, progress.report(learner), before
 
-    r = progress.report(learner)
+
+def ran_before(solved, home: Path, aid: str) -> None:
+    """Put into `home`'s progress state the run of `aid`'s answered notebook that `solved`'s report measured, as a
+    learner who ran `./course progress` before has it: the report takes it from the cache instead of a kernel."""
+    root, _, _ = solved
+    run = load_state(root)[0]["runs"][aid]
+    update_state(home, lambda data: data["runs"].update({aid: run}))
+
+
+def test_solutions_in_the_learners_place_pass_every_visible_check(solved):
+    learner, r, before = solved
     for aid, a in by_aid(r).items():
         assert (a.status, a.problem, a.cached) == ("ran", None, False), (aid, a.problem)
         # a check that reads only an answer's form is answered, never passed: its value is graded by a self-grade
@@ -174,7 +192,7 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
         "submit ex01_dot from the Assignments tab again (you saved the notebook after submitting it)")
 
 
-def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_path, monkeypatch):
+def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_path, monkeypatch, solved):
     """nbgrader's assignment list never shows a due date (students cannot read the gradebook, nbgrader#943): the
     due dates `./course release` writes into the exchange appear in the student's progress, with the time left."""
     home, exchange, data = tmp_path / "home", tmp_path / "exchange", tmp_path / "jupyter-data"
@@ -184,6 +202,8 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     (home / "exercises" / "ex01_dot").mkdir(parents=True)
     put(home, "ex01_dot", answered("ex01_dot"))
     mark_run(home)
+    # ex01_dot's run is the one `solved` measured (running it in a hub home is the test above's): due dates here
+    ran_before(solved, home, "ex01_dot")
     for name, value in (("TWOPRIM_WORKSPACE", home), ("TWOPRIM_EXCHANGE", exchange), ("JUPYTER_DATA_DIR", data)):
         monkeypatch.setenv(name, str(value))
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
@@ -196,6 +216,7 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
 
     r = progress.report()
     ex01, ex02 = by_aid(r)["ex01_dot"], by_aid(r)["ex02_gemm"]
+    assert ex01.cached and ex01.status == "ran", ex01
     assert (ex01.due, ex02.due) == (soon, gone)
     assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC (in 2 "
                                   f"days 3 h)): your instructor's grading"), r.next_step
@@ -213,7 +234,7 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     assert "ex01_dot" not in deadlines.read(exchange) and "ex02_gemm" in deadlines.read(exchange)
 
 
-def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(tmp_path, monkeypatch):
+def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(tmp_path, monkeypatch, solved):
     """With the classroom's exchange service (./course hub's default) no folder is shared with students: progress asks
     the service, with the server's own hub token, what is released, this student's deadlines (read from the
     gradebook at each request: a date moved in the formgrader shows at once) and their submissions."""
@@ -226,6 +247,7 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
     (home / "exercises" / "ex01_dot").mkdir(parents=True)
     put(home, "ex01_dot", answered("ex01_dot"))
     mark_run(home)
+    ran_before(solved, home, "ex01_dot")  # its run measured once, by `solved`: the exchange service is what is new here
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
     soon = now + datetime.timedelta(days=2, hours=3, minutes=30)
     url = _gradebook_with_due_dates(tmp_path, {"ex01_dot": soon})
@@ -241,6 +263,7 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
         r = progress.report()
         assert r.classroom and not r.notes and sorted(by_aid(r)) == ["ex01_dot", "ex02_gemm"], r.notes
         ex01 = by_aid(r)["ex01_dot"]
+        assert ex01.cached and ex01.status == "ran", ex01
         assert (ex01.due, ex01.submitted) == (soon, {"at": "", "stale": ""})
         assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC"), \
             r.next_step
@@ -296,13 +319,20 @@ def test_a_wrong_short_answer_is_answered_not_passing(learner):
 BROKEN = {  # assignment -> (the answer cell that breaks, the code put at its top)
     "ex01_dot": ("ex01_dot-neuron-solution", "import os\nos._exit(3)"),                 # crashes halfway
     "ex02_gemm": ("ex02_gemm-matmul_outer-solution", "def oops(:\n    pass"),           # does not parse
-    "ex03_layers": ("ex03_layers-mlp-solution", "while True:\n    pass"),               # never ends
+    # never ends; the cell limit is on the wall clock, so a loop that sleeps is stopped as a busy one is, without
+    # burning a core for the limit's LIMIT s
+    "ex03_layers": ("ex03_layers-mlp-solution", "import time\n\nwhile True:\n    time.sleep(0.05)"),
 }
+
+
+# The cell limit of the BROKEN report: a fresh kernel's first cell (torch imported) took more than 10 s on a loaded
+# machine; the loop that never ends sleeps, so waiting for a larger limit costs no CPU.
+LIMIT = 20
 
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory):
-    """One progress report over a learner's copy with the three BROKEN notebooks (two at a time, 10 s per cell):
+    """One progress report over a learner's copy with the three BROKEN notebooks (two at a time, LIMIT s per cell):
     the course folder, the notebooks, and the report."""
     root = tmp_path_factory.mktemp("learner")
     for folder in ("exercises", "lessons"):
@@ -311,7 +341,7 @@ def broken(tmp_path_factory):
     notebooks = {aid: prepend(aid, gid, code) for aid, (gid, code) in BROKEN.items()}
     for aid, nb in notebooks.items():
         put(root, aid, nb)
-    return root, notebooks, progress.report(root, timeout=10)
+    return root, notebooks, progress.report(root, timeout=LIMIT)
 
 
 def test_a_notebook_that_crashes_halfway_is_reported_with_its_cell(broken):
@@ -344,7 +374,7 @@ def test_an_infinite_loop_is_stopped_and_reported_with_its_cell(broken):
     a = by_aid(r)["ex03_layers"]
     cell = cell_index(notebooks["ex03_layers"], "ex03_layers-mlp-solution") + 1
     assert a.status == "timed out"
-    assert a.problem.startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the 10 s limit")
+    assert a.problem.startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the {LIMIT} s limit")
     assert a.checks == {"linear": "pass", "qkv_projection": "pass", "mlp": "not run", "embedding_as_gemm": "not run",
                         "rnn_cell": "not run", "gnn_layer": "not run"}
 
@@ -357,7 +387,7 @@ def test_a_changed_notebook_runs_again_and_the_originals_are_untouched(broken):
         assert not any(c.get("outputs") for c in on_disk.cells), f"{aid}: the learner's notebook was modified"
     for aid in ("ex01_dot", "ex03_layers"):  # fixed: new content, so they run instead of coming from the cache
         put(root, aid, answered(aid))
-    # the default cell time limit: a kernel's first cell on a loaded machine can take more than the fixture's 10 s
+    # the default cell time limit: a kernel's first cell on a loaded machine can take more than the fixture's LIMIT
     r = by_aid(progress.report(root))
     for aid in ("ex01_dot", "ex03_layers"):
         assert (r[aid].status, r[aid].cached, set(r[aid].checks.values())) == ("ran", False, {"pass"}), r[aid]
