@@ -186,6 +186,7 @@ class Student:
     cell_errors: list[str] = field(default_factory=list)  # cells whose code raised (a wrong answer's check)
     validate: dict = field(default_factory=dict)
     token: str = ""
+    finished: float = 0.0           # time.monotonic() when their last step (Submit) answered; 0: not finished
 
 
 class Client:
@@ -380,11 +381,12 @@ def run_student(s: Student, url: str, port: int, deadline: float, keep_kernel: b
                 c.server.delete(c.base + f"api/sessions/{kernel.session['id']}", timeout=REQUEST_S)
         s.validate = timed("validate", _form, c, "assignments/validate", {"path": NOTEBOOK}, "Validate")
         if not s.validate.get("success"):
-            raise StepError(f"Validate did not run: {str(s.validate.get('value'))[:300]}")
+            raise StepError(f"Validate did not run: ...{str(s.validate.get('value'))[-500:]}")  # the error's end
         submitted = timed("submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID},
                           "Submit")
         if isinstance(submitted, dict) and submitted.get("success") is False:
             raise StepError(f"Submit: {str(submitted.get('value'))[:300]}")
+        s.finished = time.monotonic()  # their server's last activity: from here on they are idle
     except Exception as err:  # every failure is counted with its cause, never raised past the student
         cause = str(err) if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
         s.failure = f"{step}: {cause}"
@@ -474,10 +476,12 @@ def _by_user(uids: dict[int, str]) -> dict[str, tuple[int, float]]:
     """name -> (RSS bytes, CPU seconds) of that user's processes now; CPU counts what their reaped children used
     (a Validate's kernel, once the server has reaped it) and so only grows while their server runs."""
     out: dict[str, tuple[int, float]] = {}
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-            stat = (status.parent / "stat").read_text().rsplit(")", 1)[1].split()
+    for folder in Path("/proc").glob("[0-9]*"):
+        try:  # a process's folder is its owner's: a stat, not two reads, for each of the machine's processes
+            if folder.stat().st_uid not in uids:
+                continue
+            text = (folder / "status").read_text()
+            stat = (folder / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         uid = re.search(r"^Uid:\s+(\d+)", text, re.M)
@@ -530,7 +534,8 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
             "cell_errors": {s.name: s.cell_errors for s in students if s.cell_errors},
             "validate": {s.name: s.validate for s in students},
             **sampler.stop(), "per_student": {s.name: s.times for s in students},
-            "tokens": {s.name: s.token for s in students}}
+            "finished_s": {s.name: s.finished - started for s in students if s.finished},
+            "started_monotonic": started, "tokens": {s.name: s.token for s in students}}
 
 
 def _step_table(students: list[Student]) -> dict:
@@ -598,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         report = drive(room, class_notebooks(room.students), window_s=args.window, deadline_s=args.deadline,
                        keep_kernel=not args.close_kernel)
     report.pop("tokens", None)
+    report.pop("started_monotonic", None)  # time.monotonic() of this process: no meaning in a file
     report.update(command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),
                   started=started, memory_mb_limit=args.memory_mb, kernels_kept=not args.close_kernel,
                   loadavg_before=load_before, loadavg_after=os.getloadavg())

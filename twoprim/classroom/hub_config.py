@@ -211,7 +211,10 @@ c.JupyterHub.template_paths = [{str(run / "hub" / "templates")!r}]
                  f"c.JupyterHub.active_server_limit = {plan.max_servers}\n"
                  f"c.JupyterHub.template_vars = {{'full_message': {full_message(plan.max_servers)!r}}}\n")
     if plan.cull_idle_s:
-        every = max(1, min(300, plan.cull_idle_s // 3))
+        # the culler's period and the activity reports: a tenth of the timeout, 5-60 s, so that a cull lands at most
+        # about that long after the timeout and a report is never that stale (a report per server a minute at most
+        # costs the hub little; a third of the timeout made a 2-minute cull land up to 80 s late)
+        every = max(5, min(60, plan.cull_idle_s // 10))
         command = [str(plan.venv / "bin" / "python"), "-m", "jupyterhub_idle_culler",
                    f"--timeout={plan.cull_idle_s}", f"--cull-every={every}"]
         text += f'''# Idle servers are stopped after {plan.cull_idle_s} s (jupyterhub-idle-culler, a hub service run as
