@@ -345,6 +345,9 @@ def _ready(plan: Plan) -> bool:
                                                              tls=plan.public)
 
 
+TRACK_EVERY_S = 2.0  # how often the hub's descendants are listed while it runs (servers live minutes, not seconds)
+
+
 class _Tracker:
     """The hub's descendants (proxy, servers, kernels) as seen while it runs, to check that none outlives it."""
 
@@ -430,9 +433,11 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
         time.sleep(0.3)
     if proc.poll() is None and not stopping:
         print(table(plan, passwords, os.getpid()), flush=True)
-    stop_by = None
+    stop_by, polled = None, 0.0
     while proc.poll() is None:
-        tracker.poll()
+        if time.monotonic() - polled > TRACK_EVERY_S:  # a scan of every process: not at each half second
+            tracker.poll()
+            polled = time.monotonic()
         if stopping and stop_by is None:
             stop_by = time.monotonic() + STOP_S  # JupyterHub gives each server 10 s, then kills it
         if stop_by is not None and time.monotonic() > stop_by:
