@@ -21,6 +21,7 @@ At the end of a course, `--remove-class` deletes the accounts the hub made, and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pwd
@@ -345,6 +346,7 @@ def _ready(plan: Plan) -> bool:
                                                              tls=plan.public)
 
 
+SERVICE_COMMANDS = ("twoprim.exchange.service", "jupyterhub_idle_culler")  # the hub's services, as started
 TRACK_EVERY_S = 2.0  # how often the hub's descendants are listed while it runs (servers live minutes, not seconds)
 
 
@@ -370,6 +372,19 @@ class _Tracker:
                     self.seen[key] = (child, child.username(), server)
             except self.psutil.Error:
                 pass
+
+    def end_services(self) -> None:
+        """SIGTERM the hub's services (the exchange, whose store is SQLite and so safe to stop mid-request, and the
+        idle culler): JupyterHub stops them one after another with up to 20 s of signals each (SIGINT, SIGTERM,
+        SIGKILL), a minute on a loaded machine; stopped first, they are already gone when it looks."""
+        try:
+            children = self.root.children()
+        except self.psutil.Error:
+            return
+        for child in children:
+            with contextlib.suppress(self.psutil.Error):
+                if any(name in " ".join(child.cmdline()) for name in SERVICE_COMMANDS):
+                    child.terminate()
 
     def leftovers(self) -> list:
         alive = [p for p, _, _ in self.seen.values() if p.is_running()]
@@ -407,11 +422,13 @@ def run(argv: list[str]) -> int:
 
 def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
     stopping: list[str] = []
+    tracker = _Tracker(proc.pid, {pwd.getpwnam(n).pw_uid for n in plan.students})
 
     def stop(signum, frame):
         if not stopping:
             print(f"\nstopping the classroom ({signal.Signals(signum).name}): the servers, the proxy, the hub; "
                   f"a second Ctrl-C kills them at once", flush=True)
+            tracker.end_services()
             proc.send_signal(signal.SIGTERM)
         else:
             proc.kill()
@@ -419,7 +436,6 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
-    tracker = _Tracker(proc.pid, {pwd.getpwnam(n).pw_uid for n in plan.students})
     deadline = time.monotonic() + READY_S
     never_ready = False
     while proc.poll() is None and not stopping and not _ready(plan):
