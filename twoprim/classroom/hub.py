@@ -17,6 +17,11 @@ that other accounts can run the course environment. On loopback by default; `--p
 machines over TLS only (`--ssl-cert`/`--ssl-key` for HOST and *.HOST, checked first). Ctrl-C (or SIGTERM) stops the hub, its proxy and every server it
 started, and says so. The files of one run live in a temporary folder (`hub_config.py`), removed at the end.
 At the end of a course, `--remove-class` deletes the accounts the hub made, and no other (`class_accounts.py`).
+
+Why this module is long: one command's whole life in the foreground: the accounts and passwords it prints, the
+course folder's permissions, the students' homes, starting JupyterHub, following its descendants while it runs, and
+a Ctrl-C that stops the services, servers, proxy and hub in order and says what it stopped; the checks, the
+configuration and the accounts' removal already live in modules of their own.
 """
 from __future__ import annotations
 
