@@ -1,6 +1,7 @@
 """Load driver: a whole class logs in to the classroom hub at once (Monday, 9 a.m.), as real clients do.
 
-    sudo .venv/bin/python scripts/bench_hub.py --students 15 [--window 60] [--memory-mb 2048] [--out FILE.json]
+    sudo .venv/bin/python scripts/bench_hub.py --students 15 [--window 60] [--memory-mb 2048] [--browsers 2]
+                                               [--out FILE.json]
 
 It copies the course to a folder every account can pass (tests/accounts.py), starts `./course hub` there on a
 free loopback port with throwaway accounts, releases ex01_dot as the instructor, and then each simulated student,
@@ -15,6 +16,10 @@ starting at an even spread over `--window` seconds:
     cells     every other code cell run in order, over the same websocket (a student's Run All)
     validate  nbgrader's Validate button (/assignments/validate: the whole notebook in a fresh kernel)
     submit    the Submit button (/assignments/submit, through the exchange service)
+
+With `--browsers K`, K students more log in among them in a real Chromium (Debian's, through Playwright) and are
+timed as a student sees it: `browser_lab` (the login form until their JupyterLab has rendered, the spawn page in
+between) and `browser_first_cell` (lesson 01 opened in it and its first code cell run until its prompt shows [1]).
 
 Every request goes through the hub's proxy on loopback (each user's server at NAME.localhost: the Host header).
 Counts and time are bounded (`--deadline`); the hub, the servers and the accounts are removed at the end. It
@@ -407,6 +412,62 @@ def _cell(kernel: Kernel, code: str, s: Student) -> None:
         s.cell_errors.append(text.strip().splitlines()[-1][:200] if text.strip() else status)
 
 
+# --- a student in a real browser ------------------------------------------------------------------------------------
+
+BROWSER_STEPS = ("browser_lab", "browser_first_cell")
+
+
+def browser_session(port: int, name: str, password: str, path: str, timeout_s: float = 300) -> dict:
+    """One student in a real Chromium (Debian's, driven by Playwright, tests/chromium.py): the hub's login form (at
+    localhost:`port`, the host its cookies and users' subdomains belong to)
+    until their JupyterLab has rendered (the hub's spawn page in between), then `path` opened in it and its first
+    code cell run as a student runs it (click, Ctrl+Enter) until its prompt shows [1]. Returns the seconds of each
+    of BROWSER_STEPS and `title`, the notebook's first rendered line."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.chromium import launch
+
+    times: dict = {}
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            page.set_default_timeout(timeout_s * 1000)
+            started = time.monotonic()
+            page.goto(f"http://localhost:{port}/hub/login")  # the hub's host (its cookies and users' subdomains)
+            page.fill("#username_input", name)
+            page.fill("#password_input", password)
+            page.click("#login_submit", no_wait_after=True)
+            page.wait_for_url(re.compile(rf"^http://{name}\.localhost:{port}/user/{name}/lab"))
+            page.locator("#jp-main-dock-panel").wait_for()
+            times["browser_lab"] = time.monotonic() - started
+            started = time.monotonic()
+            page.goto(f"http://{name}.localhost:{port}/user/{name}/lab/tree/{path}")
+            notebook = page.locator(".jp-NotebookPanel:visible")
+            page.locator("#jp-main-statusbar").get_by_text(re.compile(r"^[^|]+ \| Idle$")).wait_for()
+            first = notebook.locator(".jp-CodeCell").first
+            first.locator(".jp-InputPrompt").click()
+            page.keyboard.press("Control+Enter")
+            first.locator(".jp-InputPrompt", has_text="[1]").wait_for()
+            times["browser_first_cell"] = time.monotonic() - started
+            times["title"] = notebook.locator(".jp-MarkdownCell").first.inner_text().splitlines()[0]
+        finally:
+            browser.close()
+    return times
+
+
+def _run_browser(s: Student, port: int) -> Student:
+    try:
+        got = browser_session(port, s.name, s.password, LESSON)
+        s.times.update({k: v for k, v in got.items() if k in BROWSER_STEPS})
+    except Exception as err:  # counted with its cause, never raised past the student
+        s.failure = f"browser: {type(err).__name__}: {str(err)[:300]}"
+    return s
+
+
+LESSON = "lessons/01_dot_product.ipynb"  # what a browser student opens: the lesson, copied into every home
+
+
 # --- measuring: memory and CPU from /proc -------------------------------------------------------------------------
 
 
@@ -504,33 +565,39 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, deadline_s: float = 900,
-          keep_kernel: bool = True) -> dict:
+          keep_kernel: bool = True, browsers: tuple[str, ...] = ()) -> dict:
     """Every student of `notebooks` (name -> the notebook they submit) through every step, starting evenly over
-    `window_s`; the report (per step p50/p95/max, failures, memory, CPU)."""
-    uids = {pwd.getpwnam(n).pw_uid: n for n in notebooks}
+    `window_s`, and each of `browsers` in a real Chromium among them (log in, open the lesson, run its first cell);
+    the report (per step p50/p95/max, failures, memory, CPU)."""
+    uids = {pwd.getpwnam(n).pw_uid: n for n in (*notebooks, *browsers)}
     sampler = Sampler(uids)
     sampler.start()
     started = time.monotonic()
     deadline = started + deadline_s
     students = [Student(n, room.passwords[n], nb) for n, nb in notebooks.items()]
+    watchers = [Student(n, room.passwords[n], {}) for n in browsers]
     threads = []
-    for i, s in enumerate(students):
-        delay = window_s * i / max(1, len(students) - 1) if len(students) > 1 else 0
+    for i, s in enumerate(students + watchers):
+        delay = window_s * i / max(1, len(students) + len(watchers) - 1) if len(students) + len(watchers) > 1 else 0
         def one(s=s, d=delay):
             time.sleep(d)
-            run_student(s, room.url, room.port, deadline, keep_kernel)
+            if s in watchers:
+                _run_browser(s, room.port)
+            else:
+                run_student(s, room.url, room.port, deadline, keep_kernel)
 
         t = threading.Thread(target=one, daemon=True)
         t.start()
         threads.append(t)
     for t in threads:
         t.join(timeout=max(1, deadline - time.monotonic()))
-    for s, t in zip(students, threads):
+    for s, t in zip(students + watchers, threads):
         if t.is_alive() and not s.failure:
             s.failure = f"not finished within {deadline_s:.0f} s"
     wall = time.monotonic() - started
-    return {"students": len(students), "window_s": window_s, "wall_s": wall, "steps": _step_table(students),
-            "failures": {s.name: s.failure for s in students if s.failure},
+    return {"students": len(students), "browsers": len(watchers), "window_s": window_s, "wall_s": wall,
+            "steps": {**_step_table(students), **_step_table(watchers, BROWSER_STEPS)},
+            "failures": {s.name: s.failure for s in students + watchers if s.failure},
             "cell_errors": {s.name: s.cell_errors for s in students if s.cell_errors},
             "validate": {s.name: s.validate for s in students},
             **sampler.stop(), "per_student": {s.name: s.times for s in students},
@@ -538,15 +605,15 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
             "started_monotonic": started, "tokens": {s.name: s.token for s in students}}
 
 
-def _step_table(students: list[Student]) -> dict:
+def _step_table(students: list[Student], steps: tuple[str, ...] = STEPS) -> dict:
     table = {}
-    for step in STEPS:
+    for step in steps:
         values = [s.times[step] for s in students if step in s.times]
         if values:
             table[step] = {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
                            "max": max(values)}
     first = [s.times["login"] + s.times["spawn"] + s.times["fetch"] + s.times["open"] + s.times["kernel"]
-             for s in students if "kernel" in s.times]
+             for s in students if "kernel" in s.times and steps == STEPS]
     if first:
         table["login_to_first_cell"] = {"n": len(first), "p50": percentile(first, 50), "p95": percentile(first, 95),
                                         "max": max(first)}
@@ -555,7 +622,7 @@ def _step_table(students: list[Student]) -> dict:
 
 def format_report(report: dict) -> str:
     """The report as a text table."""
-    lines = [f"{report['students']} students, logins spread over {report['window_s']:g} s, {report['wall_s']:.0f} s "
+    lines = [f"{report['students']} students (and {report.get('browsers', 0)} in Chromium), logins spread over {report['window_s']:g} s, {report['wall_s']:.0f} s "
              f"in all", "", f"  {'step':22} {'n':>3} {'p50 s':>8} {'p95 s':>8} {'max s':>8}"]
     for step, row in report["steps"].items():
         lines.append(f"  {step:22} {row['n']:3d} {row['p50']:8.1f} {row['p95']:8.1f} {row['max']:8.1f}")
@@ -590,18 +657,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=60, help="their logins spread evenly over this many seconds")
     p.add_argument("--deadline", type=float, default=1200, help="the whole run at most, seconds")
     p.add_argument("--memory-mb", type=int, default=2048, help="./course hub --memory-mb")
+    p.add_argument("--browsers", type=int, default=0,
+                   help="students more, each in a real Chromium: log in, open lesson 01, run its first cell")
     p.add_argument("--close-kernel", action="store_true",
                    help="each student shuts their notebook's kernel down after its cells (before Validate): what "
                         "fits when every kernel kept would not")
     p.add_argument("--out", type=Path, help="write the report as JSON here")
     args = p.parse_args(argv)
+    if not 0 <= args.browsers <= 5:
+        p.error(f"--browsers {args.browsers}: give 0 to 5 (each is a Chromium of ~300 MB beside the class)")
     if not 1 <= args.students <= 60:
         p.error(f"--students {args.students}: give 1 to 60 (each is a Unix account and a JupyterLab server)")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load_before = os.getloadavg()  # what else the machine was doing (it is shared)
-    with Classroom(args.students, hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")) as room:
-        report = drive(room, class_notebooks(room.students), window_s=args.window, deadline_s=args.deadline,
-                       keep_kernel=not args.close_kernel)
+    with Classroom(args.students + args.browsers,
+                   hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")) as room:
+        names = room.students[:args.students]
+        report = drive(room, class_notebooks(names), window_s=args.window, deadline_s=args.deadline,
+                       keep_kernel=not args.close_kernel, browsers=tuple(room.students[args.students:]))
     report.pop("tokens", None)
     report.pop("started_monotonic", None)  # time.monotonic() of this process: no meaning in a file
     report.update(command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),

@@ -293,7 +293,11 @@ def test_an_idle_server_is_culled_and_the_work_is_there_on_the_next_login(room, 
             f"{name}'s server was not culled within {CULL_S + slack} s of their last request:\n{room.tail()}"
         time.sleep(2)
     assert f"Culling server {name}" in room.text(), room.tail()  # jupyterhub-idle-culler's line
-    bench.spawn(c, time.monotonic() + 180)
+    # they log in again in a real browser (the load driver's Chromium session): a new server, their JupyterLab,
+    # their notebook open in it and its first cell run
+    seen = bench.browser_session(room.port, name, room.passwords[name], bench.NOTEBOOK)
+    assert seen["title"].startswith(f"Assignment {bench.AID}") and seen["browser_first_cell"] > 0, seen
+    bench.spawn(c, time.monotonic() + 180)  # running again: a token for their server's API
     saved = c.check(c.server.get(c.base + "api/contents/" + bench.NOTEBOOK, timeout=60), "GET notebook").json()
     source = lambda cells: ["".join(cell["source"]) for cell in cells]  # noqa: E731
     assert source(saved["content"]["cells"]) == source(load["notebooks"][name]["cells"])  # saved before the cull
