@@ -24,10 +24,9 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Float, Int
 
-from twoprim.classroom.notices import oom_kills_in, own_path
+from twoprim.classroom.notices import CGROUP_ROOT, oom_kills_in, own_path
 from twoprim.grading.sandbox import MEMORY_LIMIT_BYTES
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP = "twoprim-classroom"
 PERIOD_US = 100_000
 
