@@ -31,6 +31,7 @@ import pwd
 import re
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -148,6 +149,76 @@ def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_
     asked = _protection(dataclasses.replace(plan, cull_idle_s=0, max_servers=12), tmp_path)
     assert "jupyterhub_idle_culler" not in asked and "c.JupyterHub.active_server_limit = 12" in asked
     assert repr(full_message(12)) in asked
+
+
+def _children(parent: int, name: str) -> list[int]:
+    """The processes whose parent is `parent` and whose command line holds `name`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == parent and name in (stat.parent / "cmdline").read_text():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
+def test_a_server_is_stopped_with_its_clean_shutdown_kernels_included(tmp_path):
+    """The spawner stops a server (Ctrl-C on the hub, the culler) with SIGTERM, which a Jupyter server answers by
+    shutting its kernels down and exiting; SIGINT, LocalProcessSpawner's first signal, ends its event loop without
+    that shutdown, and left a server up a minute under load. A real server, with a real kernel, stopped for real."""
+    import asyncio
+    import secrets
+    import socket
+    import subprocess
+    from types import SimpleNamespace
+
+    import requests
+
+    from twoprim.classroom.limits import ClassroomSpawner
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token, log = secrets.token_hex(8), tmp_path / "server.log"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "jupyter"), "server", "--no-browser", f"--port={port}",
+                                 "--ip=127.0.0.1", f"--IdentityProvider.token={token}", "--allow-root",
+                                 f"--ServerApp.root_dir={tmp_path}"], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        api, auth = f"http://127.0.0.1:{port}/api/", {"Authorization": f"token {token}"}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(api + "status", headers=auth, timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.3)
+        kernel = requests.post(api + "kernels", headers=auth, timeout=30).json()["id"]
+        deadline = time.monotonic() + 60
+        while not (kernels := _children(proc.pid, "ipykernel_launcher")):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        spawner = ClassroomSpawner(user=SimpleNamespace(name="student", url="/user/student/"), memory_mb=0)
+        spawner.proc, spawner.pid = proc, proc.pid
+        started = time.monotonic()
+        asyncio.run(spawner.stop())
+        took = time.monotonic() - started
+        assert proc.poll() is not None, log.read_text()
+        text = log.read_text()
+        assert "received signal 15, stopping" in text and "Interrupted..." not in text, text
+        assert f"Kernel shutdown: {kernel}" in text, text  # the server shut its kernel down itself
+        assert not any(Path(f"/proc/{pid}").exists() for pid in kernels), text
+        assert took < spawner.term_timeout, (took, text)  # its clean stop, not the SIGKILL after term_timeout
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
 
 
 # --- one classroom, a class at once ---------------------------------------------------------------------------------

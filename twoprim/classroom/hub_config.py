@@ -35,6 +35,7 @@ STUDENT_OFF_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.ser
 STUDENT_OFF_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                        "@jupyter/nbgrader:course-list")
 START_TIMEOUT_S = 180  # a server's JupyterLab and nbgrader import slowly when 2 cores start three at once
+STOP_TIMEOUT_S = 20   # from SIGTERM to SIGKILL of a server: its kernels shut down in a few seconds even under load
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,9 @@ c.Spawner.default_url = "/lab"
 c.Spawner.args = ["--LanguageServerManager.autodetect=False"]
 c.Spawner.http_timeout = {START_TIMEOUT_S}
 c.Spawner.start_timeout = {START_TIMEOUT_S}
+# A server is stopped with SIGTERM, its clean shutdown (ClassroomSpawner.stop); one still up {STOP_TIMEOUT_S} s later
+# is killed (JupyterHub's default waits 30 s)
+c.Spawner.term_timeout = {STOP_TIMEOUT_S}
 
 {_service(plan)}
 {_protection(plan, run)}

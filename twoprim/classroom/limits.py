@@ -153,8 +153,15 @@ class ClassroomSpawner(LocalProcessSpawner):
         return status
 
     async def stop(self, now=False):
-        """Stop the server, then remove the user's group."""
-        await super().stop(now=now)
+        """Stop the server with SIGTERM (then SIGKILL after `term_timeout`), then remove the user's group.
+
+        Never SIGINT first, as LocalProcessSpawner does: a Jupyter server without a terminal takes SIGINT as a
+        KeyboardInterrupt that ends its event loop without its shutdown (its kernels are left to notice their
+        parent has gone), and the SIGTERM that follows then has no loop left to stop; measured on a loaded
+        machine, such a server stayed up 30 s after SIGINT and 30 s after SIGTERM, a whole minute of Ctrl-C on
+        `./course hub` (or of one cull). SIGTERM is its clean stop: extensions, kernels and terminals shut down,
+        then it exits."""
+        await super().stop(now=True)
         hierarchy = find_hierarchy() if self.memory_mb else None
         if hierarchy is not None:
             remove_user_group(hierarchy, self.user.name)
