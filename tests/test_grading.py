@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -236,6 +237,20 @@ def test_each_outcome_is_handed_on_once_after_it_is_committed(bad_class):
     assert sorted(student for student, _ in arrived) == sorted(o.student for o in outcomes)
     assert all(was_committed for _, was_committed in arrived)
 
+
+def test_every_task_is_handed_the_expected_values_the_run_computed_once(bad_class):
+    """On a cluster of two workers, each test cell's expected values are computed by one task of the run, on one
+    worker, and handed to every grading task (`twoprim.grading.oracle`): as many as this process computes for the
+    same cells."""
+    from twoprim.grading import oracle
+
+    course, outcomes, _, _, _ = bad_class
+    source = {p.name: p.read_bytes() for p in (course / "solutions" / AID).glob("*.ipynb")}
+    cells = oracle.test_cells(source)
+    assert len(cells) == 10
+    here = sum(len(pickle.loads(oracle.cell_values(*cell))["values"]) for cell in cells)
+    assert here > 0 and {o.expected_given for o in outcomes} == {here}
+    assert len({o.worker for o in outcomes}) == 2
 
 @pytest.mark.parametrize("student, kept, cut", [
     ("many_lines", "\n100\n", "\n99999\n"),       # nbgrader's LimitOutput keeps the beginning

@@ -299,13 +299,24 @@ class Recorded:
 
 
 class Replay:
-    """The captures one submission's kernel wrote, read safely; `find` returns the last one for a check."""
+    """The captures one submission's kernel wrote, read safely; `find` returns the last one for a check.
 
-    def __init__(self, folder: Path):
+    `Replay.priming_run()` has no submission behind it: judging a test cell in it computes (and keeps) the expected
+    value of every case the cell's checks build, and judges nothing (`twoprim.grading.oracle`)."""
+
+    priming = False
+
+    @classmethod
+    def priming_run(cls) -> "Replay":
+        replay = cls(None)
+        replay.priming = True
+        return replay
+
+    def __init__(self, folder: Path | None):
         self.captures: list[dict] = []
         self.problems: list[str] = []
         total = 0
-        for path in sorted(Path(folder).glob("*.pt")):
+        for path in sorted(Path(folder).glob("*.pt")) if folder is not None else []:
             total += path.stat().st_size
             if total > MAX_CAPTURE_BYTES:
                 self.problems.append(f"the kernel wrote more than {MAX_CAPTURE_BYTES >> 20} MiB of results; the rest "
@@ -389,11 +400,16 @@ def _namespace(code: str, learner: set[str]) -> dict:
     return ns
 
 
+def cell_digest(grade_id: str, code: str) -> str:
+    """What the expected values of a test cell's cases are kept under (`current_cell`): its id and source."""
+    return hashlib.sha256(f"{grade_id}\0{code}".encode()).hexdigest()
+
+
 def judge_cell(grade_id: str, code: str, replay: Replay, learner: set[str]) -> Verdict:
     """Run one graded test cell's trusted `code` in the grader against the kernel's recorded results; `learner`
     names the functions and answers the learner defines (`defined_names` of the solution cells)."""
     out = io.StringIO()
-    token = _CELL.set(hashlib.sha256(f"{grade_id}\0{code}".encode()).hexdigest())
+    token = _CELL.set(cell_digest(grade_id, code))
     try:
         ns = _namespace(code, learner)
         with replay.active(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

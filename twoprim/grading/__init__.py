@@ -10,7 +10,8 @@
   runs (`twoprim.grading.audit`), its kernel sandboxed (`twoprim.grading.sandbox`) under resource limits, every cell under the same
   time limit and the whole submission under a wall-clock limit, so an infinite loop, a memory bomb or a crashed
   kernel ends that submission only;
-- every test cell scored in the grader from what the kernel recorded (`twoprim.core.verdicts`), never by the kernel;
+- every test cell scored in the grader from what the kernel recorded (`twoprim.core.verdicts`), never by the kernel,
+  against expected values the run computes once for all its workers (`oracle`);
 - then, as results arrive, merged by the instructor's process alone into the gradebook (SQLite or PostgreSQL) and
   its autograded notebook written to grader/autograded/ (`gradebook`), one submission per transaction, so running it
   again gives the same grades, finishes a run that stopped, and never touches grader/submitted/.
@@ -30,6 +31,7 @@ through a warm grader of their own (`warm`) that keeps all this loaded between s
 | `execute` | the cell time limit, judged on the graded kernel's CPU time (`CpuTimedExecute`) |
 | `kernels` | a worker's kernels: scratch, kernelspec, warm forkserver, watchdog, the grading profile |
 | `cluster` | the batch on a Dask cluster: `autograde` |
+| `oracle` | the expected values of a run, computed once on the cluster (one task per test cell) for every worker |
 | `tls` | Dask's TLS for a cluster of many machines: `cluster_certs`, the client's `Security` |
 | `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
 | `reports` | CSV, chart and the summary, and the terminal's line per failed, held or not graded student |

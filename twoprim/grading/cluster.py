@@ -3,6 +3,9 @@ worker is free, on this machine (a `LocalCluster` of worker processes, the defau
 (`--scheduler tls://HOST:8786`, with Dask's TLS: `tls`; the same code runs on Slurm/PBS through dask-jobqueue and
 on Kubernetes through dask-kubernetes). One grading path: local grading is the same tasks on a local cluster.
 
+Before the submissions, one task per graded test cell computes that cell's expected values, once in the run, and
+every grading task is handed them all (`oracle`): no worker computes them again for its first submission.
+
 Results come back to this process, which alone writes the gradebook (SQLite or PostgreSQL, `gradebook`) and the
 reports, one submission per transaction, as they arrive. Dask regrades a task whose worker died on another worker;
 a grade is merged once, when its result arrives. A fault of the grader is never a student's grade: a task the
@@ -28,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Callable
 
-from twoprim.grading import sandbox
+from twoprim.grading import oracle, sandbox
 from twoprim.grading.nbgrader_cli import CourseError
 from twoprim.core.notebooks import ROOT
 from twoprim.grading.gradebook import GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission, record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot, submitted_students
@@ -278,11 +281,12 @@ class _Run:
         client, seen = self.client, set()
         try:
             snap = client.scatter(self.snap, broadcast=True, workers=self.on_workers, timeout=SCATTER_TIMEOUT_S)
+            expected = self._expected(students)
             self.futures = {}
             for student in students:
                 tag = attempts[student]
                 key = f"grade-{self.aid}-{student}-{self.digests[student][:12]}" + ("" if tag == 1 else f".{tag}")
-                future = client.submit(grade_task, self.tasks[student], snap, key=key, pure=False,
+                future = client.submit(oracle.grade_with, self.tasks[student], snap, expected, key=key, pure=False,
                                        workers=self.on_workers, allow_other_workers=False)
                 self.futures[future] = student
             for future in as_completed(self.futures, loop=client.loop):
@@ -296,6 +300,20 @@ class _Run:
             for student in students:
                 if student not in seen:
                     handle(student, Outcome(student, status=NOT_GRADED, reason=why))
+
+    def _expected(self, students) -> list:
+        """The expected values of every graded test cell, one task per cell spread over the workers, for every
+        grading task to take (`oracle`): each is computed once in the run, not once per worker. None for a single
+        submission or a single worker, which would compute them all anyway."""
+        from twoprim.core.verdicts import cell_digest
+
+        if len(students) < 2 or self._threads() < 2:
+            return []
+        source = self.tasks[students[0]]["source"]
+        return [self.client.submit(oracle.cell_values, gid, code, learner, pure=False, priority=1,
+                                   key=f"expected-{self.aid}-{cell_digest(gid, code)[:16]}-{id(self):x}",
+                                   workers=self.on_workers, allow_other_workers=False)
+                for gid, code, learner in oracle.test_cells(source)]
 
     def _recover(self) -> bool:
         """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""

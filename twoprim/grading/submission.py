@@ -23,11 +23,10 @@ from pathlib import Path
 
 import nbformat
 
-from twoprim.grading import forkserver, sandbox
+from twoprim.grading import forkserver, kernels, sandbox
 from twoprim.core import verdicts
 from twoprim.grading.audit import audit
 from twoprim.core.catalog import checks_module_name
-from twoprim.grading import kernels
 from twoprim.grading.gradebook import scratch_gradebooks
 from twoprim.grading.preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
 from twoprim.grading.realign import realign
@@ -63,6 +62,7 @@ class Outcome:
     phases: dict = field(default_factory=dict)      # seconds per phase of grading (`scripts/profile_grading.py`)
     time_limit: str = ""                    # a time limit this submission ran into (cell or whole), in words
     limit_by_cpu: bool = False              # every cell limit it ran into was judged on its kernel's CPU time
+    expected_given: int = 0                 # expected values the run computed once and handed it (`oracle`)
 
 
 def make_task(aid: str, student: str, files: dict[str, bytes], *, root: Path, released: dict,

@@ -1,0 +1,94 @@
+"""The expected values an autograde run computes once and hands every worker (`twoprim.grading.oracle`): judged
+with them, a submission gets exactly the verdicts it gets from values computed where it is judged, and nothing is
+computed again; what cannot travel is left out for the worker to compute. On a cluster, every grading task is
+handed them (tests/test_grading.py)."""
+from __future__ import annotations
+
+import collections
+import pickle
+
+import pytest
+import torch
+
+from twoprim.assignments import ex06_compile as ex06
+from twoprim.core import checks, verdicts
+from twoprim.core.notebooks import ROOT
+from twoprim.grading import oracle
+from twoprim.topics import inside_torch_compile as compiler
+
+from .conftest import solution_namespace
+
+AID = "ex06_compile"
+# a passing check (the grader's own seeded graphs as cases), a failing one (expected: the grader's graphs), an answer
+CELLS = (f"{AID}-count_ops-hidden", f"{AID}-capture-hidden", f"{AID}-forward_gemms-hidden")
+
+
+def _cells() -> list[tuple[str, str, tuple[str, ...]]]:
+    source = {p.name: p.read_bytes() for p in (ROOT / "solutions" / AID).glob("*.ipynb")}
+    every = oracle.test_cells(source)
+    assert {gid for gid, _, _ in every} >= set(CELLS) and all(gid.startswith(AID) for gid, _, _ in every)
+    return [c for c in every if c[0] in CELLS]
+
+
+def _judge(cells, folder) -> list[tuple[bool, str]]:
+    replay = verdicts.Replay(folder)
+    return [(v.passed, v.text) for v in (verdicts.judge_cell(gid, code, replay, set(learner))
+                                         for gid, code, learner in cells)]
+
+
+def test_values_computed_once_elsewhere_give_the_same_verdicts_and_nothing_is_computed_again(tmp_path, monkeypatch):
+    cells = _cells()
+    ns = {**solution_namespace(AID), "ex06": ex06, "torch": torch}
+    right = ns["capture"]
+    ns["capture"] = lambda model, x, level, train=False: right(model, x, level, train)[:-1]  # one graph short
+    ns["forward_gemms"] = 3
+    # the submission's kernel: it records what the learner's functions returned, judging nothing
+    monkeypatch.setenv(verdicts.CAPTURE_ENV, str(tmp_path))
+    for _, code, _ in cells:
+        exec(compile(code, "<test cell>", "exec"), ns)  # noqa: S102 - the course's own test cells
+    monkeypatch.delenv(verdicts.CAPTURE_ENV)
+
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    before = compiler.uses()["capture_graphs"]
+    here = _judge(cells, tmp_path)  # a worker computing every value itself
+    assert compiler.uses()["capture_graphs"] > before
+    computed = dict(checks._EXPECTED)
+    assert [passed for passed, _ in here] == [True, False, False], here
+    assert "expected: 2 ATen graphs" in here[1][1] or "expected: 1 Dynamo graph" in here[1][1], here[1][1]
+
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    parts = [pickle.loads(pickle.dumps(oracle.cell_values(*cell))) for cell in cells]  # as Dask moves them
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())  # the worker that judges computed none
+    # every case's value, also those a failing check never reached here (it stops at its first wrong case)
+    assert oracle.keep(parts) == len(checks._EXPECTED) > len(computed)
+    assert set(checks._EXPECTED) > set(computed)
+    before = compiler.uses()["capture_graphs"]
+    assert _judge(cells, tmp_path) == here
+    assert compiler.uses()["capture_graphs"] == before, "a value handed over was computed again"
+
+
+def test_a_value_that_cannot_travel_is_left_out_and_another_torch_is_ignored(monkeypatch):
+    values = {("cell", "task", ("a",), 0): 3, ("cell", "task", ("a",), 1): lambda x: x}  # a function: no pickle
+    monkeypatch.setattr(checks, "expected_values", lambda cell: values)
+    part = oracle.cell_values("ex01_dot-dot", "pass", ())
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    assert oracle.keep([part]) == 1 and dict(checks._EXPECTED) == {("cell", "task", ("a",), 0): 3}
+
+    other = pickle.dumps({**pickle.loads(part), "torch": "1.0.0"})
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    assert oracle.keep([other]) == 0 and not checks._EXPECTED
+    assert oracle.keep([b"not a pickle", part]) == 1, "a part it cannot read is left for the worker to compute"
+
+
+def test_a_cell_that_fails_in_the_grader_hands_nothing_and_never_raises(monkeypatch):
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    part = oracle.cell_values("ex01_dot-dot", "raise RuntimeError('the instructor made a typo')", ("dot",))
+    assert pickle.loads(part)["values"] == {}
+
+
+@pytest.mark.parametrize("value", [torch.arange(6.0).reshape(2, 3), {"bmm": 3}, 7])
+def test_a_value_already_kept_stays(monkeypatch, value):
+    key = ("cell", "task", ("a",), 0)
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict({key: "computed here"}))
+    assert checks.keep_expected({key: value, ("cell", "task", ("a",), 1): value}) == 1
+    assert checks._EXPECTED[key] == "computed here"

@@ -1,0 +1,100 @@
+"""The grader's expected values for one autograde run on a cluster: computed once, shared by every worker.
+
+A graded test cell builds its cases from the instructor's source with fixed seeds, so its expected values are the
+same for every submission, and a worker keeps those it has computed (`twoprim.core.checks`). Left to itself, each
+worker computes all of them while it judges its first submission: for ex06, 43 captures by `torch.compile`, about
+10 s on every worker. So a run on a cluster first submits one task per graded test cell (`cell_values`): the
+scheduler spreads them over the workers, each judging its cells in a priming replay (`verdicts.Replay.priming_run`:
+no submission, every case's expected value computed and kept, nothing judged). Every grading task takes their
+results as its input (Dask moves them between workers) and keeps them before it judges (`keep`), so each expected
+value is computed on one worker only.
+
+The values are the grader's own: computed in a worker process, as verdicts are, from the instructor's source;
+they travel pickled between the grader's processes and never reach a kernel. What a cell could not compute, or a
+value that does not pickle, is left out: the submissions compute it themselves, as they did before. A worker on a
+torch other than the one that computed a value ignores it.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import pickle
+import warnings
+
+import nbformat
+
+__all__ = ["test_cells", "cell_values", "keep", "grade_with"]
+
+
+def test_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(grade_id, code, the learner's names in its notebook) for every graded test cell of the source notebooks of
+    a task (`submission.make_task`'s "source"), in notebook order."""
+    from twoprim.core import verdicts
+
+    cells = []
+    for name, data in sorted(source.items()):
+        if not name.endswith(".ipynb"):
+            continue
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        learner: set[str] = set()
+        for cell in nb.cells:
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                learner |= verdicts.defined_names(cell.source)
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                cells.append((meta["grade_id"], cell.source, tuple(sorted(learner))))
+    return cells
+
+
+def cell_values(grade_id: str, code: str, learner: tuple[str, ...]) -> bytes:
+    """The expected values of one test cell's cases, computed here, pickled with the torch they were computed on.
+    Never raises: what could not be computed is left out."""
+    import torch
+
+    from twoprim.core import checks, verdicts
+
+    values = {}
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            verdicts.judge_cell(grade_id, code, verdicts.Replay.priming_run(), set(learner))
+        values = checks.expected_values(verdicts.cell_digest(grade_id, code))
+    except Exception:  # noqa: BLE001 - the submissions compute what is missing, as without this
+        values = {}
+    kept = {}
+    for key, value in values.items():
+        try:
+            pickle.dumps(value)
+        except Exception:  # noqa: BLE001 - e.g. a function made in the check: computed where needed
+            continue
+        kept[key] = value
+    return pickle.dumps({"torch": torch.__version__, "values": kept})
+
+
+def keep(parts: list[bytes] | tuple[bytes, ...]) -> int:
+    """Keep the expected values of `cell_values` results in this worker; returns how many values were handed.
+    Never raises: a part it cannot read is left for this worker to compute."""
+    import torch
+
+    from twoprim.core import checks
+
+    given = 0
+    for part in parts:
+        with contextlib.suppress(Exception):
+            data = pickle.loads(part)  # noqa: S301 - the grader's own workers wrote it (`cell_values`), no kernel
+            if data.get("torch") == torch.__version__:
+                checks.keep_expected(data["values"])
+                given += len(data["values"])
+    return given
+
+
+def grade_with(task: dict, snapshot: bytes | None, expected: list[bytes]):
+    """`submission.grade_task`, with the run's expected values (`cell_values`'s results) kept here first."""
+    from twoprim.grading.submission import grade_task
+
+    given = keep(expected)
+    out = grade_task(task, snapshot)
+    out.expected_given = given
+    return out
