@@ -14,8 +14,8 @@ submission of each, their ratio, and whether both gave every student the same sc
 Start-up is measured apart, first: the local cluster and each worker's warm forkserver, which every
 `./course autograde` command pays once (nbgrader's own start is inside its seconds). Each assignment's class is then
 graded on that warm cluster; its first submissions still pay what a worker does once per assignment (the
-forkserver's warm-up of its checks, the expected values a worker keeps). The projection charges start-up once per
-assignment and fits each assignment's run as fixed + marginal: the marginal rate from when the second half of the
+forkserver's warm-up of its checks) and wait for the run's expected values, computed once on the cluster. The
+projection charges start-up once per assignment and fits each assignment's run as fixed + marginal: the marginal rate from when the second half of the
 class's grades arrived, the fixed part what the run took beyond n × that rate. `--students 40` on one assignment
 checks the fit against a class twice the size.
 

@@ -246,7 +246,7 @@ def test_every_task_is_handed_the_expected_values_the_run_computed_once(bad_clas
 
     course, outcomes, _, _, _ = bad_class
     source = {p.name: p.read_bytes() for p in (course / "solutions" / AID).glob("*.ipynb")}
-    cells = oracle.test_cells(source)
+    cells = oracle.graded_cells(source)
     assert len(cells) == 10
     here = sum(len(pickle.loads(oracle.cell_values(*cell))["values"]) for cell in cells)
     assert here > 0 and {o.expected_given for o in outcomes} == {here}

@@ -25,7 +25,7 @@ CELLS = (f"{AID}-count_ops-hidden", f"{AID}-capture-hidden", f"{AID}-forward_gem
 
 def _cells() -> list[tuple[str, str, tuple[str, ...]]]:
     source = {p.name: p.read_bytes() for p in (ROOT / "solutions" / AID).glob("*.ipynb")}
-    every = oracle.test_cells(source)
+    every = oracle.graded_cells(source)
     assert {gid for gid, _, _ in every} >= set(CELLS) and all(gid.startswith(AID) for gid, _, _ in every)
     return [c for c in every if c[0] in CELLS]
 

@@ -31,7 +31,7 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -372,6 +372,29 @@ def defined_names(code: str) -> set[str]:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return names
+
+
+class GradedCell(NamedTuple):
+    """A graded test cell of the instructor's notebook, and the names the learner defines in that notebook."""
+    grade_id: str
+    code: str
+    points: float
+    learner: frozenset
+
+
+def graded_cells(nb) -> list[GradedCell]:
+    """Every graded test cell of the notebook `nb` (an nbformat notebook), in order."""
+    meta = [c.get("metadata", {}).get("nbgrader", {}) if c.get("cell_type") == "code" else {} for c in nb.cells]
+    learner = frozenset().union(*(defined_names(c.source) for c, m in zip(nb.cells, meta) if m.get("solution")))
+    return [GradedCell(str(m.get("grade_id", "")), c.source, _points(m.get("points")), learner)
+            for c, m in zip(nb.cells, meta) if m.get("grade") and not m.get("solution")]
+
+
+def _points(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _namespace(code: str, learner: set[str]) -> dict:

@@ -313,7 +313,7 @@ class _Run:
         return [self.client.submit(oracle.cell_values, gid, code, learner, pure=False, priority=1,
                                    key=f"expected-{self.aid}-{cell_digest(gid, code)[:16]}-{id(self):x}",
                                    workers=self.on_workers, allow_other_workers=False)
-                for gid, code, learner in oracle.test_cells(source)]
+                for gid, code, learner in oracle.graded_cells(source)]
 
     def _recover(self) -> bool:
         """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""

@@ -41,9 +41,9 @@ def share_test_cells(nb) -> bool:
     in $TWOPRIM_WARM_CELLS for the kernel's launcher (`forkserver.launch`). True when written."""
     if not os.environ.get(ENV_SOCKET):
         return False
-    cells = [c.source for c in nb.cells if c.get("cell_type") == "code"
-             and c.get("metadata", {}).get("nbgrader", {}).get("grade")
-             and not c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    from twoprim.core import verdicts
+
+    cells = [cell.code for cell in verdicts.graded_cells(nb)]
     if not cells:
         return False
     data = json.dumps(cells).encode()

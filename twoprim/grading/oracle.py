@@ -23,28 +23,17 @@ import warnings
 
 import nbformat
 
-__all__ = ["test_cells", "cell_values", "keep", "grade_with"]
+__all__ = ["graded_cells", "cell_values", "keep", "grade_with"]
 
 
-def test_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
+def graded_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
     """(grade_id, code, the learner's names in its notebook) for every graded test cell of the source notebooks of
     a task (`submission.make_task`'s "source"), in notebook order."""
     from twoprim.core import verdicts
 
-    cells = []
-    for name, data in sorted(source.items()):
-        if not name.endswith(".ipynb"):
-            continue
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-        learner: set[str] = set()
-        for cell in nb.cells:
-            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
-                learner |= verdicts.defined_names(cell.source)
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-                cells.append((meta["grade_id"], cell.source, tuple(sorted(learner))))
-    return cells
+    return [(cell.grade_id, cell.code, tuple(sorted(cell.learner)))
+            for name, data in sorted(source.items()) if name.endswith(".ipynb")
+            for cell in verdicts.graded_cells(nbformat.reads(data.decode("utf-8"), as_version=4))]
 
 
 def cell_values(grade_id: str, code: str, learner: tuple[str, ...]) -> bytes:

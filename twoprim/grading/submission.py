@@ -344,23 +344,14 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
     replay = verdicts.Replay(capture)
     for name in notebooks:
         source = nbformat.read(str(course / "solutions" / aid / f"{name}.ipynb"), as_version=4)
-        learner: set[str] = set()
-        for cell in source.cells:
-            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
-                learner |= verdicts.defined_names(cell.source)
         path = autograded / f"{name}.ipynb"
         nb = nbformat.read(str(path), as_version=4)
         timed_out = _explain_timeouts(nb, cell_timeout)
         position = {id(c): i for i, c in enumerate(nb.cells)}
         shown = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
-        for cell in source.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-                continue
-            gid = meta["grade_id"]
-            verdict = verdicts.judge_cell(gid, cell.source, replay, learner)
-            out.grades[(name, gid)] = max_points.get((name, gid), float(meta.get("points", 0))) if verdict.passed \
-                else 0.0
+        for gid, code, points, learner in verdicts.graded_cells(source):
+            verdict = verdicts.judge_cell(gid, code, replay, learner)
+            out.grades[(name, gid)] = max_points.get((name, gid), points) if verdict.passed else 0.0
             if gid in shown:
                 i = position[id(shown[gid])]
                 if i in timed_out and not verdict.passed:  # the time limit first: it is why no result came back
