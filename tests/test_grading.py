@@ -556,3 +556,31 @@ def test_a_fault_of_the_grader_is_retried_then_recorded_not_graded_never_a_zero(
     assert calls["broken"] == cluster.MAX_ATTEMPTS + 1 and calls["flaky"] == 2, "only the one not graded"
     assert not not_graded(AID, url) and _rows(course)["broken"]["status"] == "graded"
     assert (course / "grader" / "autograded" / "broken" / AID / f"{AID}.ipynb").read_bytes() == b"graded broken"
+
+
+def test_an_error_of_the_graders_own_while_nbgrader_runs_is_never_the_students_zero(tmp_path, monkeypatch):
+    """nbgrader fails with no sign of the notebook's doing (here: the grader's own execute preprocessor raises, as
+    grader code half-updated under a running worker did): not graded, tried again, never a grade; the same command
+    grades it once the grader is sound."""
+    from twoprim.grading import cluster, execute
+    from twoprim.grading.gradebook import not_graded
+
+    course = _course(tmp_path / "course")
+    write(course / "grader" / "submitted", "ann", AID, answered(AID))
+    url, calls = database_url(course), []
+
+    def broken(nb):
+        calls.append(nb)
+        raise AttributeError("module 'twoprim.core.verdicts' has no attribute 'graded_cells'")
+
+    monkeypatch.setattr(execute, "share_test_cells", broken)
+    outcomes = grading.autograde(AID, root=course, in_process=True, unisolated=True, progress=False)
+    assert [(o.student, o.status) for o in outcomes] == [("ann", grading.NOT_GRADED)], outcomes
+    assert outcomes[0].reason.startswith("the grader itself failed while nbgrader ran the notebook: "), outcomes
+    assert "graded_cells" in outcomes[0].reason, outcomes[0].reason
+    assert len(calls) == cluster.MAX_ATTEMPTS
+    assert set(not_graded(AID, url)) == {"ann"} and "ann" not in committed(AID, url)
+    monkeypatch.undo()
+    outcomes = grading.autograde(AID, root=course, in_process=True, unisolated=True, progress=False)
+    assert [(o.student, o.status, o.score) for o in outcomes] == [("ann", "graded", 15.0)], outcomes
+    assert not not_graded(AID, url)

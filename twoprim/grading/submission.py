@@ -156,14 +156,10 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
                       f"look for an infinite loop in the notebook")
         return out
     if status != "ok" or not autograded.is_dir():
-        out.reason = _nbgrader_failure(log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
-        if "CellTimeoutError" in log_text:
-            out.time_limit = f"the cell limit of {task['cell_timeout']} s"
-        return out
+        return _not_finished(out, log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
     max_points = _read_grades(grader / "gradebook.db", aid, student, out)
     if max_points is None:
-        out.reason = _nbgrader_failure(log_text, 1, last_cell, task["cell_timeout"])
-        return out
+        return _not_finished(out, log_text, 1, last_cell, task["cell_timeout"])
     phase = time.monotonic()
     notes[:0] = _judge_in_grader(aid, work / "course", autograded, notebooks, capture, out, max_points,
                                  task["cell_timeout"])
@@ -476,14 +472,29 @@ _FAILURES = [
 ]
 
 
+def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str | None, cell_timeout: int) -> Outcome:
+    """nbgrader did not finish grading: a failure the notebook causes is the student's (failed, said why); any other
+    is the grader's own (`NOT_GRADED`: tried again, never a grade), e.g. an error in the grader's preprocessors."""
+    reason = _nbgrader_failure(log_text, returncode, last_cell, cell_timeout)
+    if reason is None:
+        out.status = NOT_GRADED
+        lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+        raised = [l for l in lines if re.match(r"([\w.]+\.)?\w*(Error|Exception)\b", l) and "NbGrader" not in l]
+        errors = raised or [l.split("]", 1)[-1].strip() for l in lines if "ERROR" in l]
+        reason = f"the grader itself failed while nbgrader ran the notebook: {(errors or [f'exit code {returncode}'])[-1][:300]}"
+    if "CellTimeoutError" in log_text:
+        out.time_limit = f"the cell limit of {cell_timeout} s"
+    out.reason = reason
+    return out
+
+
 def _nbgrader_failure(log_text: str, returncode: int, last_cell: str | None = None,
-                      cell_timeout: int | None = None) -> str:
+                      cell_timeout: int | None = None) -> str | None:
+    """Why a notebook made nbgrader fail, in an instructor's words; None when nothing says the notebook did."""
     cell = last_cell or "a cell"
     for pattern, reason in _FAILURES:
         if re.search(pattern, log_text):
             return reason.format(cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "")
     if returncode < 0:
         return f"the grading process was killed by signal {-returncode} (CPU or memory limit) while running {cell}"
-    errors = [l.split("]", 1)[-1].strip() for l in log_text.splitlines() if "ERROR" in l]
-    detail = errors[-1][:300] if errors else f"exit code {returncode}"
-    return f"nbgrader could not grade it: {detail}"
+    return None
