@@ -303,7 +303,7 @@ class _Run:
 
     def _expected(self, students) -> list:
         """The expected values of every graded test cell, one task per cell spread over the workers, for every
-        grading task to take (`oracle`): each is computed once in the run, not once per worker. None for a single
+        grading task to take (`oracle`): each is computed once in the run, not once per worker. No tasks for a single
         submission or a single worker, which would compute them all anyway."""
         from twoprim.core.verdicts import cell_digest
 
