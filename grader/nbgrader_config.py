@@ -42,6 +42,9 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 from twoprim.grading import preprocessors  # noqa: E402
 
 c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
+# and as long, not nbclient's 4 s, for a cell's output to arrive after its reply: on a loaded machine a kernel that
+# imports torch answers late, and Validate would say it "did not run" (Timeout waiting for IOPub output)
+c.Execute.iopub_timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 c.Execute.on_cell_start = preprocessors.record_cell_start
 c.Execute.on_notebook_start = preprocessors.record_kernel_ready   # for the grading profile
 # nbgrader makes autograded notebooks read-only (0444); the course's grader then writes its verdicts into them

@@ -62,6 +62,10 @@ REQUEST_S = 300      # one request at most (a Validate on a loaded machine is th
 # --- the classroom: a copy of the course and ./course hub in it ---------------------------------------------------
 
 
+# a log line of a request that succeeded (the hub's, the servers' and the proxy's), left out of what a failure shows
+_SUCCEEDED = re.compile(r"\] (1\d\d|2\d\d|3\d\d) (GET|PUT|POST|PATCH|DELETE|HEAD) |info.*: (1|2|3)\d\d ")
+
+
 class Classroom:
     """`./course hub` over a copy of the course, with throwaway accounts; `with Classroom(...) as room:`."""
 
@@ -131,8 +135,12 @@ class Classroom:
         return self.log_path.read_text(errors="replace")
 
     def tail(self, n: int = 40) -> str:
-        ok = re.compile(r"\] (1\d\d|2\d\d|3\d\d) (GET|PUT|POST|PATCH|DELETE|HEAD) |info.*: (1|2|3)\d\d ")
-        return "\n".join([line for line in self.text().splitlines() if not ok.search(line)][-n:])
+        return "\n".join([line for line in self.text().splitlines() if not _SUCCEEDED.search(line)][-n:])
+
+    def lines_about(self, name: str, n: int = 30) -> list[str]:
+        """The hub's log lines (its own, the proxy's, the servers' and the services') that name `name`, but for
+        requests that succeeded: what happened to that student, for a failure's report."""
+        return [line[:400] for line in self.text().splitlines() if name in line and not _SUCCEEDED.search(line)][-n:]
 
     def stop(self) -> int | None:
         """Ctrl-C to the hub (bounded wait, then SIGKILL); its exit code."""
@@ -602,7 +610,8 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
             "validate": {s.name: s.validate for s in students},
             **sampler.stop(), "per_student": {s.name: s.times for s in students},
             "finished_s": {s.name: s.finished - started for s in students if s.finished},
-            "started_monotonic": started, "tokens": {s.name: s.token for s in students}}
+            "started_monotonic": started, "tokens": {s.name: s.token for s in students},
+            "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure}}
 
 
 def _step_table(students: list[Student], steps: tuple[str, ...] = STEPS) -> dict:
@@ -633,7 +642,9 @@ def format_report(report: dict) -> str:
               f"{100 * report['cpu_max']:.0f}% at the peak; per student (their processes): median "
               f"{report['student_cpu_s_median']:.0f} CPU s",
               f"  failures: {len(report['failures'])}"]
-    lines += [f"    {name}: {why}" for name, why in report["failures"].items()]
+    for name, why in report["failures"].items():
+        lines.append(f"    {name}: {why}")
+        lines += [f"      hub log: {line}" for line in report.get("hub_log", {}).get(name, [])]
     return "\n".join(lines)
 
 

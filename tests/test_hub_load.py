@@ -151,6 +151,29 @@ def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_
     assert repr(full_message(12)) in asked
 
 
+def test_validate_waits_as_long_as_grading_for_a_loaded_kernel_for_students_and_learners_alone(tmp_path):
+    """nbgrader's Validate runs the notebook with nbgrader's Execute, whose defaults are 30 s a cell and 4 s for a
+    cell's output after its reply, raised as "Timeout waiting for IOPub output": on a class's loaded machine a kernel
+    importing torch missed the 4 s (the load test below, 2 students of 8, 2026-12-03), and Validate said it did not
+    run. A student's server (the run's student configuration) and a learner alone (the course's) wait the grader's
+    cell limit for both."""
+    from nbgrader.preprocessors import Execute
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from twoprim.classroom.hub_config import Plan, _student_nbgrader_config
+    from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
+
+    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=tmp_path, instructor="i", students=("s",),
+                port=1, hub_port=2, proxy_api_port=3)
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "nbgrader_config.py").write_text(_student_nbgrader_config(plan))
+    for folder in (tmp_path / "student", ROOT / "grader"):
+        execute = Execute(config=PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config())
+        assert (execute.timeout, execute.iopub_timeout) == (DEFAULT_CELL_TIMEOUT, DEFAULT_CELL_TIMEOUT), folder
+        assert execute.raise_on_iopub_timeout  # a kernel that never answers is still said, after the limit
+    assert Execute().iopub_timeout == 4  # nbgrader's own default, which this changes
+
+
 def _children(parent: int, name: str) -> list[int]:
     """The processes whose parent is `parent` and whose command line holds `name`."""
     found = []
@@ -269,7 +292,7 @@ def test_a_runaway_kernel_is_stopped_alone(room, load):
 
     store = Store(room.course / "grader" / "exchange")
     before = store.submissions("two-primitives")
-    assert len(before) == N, before
+    assert len(before) == N, f"{len(before)} submissions of {N}:\n{bench.format_report(load['report'])}"
     *_, classmate, runaway = _finishing_order(load)
     _, theirs = _kernel(room, classmate)
     assert theirs.execute("kept = 41")[0] == "ok"

@@ -136,6 +136,8 @@ def terminal_command(plan: Plan) -> list[str]:
 
 
 def _student_nbgrader_config(plan: Plan) -> str:
+    from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
+
     text = (
         "# Written by ./course hub for this run: a student's nbgrader (the Assignments tab, nbgrader in a terminal).\n"
         "import os\n\n"
@@ -143,7 +145,12 @@ def _student_nbgrader_config(plan: Plan) -> str:
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         f"c.Exchange.root = {str(plan.exchange)!r}\n"
         "# fetched assignments land in ~/exercises/<assignment>/, beside ~/lessons/\n"
-        "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n")
+        "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n"
+        "# Validate (run in the student's server) with the grader's per-cell limit, and the same limit, not nbclient's\n"
+        "# 4 s, for a cell's output to arrive after its reply: on a loaded machine a kernel importing torch answers\n"
+        "# late, and 'Validate did not run: Timeout waiting for IOPub output' would be the grader's fault\n"
+        f"c.Execute.timeout = {DEFAULT_CELL_TIMEOUT}\n"
+        f"c.Execute.iopub_timeout = {DEFAULT_CELL_TIMEOUT}\n")
     if plan.service:
         from twoprim.exchange.client import config_text
 
