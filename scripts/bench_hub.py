@@ -314,13 +314,21 @@ class Kernel:
         self.session = r.json()
         self.id = self.session["kernel"]["id"]
         url = f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels"
-        self.ws = websocket.create_connection(url, timeout=timeout, host=f"{c.name}.localhost:{c.port}",
-                                              header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+        started = time.monotonic()
+        try:
+            self.ws = websocket.create_connection(
+                url, timeout=timeout, host=f"{c.name}.localhost:{c.port}",
+                header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+        except websocket.WebSocketException as err:  # when, for the hub's log lines of the same moment
+            raise StepError(f"the kernel's websocket did not open ({time.monotonic() - started:.1f} s after "
+                            f"asking, at {time.strftime('%H:%M:%S')}): {type(err).__name__}: {err}") from err
         self.ws.settimeout(timeout)  # a recv that hears nothing this long raises
         self.c, self.timeout = c, timeout
 
     def execute(self, code: str) -> tuple[str, str]:
         """Run `code`; (status, text of its outputs and errors). Raises StepError if the kernel dies."""
+        import websocket
+
         msg_id = secrets.token_hex(8)
         self.ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": self.id,
                                             "username": self.c.name, "version": "5.3", "date": ""},
@@ -329,7 +337,11 @@ class Kernel:
                                              "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
         out, status, idle, deadline = [], None, False, time.monotonic() + self.timeout
         while time.monotonic() < deadline:  # the reply (shell) and the idle status (iopub) come in either order
-            msg = json.loads(self.ws.recv())
+            try:
+                msg = json.loads(self.ws.recv())
+            except websocket.WebSocketConnectionClosedException as err:
+                raise StepError(f"the kernel's websocket closed {self.timeout - (deadline - time.monotonic()):.1f} s "
+                                f"into the cell (at {time.strftime('%H:%M:%S')}): {err}") from err
             kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
             if kind == "status" and content.get("execution_state") in ("restarting", "dead"):
                 raise StepError(f"the kernel {content['execution_state']} while running a cell")
