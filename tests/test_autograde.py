@@ -210,3 +210,46 @@ def test_submitted_files_are_not_modified(grade, aid):
     for student, (nb, _) in students(aid).items():
         on_disk = nbformat.read(str(course / "grader" / "submitted" / student / aid / f"{aid}.ipynb"), as_version=4)
         assert [c.source for c in on_disk.cells] == [c.source for c in nb.cells]
+
+
+def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_before(monkeypatch):
+    """nbgrader validates each graded cell's metadata with `jsonschema.validate`, which first checks the schema
+    itself against JSON Schema's metaschema, for every cell (profiled: about 1 s of a grading worker's CPU per ex06
+    submission). With the grader's `checked_schema_once` the schema is checked once in the process; every cell is
+    still validated, with nbgrader's own errors: the same ValidationError for broken metadata, SchemaTooOld and
+    SchemaTooNew for another schema version."""
+    import jsonschema
+    from nbgrader.nbgraderformat import SchemaTooNewError, SchemaTooOldError, ValidationError
+    from nbgrader.nbgraderformat.v3 import MetadataValidatorV3
+
+    from twoprim.grading.nbgrader_cli import checked_schema_once
+
+    validator = MetadataValidatorV3()
+    cls = jsonschema.validators.validator_for(validator.schema)
+    checks = []
+    original = cls.check_schema.__func__
+    monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, schema, **kw: (checks.append(1),
+                                                                                  original(c, schema, **kw))[1]))
+    cells = [cell for cell in _source("ex06_compile").cells if "nbgrader" in cell.metadata]
+    broken = nbformat.from_dict({**cells[1], "metadata": {"nbgrader": {**cells[1].metadata["nbgrader"],
+                                                                        "points": "two"}}})
+    with pytest.raises(ValidationError) as nbgraders:
+        jsonschema.validate(broken.metadata["nbgrader"], validator.schema)  # what nbgrader's method calls
+    for cell in cells:  # nbgrader's own way: the schema checked once per cell
+        jsonschema.validate(cell.metadata["nbgrader"], validator.schema)
+    assert len(checks) == len(cells) + 1 > 20
+
+    checks.clear()
+    checked_schema_once()
+    checked_schema_once()  # installed once
+    for _ in range(3):
+        MetadataValidatorV3().validate_nb(nbformat.v4.new_notebook(cells=cells))
+    assert len(checks) <= 1, len(checks)  # once in this process (none when an earlier test checked it)
+    with pytest.raises(ValidationError) as ours:
+        validator.validate_cell(broken)
+    assert str(ours.value) == str(nbgraders.value) and "'two' is not of type 'number'" in str(ours.value)
+    for version, error in ((2, SchemaTooOldError), (4, SchemaTooNewError)):
+        old = nbformat.from_dict({**cells[0], "metadata": {"nbgrader": {**cells[0].metadata["nbgrader"],
+                                                                         "schema_version": version}}})
+        with pytest.raises(error):
+            validator.validate_cell(old)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from twoprim.grading import forkserver, kernels, sandbox
+from twoprim.grading import forkserver, kernels, nbgrader_cli, sandbox
 from twoprim.core import verdicts
 from twoprim.grading.audit import audit
 from twoprim.core.catalog import checks_module_name
@@ -367,12 +367,12 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
 
 def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_timeout: int, kernel: str | None,
                   box: Path | None) -> tuple[str, str]:
-    """Autograde one student in the course folder above `grader`, in this process (a grading worker: nbgrader is
-    imported once per worker, not once per student), on the snapshot gradebook there. Returns ("ok" | "error",
-    the log)."""
+    """Autograde one student in the course folder above `grader`, in this process (a grading worker imports nbgrader
+    once, not once per student), on the snapshot gradebook there. Returns ("ok" | "error", the log)."""
     from nbgrader.apps.api import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
+    nbgrader_cli.checked_schema_once()  # each graded cell's metadata schema checked once per worker, not per cell
     config = PyFileConfigLoader("nbgrader_config.py", path=str(grader)).load_config()
     config.CourseDirectory.db_url = f"sqlite:///{grader / 'gradebook.db'}"
     config.Execute.timeout = cell_timeout
