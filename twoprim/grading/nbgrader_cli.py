@@ -79,7 +79,7 @@ def in_process_alembic() -> None:
 def checked_schema_once() -> None:
     """nbgrader checks each graded cell's metadata against its JSON schema with `jsonschema.validate`, which first
     checks the schema itself against JSON Schema's metaschema, every cell of every notebook (about 1 s of CPU per
-    ex06 submission, a sixth of what the grader spends on it); in this process each schema is checked once and its
+    ex06 submission, a fifth of what the grader spends on it); in this process each schema is checked once and its
     validator kept. The cells are validated exactly as before, with the same error (`best_match`) raised.
     Left as it is when nbgrader's method is not the one this replaces (another nbgrader)."""
     import jsonschema
