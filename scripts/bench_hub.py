@@ -623,7 +623,20 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
             **sampler.stop(), "per_student": {s.name: s.times for s in students},
             "finished_s": {s.name: s.finished - started for s in students if s.finished},
             "started_monotonic": started, "tokens": {s.name: s.token for s in students},
-            "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure}}
+            "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure},
+            "oom_kills": {s.name: _oom_kills(s.name) for s in students + watchers if s.failure}}
+
+
+def _oom_kills(name: str) -> int | None:
+    """Processes of the student's control group the kernel killed for memory (their memory limit), or None where
+    there is no group to read: in a failure's report, as the hub's own line about it waits for its next poll."""
+    from twoprim.classroom.limits import find_hierarchy, oom_kills
+
+    hierarchy = find_hierarchy()
+    try:
+        return None if hierarchy is None else oom_kills(hierarchy, name)
+    except (OSError, ValueError):
+        return None
 
 
 def _step_table(students: list[Student], steps: tuple[str, ...] = STEPS) -> dict:
@@ -656,6 +669,8 @@ def format_report(report: dict) -> str:
               f"  failures: {len(report['failures'])}"]
     for name, why in report["failures"].items():
         lines.append(f"    {name}: {why}")
+        if report.get("oom_kills", {}).get(name) is not None:
+            lines.append(f"      processes killed at their memory limit: {report['oom_kills'][name]}")
         lines += [f"      hub log: {line}" for line in report.get("hub_log", {}).get(name, [])]
     return "\n".join(lines)
 
