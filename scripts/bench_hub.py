@@ -634,7 +634,9 @@ def _oom_kills(name: str) -> int | None:
 
     hierarchy = find_hierarchy()
     try:
-        return None if hierarchy is None else oom_kills(hierarchy, name)
+        if hierarchy is None or not (hierarchy.memory / name).is_dir():  # no group (any more): nothing to say
+            return None
+        return oom_kills(hierarchy, name)
     except (OSError, ValueError):
         return None
 
