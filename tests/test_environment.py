@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 
 import yaml
@@ -67,3 +68,13 @@ def test_the_course_command_is_on_the_environments_path():
     proc = subprocess.run(["course", "progress", "--help"], env={"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin"},
                           cwd="/", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "usage: course progress" in proc.stdout, proc
+
+
+def test_nbformat_imports_without_building_iri_parsers():
+    # jsonschema 4.24 and later import rfc3987-syntax whenever it is installed, and it compiles ~35 Earley parsers
+    # (lark) at import: 1.3-2 s in every process that imports nbformat, each grading worker and ./course command
+    # among them. The pinned jsonschema must not pull it in, whatever else is installed.
+    code = ("import sys, nbformat, jsonschema, nbgrader.api; "
+            "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", f"importing nbformat and nbgrader also imported {proc.stdout.strip()}"
