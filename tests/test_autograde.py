@@ -253,3 +253,58 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
                                                                          "schema_version": version}}})
         with pytest.raises(error):
             validator.validate_cell(old)
+
+
+def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_only_its_own_output():
+    # jupyter_client's wait_for_ready ends by reading IOPub until it is quiet for 0.2 s (0.2 s idle per submission);
+    # the grader's client drops what IOPub holds instead. Shown on a kernel whose IOPub is never quiet (a thread
+    # printing every 20 ms from its start), for which that wait would never end: the grader's client is ready, its
+    # first cell's output is that cell's alone, and the kernel shuts down.
+    import asyncio
+
+    from jupyter_client import AsyncKernelManager
+
+    from twoprim.grading.execute import CpuTimedExecute, PromptKernelClient, PromptKernelManager
+
+    assert CpuTimedExecute().kernel_manager_class is PromptKernelManager
+    chatter = ("--IPKernelApp.exec_lines=import threading, time, sys\n"
+               "def _chatter():\n    while True:\n        print('chatter', flush=True); time.sleep(0.02)\n"
+               "threading.Thread(target=_chatter, daemon=True).start()")
+
+    async def start(manager_class):
+        km = manager_class(kernel_name="python3")
+        await km.start_kernel(extra_arguments=[chatter])
+        kc = km.client()
+        kc.start_channels()
+        return km, kc
+
+    async def run():
+        km, kc = await start(PromptKernelManager)
+        try:
+            assert isinstance(kc, PromptKernelClient)
+            await asyncio.wait_for(kc.wait_for_ready(timeout=60), 60)
+            msg_id = kc.execute("print('mine')")
+            outputs = []
+            while True:
+                msg = await kc.get_iopub_msg(timeout=30)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    outputs.append(msg["content"]["text"])
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+            assert "mine\n" in "".join(outputs)
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=False)
+            assert not await km.is_alive()
+        # the premise: jupyter_client's own client never finds this kernel's IOPub quiet
+        km, kc = await start(AsyncKernelManager)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(kc.wait_for_ready(timeout=60), 3)
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    asyncio.run(run())
