@@ -29,7 +29,7 @@ import torch.fx
 from torch import nn
 
 from twoprim.topics import inside_torch_compile as compiler
-from twoprim.core import guards
+from twoprim.core import guards, verdicts
 from twoprim.core.checks import Case, CheckResult, Mismatch, Rule, run_check
 
 __all__ = [
@@ -230,8 +230,11 @@ def graph_cases(specs: Sequence[Spec], *, seed: int = 0) -> list[Case]:
 def _graphs_of(spec: Spec, seed: int) -> tuple[str, list, list]:
     """The graphs captured for one seeded spec: the same every time, so a process captures each once (the grader
     for every submission it judges, a grading forkserver for every kernel it forks: `warm_up`) and hands out a copy
-    per case (nothing the learner's code or a judge does to one reaches the next)."""
+    per case (nothing the learner's code or a judge does to one reaches the next). The grader judging a test cell
+    (`verdicts.current_cell`) takes them as they are: no learner's code runs there, and its judges only read them."""
     model_repr, forward, backward = _captured(spec, seed)
+    if verdicts.current_cell() is not None:
+        return model_repr, list(forward), list(backward)
     return model_repr, [copy.deepcopy(g) for g in forward], [copy.deepcopy(g) for g in backward]
 
 

@@ -658,6 +658,11 @@ def expected_values(cell: str) -> dict[tuple, Any]:
     return {key: value for key, value in _EXPECTED.items() if key[0] == cell}
 
 
+def has_expected(keys) -> bool:
+    """Whether this process still keeps an expected value for every one of `keys` (the cache is bounded)."""
+    return all(key in _EXPECTED for key in keys)
+
+
 def keep_expected(values: dict[tuple, Any]) -> int:
     """Keep expected values computed elsewhere by the grader (`twoprim.grading.oracle`) as if computed here; a
     value already kept here stays. Returns how many were new."""

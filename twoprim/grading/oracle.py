@@ -12,11 +12,13 @@ value is computed on one worker only.
 The values are the grader's own: computed in a worker process, as verdicts are, from the instructor's source;
 they travel pickled between the grader's processes and never reach a kernel. What a cell could not compute, or a
 value that does not pickle, is left out: the submissions compute it themselves, as they did before. A worker on a
-torch other than the one that computed a value ignores it.
+torch other than the one that computed a value ignores it. A worker reads each result once (`keep`): every grading
+task is handed the same ones, and unpickling ex06's captured graphs again took 0.1 s a submission.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import pickle
 import warnings
@@ -24,6 +26,8 @@ import warnings
 import nbformat
 
 __all__ = ["graded_cells", "cell_values", "keep", "grade_with"]
+
+_KEPT: dict[bytes, tuple] = {}   # digest of a `cell_values` result -> the keys of the values this worker kept from it
 
 
 def graded_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -72,10 +76,16 @@ def keep(parts: list[bytes] | tuple[bytes, ...]) -> int:
     given = 0
     for part in parts:
         with contextlib.suppress(Exception):
+            digest = hashlib.blake2b(part, digest_size=16).digest()
+            keys = _KEPT.get(digest)
+            if keys is not None and checks.has_expected(keys):  # read for an earlier task, and all still kept
+                given += len(keys)
+                continue
             data = pickle.loads(part)  # noqa: S301 - the grader's own workers wrote it (`cell_values`), no kernel
             if data.get("torch") == torch.__version__:
                 checks.keep_expected(data["values"])
                 given += len(data["values"])
+                _KEPT[digest] = tuple(data["values"])
     return given
 
 
