@@ -554,8 +554,15 @@ def _set_due_in_formgrader(frame, row, offset: str) -> datetime.datetime:
     modal.locator("input.modal-timezone").fill(offset)
     modal.locator("button.save").click()
     expect(modal).to_be_hidden(timeout=60_000)  # closed once the formgrader has saved it
-    expect(row.locator("td.duedate")).to_contain_text(f"{when:%Y-%m-%d}", timeout=60_000)
+    # the formgrader shows it in UTC: after 19:00 UTC a date typed at -0500 is the next day there
+    expect(row.locator("td.duedate")).to_contain_text(f"{_in_utc(when, offset):%Y-%m-%d %H:%M:%S} UTC", timeout=60_000)
     return when
+
+
+def _in_utc(local: datetime.datetime, offset: str) -> datetime.datetime:
+    """A naive local time typed with a "+HHMM"/"-HHMM" offset, as a naive UTC time."""
+    delta = datetime.timedelta(hours=int(offset[1:3]), minutes=int(offset[3:5]))
+    return local - delta if offset.startswith("+") else local + delta
 
 
 def _due_as_seen_by(service, name: str) -> dict[str, str]:
@@ -847,7 +854,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     mark("due date set in the formgrader")
                     _shot(ipage, "02-formgrader-due-date")
                 # what students see: nbgrader's conversion of the instructor's local time (UTC-5) to UTC
-                due_utc = f"{due_local + datetime.timedelta(hours=5):%Y-%m-%d %H:%M}"
+                due_utc = f"{_in_utc(due_local, DUE_OFFSET):%Y-%m-%d %H:%M}"
                 # the first time a student asks after the edit (no collect, no release again), they see it
                 assert _due_as_seen_by(service, wrong) == {AID: due_utc}
                 assert time.monotonic() - due_set < 60
