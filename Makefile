@@ -17,11 +17,12 @@ NODE_STAMP := node_modules/.installed
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help lab hub test setup exercises bench-lessons
+.PHONY: help lab hub test test-fast setup exercises bench-lessons
 
 help:
 	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
 	@echo "make test           set up .venv if needed and run the whole test suite"
+	@echo "make test-fast      the suite without the classroom hub, the grading cluster and the browser tests"
 	@echo "make hub            (instructors, as root) the classroom on JupyterHub: HUB_ARGS=\"--students alice,bob\""
 	@echo "make exercises      (instructors) regenerate exercises/ from solutions/ with nbgrader"
 	@echo "make bench-lessons  time every lesson notebook against the 60 s budget"
@@ -64,6 +65,11 @@ $(NODE_STAMP): package-lock.json
 test: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder
+
+# For development: every test but those marked `servers` (JupyterHub, the Dask cluster and PostgreSQL, Chromium)
+test-fast: $(STAMP)
+	@$(CURDIR)/course --check-venv
+	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder -m "not servers"
 
 exercises: $(STAMP)
 	$(CURDIR)/course generate

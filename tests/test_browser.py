@@ -29,6 +29,9 @@ from twoprim.core.notebooks import ROOT
 
 from .chromium import CHROMIUM, MISSING, launch
 
+# left out of `make test-fast`; a limit of its own: JupyterLab and Chromium start in the first test's setup
+pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]
+
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts" / "browser")
 TOKEN = "two-primitives-browser-test"
 

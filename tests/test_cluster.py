@@ -26,6 +26,9 @@ from twoprim.grading.nbgrader_cli import CourseError
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
 from .servers import DaskCluster, Postgres, free_port
 
+# left out of `make test-fast`; a limit of its own: PostgreSQL, a Dask scheduler and two workers start in the first test's setup, then a class is graded
+pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]
+
 AID = "ex01_dot"
 SOL = {fn: f"{AID}-{fn}-solution" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")}
 CRASHING = ["crash_exit", "crash_segfault"]

@@ -49,6 +49,9 @@ from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, sha
 from .chromium import launch
 from .classroom import solution_code
 
+# left out of `make test-fast`; a limit of its own: the classroom's browser test alone takes ~110 s on 2 busy cores, its hub start up to START_S
+pytestmark = [pytest.mark.servers, pytest.mark.timeout(600)]
+
 AID = "ex01_dot"
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts") / "hub"
 START_S = 150      # accounts, the environment probe, JupyterHub and its proxy, on 2 busy cores
