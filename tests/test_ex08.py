@@ -11,6 +11,7 @@ from twoprim.assignments import ex08_shapes as ex08
 from twoprim.topics import layers_as_gemms as layers
 
 from .conftest import fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, named
 
 sol = functools.cache(lambda: solution_namespace("ex08_shapes"))
 
@@ -217,3 +218,30 @@ def test_quantization_numbers_the_lesson_and_the_assignment_state():
     twelve, sixteen = (ex08.reference_block_tile_efficiency(
         ex08.reference_llama_block_gemms(8, 1024, 768, h, h, 3072, 50257)) for h in (12, 16))
     assert twelve > sixteen
+
+
+# ---- every rule ex08 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+@pytest.mark.parametrize("wrong, rule, says", [
+    # off by one at exact multiples: its own check says so (the functions that call it used to be blamed instead)
+    (lambda n, m: (n // m + 1) * m, lambda c: "already a multiple" in c.label,
+     ("4,096 is already a multiple of 8: it stays as it is",)),
+    (lambda n, m: math.ceil(n / m) * m, lambda c: "beyond the integers a float holds" in c.label,
+     ("a float cannot hold every integer", "use integer arithmetic only")),
+], ids=["off-by-one-at-exact-multiples", "float-division"])
+def test_padded_rules_are_in_its_visible_check(wrong, rule, says):
+    assert_rule_is_visible(ex08.check_padded, named("padded", wrong), rule, *says)
+
+
+def test_an_off_by_one_padded_fails_its_own_check_not_only_its_callers():
+    """Before: padded's visible check passed, and tile_efficiency, which calls it, was blamed for its mistake."""
+    off_by_one = named("padded", lambda n, m: (n // m + 1) * m)
+    msg = fails(ex08.check_padded, off_by_one)
+    assert msg.startswith("✘ ex08_shapes-padded: wrong result.") and "already a multiple" in msg, msg
+
+
+def test_better_head_count_tie_rule_is_in_its_visible_check():
+    later_on_a_tie = _heads_from(lambda h, e: (h[0], e[0] / e[1]) if e[0] > e[1] else (h[1], e[1] / e[0]))
+    assert_rule_is_visible(ex08.check_better_head_count, later_on_a_tie, lambda c: "a tie" in c.label,
+                           "on a tie return the first head count")

@@ -14,6 +14,7 @@ from twoprim.assignments import ex10_xla as ex10
 from twoprim.topics import xla as xla_tools
 
 from .conftest import fails, solution_namespace
+from .visible_rules import assert_rule_is_visible
 
 import jax  # noqa: E402 - after twoprim.topics.xla put JAX on the CPU
 import jax.numpy as jnp  # noqa: E402
@@ -254,3 +255,58 @@ def test_guards_name_what_is_wrong():
         ex10.guard_dims("dot_general_gemm", (((2,), (0,)), ((), ())), (2, 3), (3, 5))
     with pytest.raises(TypeError, match="lhs_shape must be a tuple of sizes"):
         ex10.guard_dims("dot_general_gemm", (((1,), (0,)), ((), ())), "2x3", (3, 5))
+
+
+# ---- every rule ex10 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _counting(mode):
+    """gemm_counts that walks nested jaxprs, but: "flat" not at all, "no-scan" not into a loop's body, "per-step" a
+    loop body once per step, "once" a jaxpr called twice only once."""
+    from jax.extend.core import jaxprs_in_params
+
+    def dots(jaxpr, seen):
+        n = 0
+        for eqn in jaxpr.eqns:
+            n += eqn.primitive.name == "dot_general"
+            if mode == "flat" or (mode == "no-scan" and eqn.primitive.name == "scan"):
+                continue
+            times = eqn.params.get("length", 1) if mode == "per-step" and eqn.primitive.name == "scan" else 1
+            for sub in jaxprs_in_params(eqn.params):
+                sub = getattr(sub, "jaxpr", sub)
+                if mode == "once" and id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                n += times * dots(sub, seen)
+        return n
+
+    def gemm_counts(f, x, *params):
+        grad = jax.grad(lambda p: jnp.sum(f(x, *p)))
+        return dots(jax.make_jaxpr(f)(x, *params).jaxpr, set()), dots(jax.make_jaxpr(grad)(params).jaxpr, set())
+
+    return gemm_counts
+
+
+_NESTED = lambda c: c.label.startswith(("`jitted`", "`loop`"))  # noqa: E731
+
+
+@pytest.mark.parametrize("mode, rule, says", [
+    ("flat", _NESTED, ("nested jaxprs were not counted: the dot_generals inside `jit` equations are missing",
+                       "the forward jaxpr: 2 inside `jit`")),
+    ("no-scan", _NESTED, ("nested jaxprs were not counted: the dot_generals inside `scan` equations are missing",)),
+    ("per-step", _NESTED, ("a loop body counts once, not once per step",)),
+    ("once", _NESTED, ("a nested jaxpr counts each time an equation calls it",)),
+])
+def test_gemm_counts_rules_on_nested_jaxprs_are_in_its_visible_check(mode, rule, says):
+    assert_rule_is_visible(ex10.check_gemm_counts, _counting(mode), rule, *says)
+
+
+def test_count_hlo_ops_statements_without_a_result_are_in_its_visible_check(sol10):
+    def count_hlo_ops(text):
+        """Wrong: counts StableHLO statements with a result only (`%x = stablehlo.op`), not `stablehlo.return`."""
+        if text.lstrip().startswith("HloModule"):
+            return sol10["count_hlo_ops"](text)
+        return Counter(re.findall(r"^\s*%\S+ = (stablehlo\.\w+)", text, re.M))
+
+    assert_rule_is_visible(ex10.check_count_hlo_ops, count_hlo_ops, lambda c: "`loop`" in c.label,
+                           "stablehlo.return: expected 2, got 0", "statements without a result")

@@ -421,7 +421,10 @@ def check_llama_block_gemms(fn: Callable, cases: Sequence[Case] | None = None, *
 
 def check_padded(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `padded`: the smallest multiple of `multiple` that is ≥ n, as an exact int."""
-    cases = cases if cases is not None else padded_cases([(50257, 64, "GPT-2's vocabulary"), (4095, 8)])
+    cases = cases if cases is not None else padded_cases([
+        (50257, 64, "GPT-2's vocabulary"), (4095, 8),
+        (4096, 8, "already a multiple: it stays as it is"),
+        (2**60 + 3, 8, "2⁶⁰ + 3: beyond the integers a float holds exactly")])
     return run_check(f"{TASK}-padded", fn, cases, expected=reference_padded, judge=_judge_padded,
                      proves="the smallest multiple of `multiple` that is ≥ n, as an exact int", hidden=hidden,
                      next_step="round n up to a multiple")
@@ -462,7 +465,8 @@ def check_better_head_count(fn: Callable, cases: Sequence[Case] | None = None, *
     """Check `better_head_count`: which of two head counts gives the block the better tile efficiency, and by what
     ratio."""
     cases = cases if cases is not None else heads_cases([
-        (4, 512, 512, 2048, None, (8, 16), (128, 128, 64), "head sizes 64 and 32")])
+        (4, 512, 512, 2048, None, (8, 16), (128, 128, 64), "head sizes 64 and 32"),
+        (1, 128, 512, 1024, 1000, (8, 4), (64, 64, 64), "a tie: head sizes 64 and 128 both fill 64-wide tiles")])
     return run_check(f"{TASK}-better_head_count", fn, cases, expected=reference_better_head_count,
                      judge=_judge_heads,
                      proves="which of two head counts gives the block the better tile efficiency, and by what ratio",

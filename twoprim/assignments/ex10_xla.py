@@ -16,6 +16,7 @@ sit apart from the subjects and messages it needs.
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 from collections import Counter
 from collections.abc import Mapping
@@ -75,6 +76,19 @@ def _nested(x, w1, w2):
     return _block(_block(x, w1), w2)                          # one jitted block, called twice
 
 
+@jax.jit
+def _tanh_layer(h, w):
+    return jnp.tanh(h @ w)
+
+
+def _jitted(x, w1, w2, w3):
+    return _tanh_layer(_tanh_layer(x, w1), w2) @ w3          # a jitted layer called twice, then a plain projection
+
+
+def _loop(x, w, v):
+    return lax.fori_loop(0, 4, lambda i, h: jnp.tanh(h @ w), x) @ v  # 4 steps of one body, then a projection
+
+
 def _remat(x, w1, w2):
     return jax.checkpoint(lambda h: jnp.tanh(h @ w1) @ w2)(x)  # recomputed in the backward pass
 
@@ -123,6 +137,10 @@ SUBJECTS: dict[str, Subject] = {s.name: s for s in [
     Subject("scan", "lax.scan of h = tanh(h @ w), 3 steps (a loop: HLO while)", _scan, [(4, 8), (8, 8)]),
     Subject("conv", "a 3×3 convolution (lax.conv_general_dilated), flattened, then @ w", _conv,
             [(2, 3, 6, 6), (4, 3, 3, 3), (144, 5)]),
+    Subject("jitted", "a jitted layer tanh(h @ w) called twice, then @ w3 (each call a `jit` equation holding a "
+            "jaxpr)", _jitted, [(4, 6), (6, 6), (6, 6), (6, 3)]),
+    Subject("loop", "lax.fori_loop of h = tanh(h @ w), 4 steps, then @ v (a `scan` in the jaxpr, a while loop in "
+            "HLO)", _loop, [(3, 5), (5, 5), (5, 2)]),
 ]}
 
 
@@ -326,8 +344,10 @@ def _judge_ops(got: Any, want: Counter, case: Case) -> str:
     return ""
 
 
+# The rules the task states, each in a visible case: every computation (fusion bodies; a while loop's body and
+# condition), statements without a result (`stablehlo.return` in a loop's regions), tuple shapes, names and metadata
 VISIBLE_MODULES = [("mlp", "stablehlo"), ("mlp", "hlo"), ("scores", "stablehlo"), ("grad mlp", "hlo"),
-                   ("grad mlp", "stablehlo")]
+                   ("grad mlp", "stablehlo"), ("loop", "stablehlo"), ("loop", "hlo")]
 
 
 def check_count_hlo_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -468,21 +488,78 @@ def _judge_counts(got: Any, want: tuple, case: Case) -> str:
                    for g in (f, xla_tools.grad_of_sum(f, len(args) - 1))]
         with_x = xla_tools.jaxpr_ops(xla_tools.jaxpr(jax.grad(lambda *a: jnp.sum(f(*a)), argnums=tuple(
             range(len(args)))), *args))["dot_general"]
-        flat = (_flat_dots(f, args), _flat_dots(xla_tools.grad_of_sum(f, len(args) - 1), args))
+        jaxprs = (xla_tools.jaxpr(f, *args).jaxpr, xla_tools.jaxpr(xla_tools.grad_of_sum(f, len(args) - 1),
+                                                                      *args).jaxpr)
+        nested = _nested_cause(value, jaxprs)
         if value == tuple(lowered) and value != want:
             hint = ("that is the lowered StableHLO's count: lowering drops work whose result is unused and writes a "
                     "function called twice once. Count the jaxpr's dot_general equations instead")
-        elif value == flat:
-            hint = ("a jitted, custom-derivative or checkpointed function is one equation that holds a jaxpr of its "
-                    "own (in eqn.params): count the dot_generals inside it too, each time it is called "
-                    "(jax.extend.core.jaxprs_in_params finds them)")
+        elif nested:
+            hint = nested
         elif value[1] == with_x and value[0] == fw:
             hint = "take the gradient with respect to the parameters only (every argument after the first), not x"
     raise Mismatch(f"{value}", next_step=hint)
 
 
-def _flat_dots(f, args) -> int:
-    return sum(e.primitive.name == "dot_general" for e in jax.make_jaxpr(f)(*args).jaxpr.eqns)
+def _dots(j, *, skip: frozenset = frozenset(), per_step: bool = False, seen: set | None = None) -> int:
+    """dot_general equations of jaxpr `j` counted as a mistaken count would: not looking inside the equations whose
+    primitive is in `skip`, a scan body once per step (`per_step`), a nested jaxpr only the first time it is met
+    (`seen`)."""
+    n = 0
+    for eqn in j.eqns:
+        n += eqn.primitive.name == "dot_general"
+        if eqn.primitive.name in skip:
+            continue
+        times = int(eqn.params.get("length", 1)) if per_step and eqn.primitive.name == "scan" else 1
+        for sub in xla_tools._sub_jaxprs(eqn):
+            if seen is not None:
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+            n += times * _dots(sub, skip=skip, per_step=per_step, seen=seen)
+    return n
+
+
+def _holders(j, found: Counter | None = None) -> Counter:
+    """{primitive: dot_generals inside its nested jaxprs} over the equations of `j` that hold a jaxpr, at any depth
+    (a dot_general is credited to every equation around it)."""
+    found = Counter() if found is None else found
+    for eqn in j.eqns:
+        for sub in xla_tools._sub_jaxprs(eqn):
+            inside = _dots(sub)
+            if inside:
+                found[eqn.primitive.name] += inside
+            _holders(sub, found)
+    return found
+
+
+def _nested_cause(value: tuple, jaxprs: tuple) -> str:
+    """Why `value` is what counting the forward and gradient `jaxprs` without looking inside some nested jaxprs,
+    counting a loop body per step, or a jaxpr called twice only once would give; "" when none of those gives it."""
+    holders = _holders(jaxprs[0]) + _holders(jaxprs[1])
+    names = sorted(holders)
+    for size in range(1, len(names) + 1):  # the smallest set of holders whose jaxprs, left out, give `value`
+        for skipped in itertools.combinations(names, size):
+            if value == tuple(_dots(j, skip=frozenset(skipped)) for j in jaxprs):
+                which = " and ".join(f"`{n}`" for n in skipped)
+                parts = []
+                for what, j in zip(("the forward jaxpr", "the gradient's"), jaxprs):
+                    inside = {n: k for n, k in sorted(_holders(j).items()) if n in skipped}
+                    if inside:
+                        parts.append(f"{what}: " + ", ".join(f"{k} inside `{n}`" for n, k in inside.items()))
+                where = "; ".join(parts)
+                return (f"nested jaxprs were not counted: the dot_generals inside {which} equations are missing "
+                        f"({where}). An equation of a jitted function (`jit`), a custom derivative "
+                        f"(`custom_jvp_call`), a checkpoint or a loop (`scan`, `while`, `cond`) holds a jaxpr of its "
+                        f"own in eqn.params: count the dot_generals inside it too, each time it is called "
+                        f"(jax.extend.core.jaxprs_in_params finds them)")
+    if "scan" in holders and value == tuple(_dots(j, per_step=True) for j in jaxprs):
+        return ("a loop body counts once, not once per step: a `scan` equation holds its body's jaxpr once, whatever "
+                "its length (the GEMM runs length times, but it is one dot_general equation)")
+    if value == tuple(_dots(j, seen=set()) for j in jaxprs):
+        return ("a nested jaxpr counts each time an equation calls it: a jitted function called twice is two `jit` "
+                "equations holding the same jaxpr, and its dot_generals count twice")
+    return ""
 
 
 def _unpack_subject(args: tuple) -> tuple:
@@ -491,7 +568,9 @@ def _unpack_subject(args: tuple) -> tuple:
     return (f, *arrays)
 
 
-VISIBLE_MODELS = ["mlp", "scores", "attention"]
+# The rules the task states, each in a visible case: the gradient with respect to the parameters, nested jaxprs
+# counted at each call (a jitted layer called twice), a loop body counted once (not once per step)
+VISIBLE_MODELS = ["mlp", "scores", "attention", "jitted", "loop"]
 
 
 def check_gemm_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:

@@ -28,7 +28,7 @@ import itertools
 import math
 import types
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -592,11 +592,75 @@ def _broke(task: str, rule: str, case: Case, tried: str, found: str, next_step: 
         f"  tried:    {tried}\n  found:    {found}\n  next:     {next_step}")
 
 
-def _wrong(task: str, case: Case, tried: str, want: Any, bad: Mismatch, next_step: str) -> CheckFailure:
+def _wrong(task: str, case: Case, tried: str, want: Any, bad: Mismatch, next_step: str,
+           layout: str = "") -> CheckFailure:
     expected = bad.expected if getattr(bad, "expected", None) else _describe_expected(want)
     return CheckFailure(
         f"✘ {task}: wrong result.\n  case:     {case.label}\n  tried:    {tried}\n"
-        f"  expected: {expected}\n  got:      {bad.detail}\n  next:     {bad.next_step or next_step}")
+        f"  expected: {expected}\n  got:      {bad.detail}\n" + (f"  layout:   {layout}\n" if layout else "")
+        + f"  next:     {bad.next_step or next_step}")
+
+
+def as_contiguous(t: torch.Tensor) -> torch.Tensor | None:
+    """`t`'s memory read as if `t` were contiguous (row-major from its storage offset): the values code that ignores
+    t's strides sees. None when t is contiguous or its storage ends before that read would."""
+    if not isinstance(t, torch.Tensor) or t.is_contiguous() or t.numel() == 0:
+        return None
+    if t.storage_offset() + t.numel() > t.untyped_storage().nbytes() // t.element_size():
+        return None
+    strides = [1] * t.dim()
+    for d in range(t.dim() - 2, -1, -1):
+        strides[d] = strides[d + 1] * t.shape[d + 1]
+    return torch.as_strided(t.detach(), t.shape, strides, t.storage_offset()).clone()
+
+
+def _layout_cause(fn: Any, case: Case, got: Any, bad: Mismatch, expected: Callable, judge: Callable,
+                  earlier: Sequence[Case] = ()) -> str:
+    """For a wrong result on a case with non-contiguous tensor arguments: which arguments' strides the code ignored,
+    when reading them as if contiguous gives exactly what came back; else, when every case before it (all passed)
+    was contiguous, that the code depends on memory layout. "" otherwise, or when the judge already said it."""
+    said = f"{bad.detail} {bad.next_step}"
+    if "as if" in said and "contiguous" in said:
+        return ""
+    loose = [i for i, a in enumerate(case.args) if isinstance(a, torch.Tensor) and not a.is_contiguous()]
+    if not loose or len(loose) > 4:
+        return ""
+    try:
+        params = list(inspect.signature(_target(fn)).parameters)
+    except (TypeError, ValueError):
+        params = []
+    for size in range(1, len(loose) + 1):
+        for chosen in itertools.combinations(loose, size):
+            args = list(case.args)
+            for i in chosen:
+                args[i] = as_contiguous(args[i])
+            if any(args[i] is None for i in chosen):
+                continue
+            try:
+                read = replace(case, args=tuple(args))
+                judge(got, expected(*read.args, **read.kwargs), read)
+            except Exception:  # noqa: BLE001 - not this reading (a Mismatch, or an oracle refusing it)
+                continue
+            names = [f"`{params[i]}`" if i < len(params) else f"argument {i + 1}" for i in chosen]
+            strides = ", ".join(f"{n} strides {case.args[i].stride()}" for n, i in zip(names, chosen))
+            which = " and ".join(names)
+            were = "it were" if size == 1 else "they were"
+            return (f"what came back is the right result for {which} read as if {were} contiguous ({strides}): "
+                    f"the code ignores the strides of a non-contiguous input, reading its "
+                    f"memory in row-major order. Index the tensor itself (torch ops follow the strides), or make a "
+                    f"contiguous copy (reshape, .contiguous()) before anything that reads raw memory")
+    if earlier and all(_contiguous_args(c) for c in earlier):
+        strides = ", ".join(f"{f'`{params[i]}`' if i < len(params) else f'argument {i + 1}'} strides "
+                            f"{case.args[i].stride()}" for i in loose)
+        return (f"the {len(earlier)} case{'s' if len(earlier) != 1 else ''} before this one, all contiguous, passed; "
+                f"this is the first with a non-contiguous input ({strides}): the code depends on the memory layout "
+                f"somewhere (strides it computes itself from the shape, view, as_strided, data_ptr), while torch ops "
+                f"on the tensor itself follow its strides")
+    return ""
+
+
+def _contiguous_args(case: Case) -> bool:
+    return all(a.is_contiguous() for a in (*case.args, *case.kwargs.values()) if isinstance(a, torch.Tensor))
 
 
 def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses) -> list[str]:
@@ -605,7 +669,7 @@ def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses
     capture = verdicts.start_capture(task, name, [c.label for c in cases])
     note = {"uses": ",".join(sorted(uses))} if uses else {}
     summaries = []
-    for case in cases:
+    for index, case in enumerate(cases):
         tried = describe_call(name, case)
         # Expected values come before the learner's call, which may change its inputs in place; except while the
         # kernel is graded: then they must not exist until the call has returned and its result is recorded (a
@@ -642,7 +706,8 @@ def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses
         try:
             summaries.append(judge(got, want, case))
         except Mismatch as bad:
-            raise _wrong(task, case, tried, want, bad, next_step) from None
+            raise _wrong(task, case, tried, want, bad, next_step,
+                         _layout_cause(fn, case, got, bad, expected, judge, cases[:index])) from None
     return summaries
 
 
@@ -727,7 +792,8 @@ def _judge_recorded(task, fn, cases, replay, *, expected, judge, next_step, uses
         try:
             summaries.append(judge(got, want, case))
         except Mismatch as bad:
-            raise _wrong(task, case, tried, want, bad, next_step) from None
+            raise _wrong(task, case, tried, want, bad, next_step,
+                         _layout_cause(fn, case, got, bad, expected, judge, cases[:i])) from None
     return summaries
 
 
