@@ -8,6 +8,7 @@ from twoprim.core import checks
 from twoprim.assignments import ex01_dot as ex01
 
 from .conftest import check_of, fails
+from .visible_rules import assert_rule_is_visible, ignores_strides, named
 
 
 # ---- wrong answers
@@ -142,7 +143,7 @@ def test_pass_message_says_what_was_proved_and_hidden_count(sol01, capsys):
     ex01.check_dot(sol01["dot"], hidden=10)
     out = capsys.readouterr().out
     assert out.startswith("✔ ex01_dot-dot: a vectorised x·w")
-    assert "passed 6 cases" in out and "Grading runs 10 more hidden checks" in out
+    assert "passed 8 cases" in out and "Grading runs 10 more hidden checks" in out
 
 
 def test_recorder_sees_functions_and_aten_ops():
@@ -292,7 +293,7 @@ def test_the_grader_names_the_failing_dependency_from_the_recorded_results(tmp_p
     for check, fn in ((ex01.check_dot, ns["dot"]), (ex01.check_neuron, ns["neuron"])):
         assert check(fn).answered  # recorded, not judged: no verdict exists in the kernel
     printed = capsys.readouterr().out
-    assert "○ ex01_dot-dot: 6 cases recorded for the grader to judge." in printed and "✔" not in printed
+    assert "○ ex01_dot-dot: 8 cases recorded for the grader to judge." in printed and "✔" not in printed
     monkeypatch.delenv(verdicts.CAPTURE_ENV)
     replay = verdicts.Replay(tmp_path)
     learner = {"dot", "neuron"}
@@ -367,3 +368,28 @@ def test_a_pass_reports_the_case_closest_to_failing_from_the_judges_numbers():
     only_words = checks.run_check("ex00-words", lambda x: x, cases[2:], expected=lambda x: x, judge=judge,
                                   proves="x", quiet=True)
     assert only_words.summary == ""
+
+
+# ---- every rule ex01 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _ex01_zero_key_divides_by_zero(query, keys):
+    return (keys @ query) / (torch.linalg.vector_norm(keys, dim=1) * torch.linalg.vector_norm(query))  # no floor
+
+
+@pytest.mark.parametrize("check, wrong, rule, says", [
+    # an accumulator started as a float32 0-d tensor promotes float16 (float32 and float64 keep their dtype)
+    (ex01.check_dot, lambda sol: named("dot", lambda x, w: torch.zeros(()) + (x * w).sum()),
+     lambda c: "float16" in c.label, ("dtype float32, expected float16 (the input's dtype)",)),
+    (ex01.check_dot, lambda sol: ignores_strides(sol["dot"]), lambda c: "non-contiguous" in c.label,
+     ("read as if they were contiguous",)),
+    # torch.as_tensor(b) of a Python float is float32: it promotes a float16 result
+    (ex01.check_neuron, lambda sol: named("neuron", lambda x, w, b: (x * w).sum() + torch.as_tensor(b)),
+     lambda c: "float16" in c.label, ("dtype float32, expected float16 (the input's dtype)",)),
+    (ex01.check_cosine_similarity, lambda sol: named("cosine_similarity", _ex01_zero_key_divides_by_zero),
+     lambda c: "all zeros" in c.label, ("NaN where a number was expected", "division by zero")),
+    (ex01.check_cosine_similarity, lambda sol: ignores_strides(sol["cosine_similarity"]),
+     lambda c: "non-contiguous" in c.label, ("`keys` read as if it were contiguous",)),
+], ids=["dot-float16", "dot-strides", "neuron-float16", "cosine-zero-key", "cosine-strides"])
+def test_each_stated_rule_of_ex01_has_a_visible_case(sol01, check, wrong, rule, says):
+    assert_rule_is_visible(check, wrong(sol01), rule, *says)

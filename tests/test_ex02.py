@@ -11,6 +11,7 @@ from twoprim.topics import gemm
 from twoprim.core import timing
 
 from .conftest import fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, ignores_strides, named
 
 
 @pytest.fixture(scope="module")
@@ -433,3 +434,31 @@ def test_busy_warning_reads_the_load_average(monkeypatch, capsys):
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
     gemm.warn_if_busy()
     assert capsys.readouterr().out == ""
+
+
+# ---- every rule ex02 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _gemm_nan_only(alpha, A, B, beta, C):
+    """Wrong: guards against NaN in C when beta = 0, not against inf (0·inf is NaN too)."""
+    return alpha * (A @ B) + beta * torch.where(torch.isnan(C), torch.zeros_like(C), C)
+
+
+_NONCONTIGUOUS = lambda c: "non-contiguous" in c.label  # noqa: E731
+
+
+@pytest.mark.parametrize("fn, positions", [("matmul_loops", ()), ("matmul_dots", ()), ("matmul_outer", ()),
+                                           ("gemm", (1, 2)), ("gemm", (4,)), ("matmul_tiled", ())])
+def test_every_function_of_ex02_meets_non_contiguous_inputs_in_its_visible_check(sol02, fn, positions):
+    """Reading A, B (or C) as if contiguous passed every visible check before; now each says which strides it ignored."""
+    check = getattr(ex02, f"check_{fn}")
+    names = {(): "`A` and `B`", (1, 2): "`A` and `B`", (4,): "`C`"}[positions]
+    assert_rule_is_visible(check, ignores_strides(sol02[fn], *positions), _NONCONTIGUOUS,
+                           f"{names} read as if they were contiguous" if names != "`C`"
+                           else "`C` read as if it were contiguous")
+
+
+def test_gemm_meets_a_c_full_of_inf_with_beta_zero_in_its_visible_check():
+    msg = assert_rule_is_visible(ex02.check_gemm, named("gemm", _gemm_nan_only), lambda c: "full of inf" in c.label,
+                                 "0·NaN is NaN in floating point, so beta * C spreads it", "do not read C at all")
+    assert "C full of inf" in msg

@@ -15,6 +15,7 @@ from twoprim.assignments import ex03_layers as ex03
 from twoprim.topics import layers_as_gemms as layers
 
 from .conftest import check_of, fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, ignores_strides, named
 
 matplotlib.use("Agg")
 
@@ -144,7 +145,8 @@ def test_mlp_needs_two_gemms(sol):
 
 
 def test_rnn_accepts_two_gemms_or_one_fused(sol, capsys):
-    ex03.check_rnn_cell(lambda x, h, W_ih, W_hh, b: torch.tanh(x @ W_ih.T + h @ W_hh.T + b))
+    ex03.check_rnn_cell(lambda x, h, W_ih, W_hh, b: torch.tanh(
+        x.reshape(-1, x.shape[-1]) @ W_ih.T + h.reshape(-1, h.shape[-1]) @ W_hh.T + b).reshape(h.shape))
     ex03.check_rnn_cell(sol["rnn_cell"])
     assert capsys.readouterr().out.count("✔") == 2
     msg = fails(ex03.check_rnn_cell, lambda x, h, W_ih, W_hh, b: torch.tanh(
@@ -387,3 +389,74 @@ def test_op_tree_shows_what_addmm_does_inside():
     lines = tree.splitlines()
     assert lines[0] == "aten::linear  [[6, 5], [4, 5], [4]]"
     assert "    aten::addmm  [[4], [6, 5], [5, 4]]" in lines and "        aten::copy_  [[6, 4], [6, 4]]" in lines
+
+
+# ---- every rule ex03 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _rows_of(x):
+    return x.flatten(0, -2)  # wrong for x of rank 1: there is no leading dimension to fold
+
+
+def _rows_view(x):
+    return x.view(-1, x.shape[-1])  # wrong for a non-contiguous x: view cannot fold dims that are not laid out in order
+
+
+def _linear_rank(x, W, b):
+    return torch.addmm(b, _rows_of(x), W.T).reshape(*x.shape[:-1], -1)
+
+
+def _qkv(rows_of):
+    def qkv_projection(x, Wq, Wk, Wv):
+        fused = rows_of(x) @ torch.cat([Wq, Wk, Wv]).T
+        q, k, v = fused.split([Wq.shape[0], Wk.shape[0], Wv.shape[0]], dim=1)
+        return tuple(t.reshape(*x.shape[:-1], -1) for t in (q, k, v))
+    return qkv_projection
+
+
+def _mlp(rows_of):
+    def mlp(x, W1, b1, W2, b2):
+        h = torch.relu(torch.addmm(b1, rows_of(x), W1.T))
+        return torch.addmm(b2, h, W2.T).reshape(*x.shape[:-1], -1)
+    return mlp
+
+
+def _rnn(rows_of):
+    def rnn_cell(x, h, W_ih, W_hh, b):
+        return torch.tanh(rows_of(x) @ W_ih.T + rows_of(h) @ W_hh.T + b).reshape(h.shape)
+    return rnn_cell
+
+
+def _embedding_unflatten(ids, table):
+    one_hot = (ids.reshape(-1, 1) == torch.arange(table.shape[0])).to(table.dtype)
+    return (one_hot @ table).unflatten(0, ids.shape)  # wrong for a 0-d id: unflatten wants at least one size
+
+
+_RANK1 = lambda c: c.label.startswith(("x (7,)", "x (3,)"))  # noqa: E731
+_LEAD = lambda c: "first two dims swapped" in c.label  # noqa: E731
+
+
+@pytest.mark.parametrize("check, wrong, rule, says", [
+    (ex03.check_linear, lambda sol: named("linear", _linear_rank), _RANK1, ("Dimension out of range",)),
+    (ex03.check_linear, lambda sol: ignores_strides(sol["linear"], 1), lambda c: "W (3, 8) transposed" in c.label,
+     ("`W` read as if it were contiguous",)),
+    (ex03.check_qkv_projection, lambda sol: named("qkv_projection", _qkv(_rows_of)), _RANK1,
+     ("Dimension out of range",)),
+    (ex03.check_qkv_projection, lambda sol: named("qkv_projection", _qkv(_rows_view)), _LEAD,
+     ("view size is not compatible with input tensor's size and stride",)),
+    (ex03.check_mlp, lambda sol: named("mlp", _mlp(_rows_of)), _RANK1, ("Dimension out of range",)),
+    (ex03.check_mlp, lambda sol: named("mlp", _mlp(_rows_view)), _LEAD,
+     ("view size is not compatible with input tensor's size and stride",)),
+    (ex03.check_embedding_as_gemm, lambda sol: named("embedding_as_gemm", _embedding_unflatten),
+     lambda c: c.label.startswith("ids ()"), ("unflatten: sizes must be non-empty",)),
+    (ex03.check_embedding_as_gemm, lambda sol: ignores_strides(sol["embedding_as_gemm"], 1),
+     lambda c: "transposed" in c.label, ("`table` read as if it were contiguous",)),
+    (ex03.check_rnn_cell, lambda sol: named("rnn_cell", _rnn(_rows_of)), _RANK1, ("Dimension out of range",)),
+    (ex03.check_rnn_cell, lambda sol: named("rnn_cell", _rnn(_rows_view)), _LEAD,
+     ("view size is not compatible with input tensor's size and stride",)),
+    (ex03.check_gnn_layer, lambda sol: ignores_strides(sol["gnn_layer"]), lambda c: "transposed" in c.label,
+     ("read as if", "contiguous")),
+], ids=["linear-rank1", "linear-W-strides", "qkv-rank1", "qkv-strides", "mlp-rank1", "mlp-strides", "embedding-0d",
+        "embedding-table-strides", "rnn-rank1", "rnn-strides", "gnn-strides"])
+def test_each_stated_rule_of_ex03_has_a_visible_case(sol, check, wrong, rule, says):
+    assert_rule_is_visible(check, wrong(sol), rule, *says)

@@ -14,6 +14,7 @@ from twoprim.topics import convolution as conv
 from twoprim.assignments import ex04_conv as ex04
 
 from .conftest import fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, ignores_strides, named
 
 matplotlib.use("Agg")
 
@@ -99,7 +100,7 @@ def test_conv_gemm_shape_expected_comes_from_recorded_gemms_not_a_formula(sol04,
 def test_conv2d_gemm_tolerance_is_stated_and_scales_with_the_sum(sol04, capsys):
     ex04.check_conv2d_gemm(sol04["conv2d_gemm"], hidden=22)
     out = capsys.readouterr().out
-    assert "tolerance abs" in out and "passed 4 cases" in out and "Grading runs 22 more hidden checks" in out
+    assert "tolerance abs" in out and "passed 7 cases" in out and "Grading runs 22 more hidden checks" in out
     ones = [checks.Case("ones", (torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3)), {})]  # every output 18.0
 
     def shifted(by):
@@ -481,3 +482,29 @@ def test_h200_fact_comes_from_the_probe_file_with_its_machine():
     fact = conv.h200_conv_fact()
     assert fact["ratio"] == pytest.approx(6.37) and fact["machine"].startswith("NVIDIA H200")
     assert fact["file"] == "data/h200_gemm_probe_2026-11-30.json"
+
+
+# ---- every rule ex04 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _im2col_own_strides(x, kernel_size, stride=1, padding=0, dilation=1):
+    """Wrong: as_strided with the strides of a contiguous padded input (F.pad keeps channels_last, and a transposed x
+    without padding stays transposed)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = ex04.im2col_args("im2col", x, kernel_size, stride, padding, dilation)
+    xp = F.pad(x, (pw, pw, ph, ph))
+    N, C, H, W = xp.shape
+    Hout, Wout = (H - dh * (kh - 1) - 1) // sh + 1, (W - dw * (kw - 1) - 1) // sw + 1
+    taps = xp.as_strided((N, C, kh, kw, Hout, Wout), (C * H * W, H * W, dh * W, dw, sh * W, sw))
+    return taps.reshape(N, C * kh * kw, Hout * Wout)
+
+
+def test_im2col_meets_non_contiguous_inputs_in_its_visible_check():
+    assert_rule_is_visible(ex04.check_im2col, named("im2col", _im2col_own_strides),
+                           lambda c: "non-contiguous" in c.label, "all contiguous, passed",
+                           "the first with a non-contiguous input (`x` strides (126, 1, 21, 3))",
+                           "strides it computes itself from the shape")
+
+
+def test_conv2d_gemm_meets_non_contiguous_inputs_in_its_visible_check(sol04):
+    assert_rule_is_visible(ex04.check_conv2d_gemm, ignores_strides(sol04["conv2d_gemm"], 0),
+                           lambda c: "non-contiguous" in c.label, "`x` read as if it were contiguous")

@@ -13,6 +13,7 @@ from twoprim.topics import attention
 from twoprim.assignments import ex05_attention as ex05
 
 from .conftest import check_of, fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, named
 
 matplotlib.use("Agg")
 
@@ -175,7 +176,7 @@ def test_one_pass_variance_fails_far_from_zero():
     def layer_norm(x, w, b, eps=1e-5):
         mu = x.mean(-1, keepdim=True)
         return (x - mu) / torch.sqrt((x * x).mean(-1, keepdim=True) - mu * mu + eps) * w + b
-    ex05.check_layer_norm(layer_norm)  # fine near zero ...
+    ex05.check_layer_norm(layer_norm, ex05.layer_norm_cases([(4, 8), (2, 3, 16)]))  # fine near zero ...
     msg = fails(ex05.check_layer_norm, layer_norm, ex05.layer_norm_cases([(8, 48)], offset=300.0, seed=203))
     assert "every row near 300" in msg and "cancels catastrophically" in msg  # ... not near 300
 
@@ -361,3 +362,71 @@ def test_plots_draw():
     assert len(fig.axes) == 3  # two panels and a colour bar
     fig = attention.share_bars({"FLOPs": {"x": 1, "y": 3}, "time": {"x": 2, "y": 2}}, title="t")
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["FLOPs", "time"]
+
+
+# ---- every rule ex05 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _softmax_clears_infinities(x, dim=-1):
+    """Wrong: 'guards' against infinities by zeroing them, which gives the masked (-inf) entries a weight."""
+    x = torch.where(torch.isinf(x), torch.zeros_like(x), x)
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _layer_norm_one_pass(x, weight, bias, eps=1e-5):
+    """Wrong: the one-pass variance E[x²] − E[x]², which cancels for rows far from 0."""
+    mu = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mu * mu
+    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+
+
+def _attention_nan_rows(q, k, v, mask=None, causal=False):
+    """Wrong: a query whose keys are all masked gets softmax's 0/0 = NaN, not SDPA's zeros."""
+    S, D = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), -math.inf)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def _tiled_square_causal_mask(q, k, v, block_size, causal=False):
+    """Wrong: one causal mask of block_size × block_size for every diagonal tile, which a last tile shorter than
+    block_size cannot take."""
+    B, H, S, D = q.shape
+    diagonal = torch.ones(block_size, block_size, dtype=torch.bool).tril()
+    out = torch.empty_like(q)
+    for i0 in range(0, S, block_size):
+        i1 = min(i0 + block_size, S)
+        q_i = q[:, :, i0:i1] / math.sqrt(D)
+        m = torch.full((B, H, i1 - i0, 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros(B, H, i1 - i0, 1, dtype=q.dtype)
+        acc = torch.zeros(B, H, i1 - i0, D, dtype=q.dtype)
+        for j0 in range(0, i1 if causal else S, block_size):
+            j1 = min(j0 + block_size, S)
+            s = q_i @ k[:, :, j0:j1].transpose(-2, -1)
+            if causal and j0 == i0:
+                s = s.masked_fill(~diagonal, -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)
+            l, acc, m = l * alpha + p.sum(dim=-1, keepdim=True), acc * alpha + p @ v[:, :, j0:j1], m_new
+        out[:, :, i0:i1] = acc / l
+    return out
+
+
+@pytest.mark.parametrize("check, wrong, rule, says", [
+    (ex05.check_softmax, named("softmax", _softmax_clears_infinities), lambda c: "-inf" in c.label,
+     ("an entry of -inf (a masked score) gets weight exactly 0",)),
+    (ex05.check_layer_norm, named("layer_norm", _layer_norm_one_pass), lambda c: "near 3000" in c.label,
+     ("E[x²] − E[x]² cancels catastrophically",)),
+    (ex05.check_attention, named("attention", _attention_nan_rows),
+     lambda c: "no key" in c.label or "hides every key" in c.label,
+     ("which sees no key at all", "give them an output of zeros")),
+    (ex05.check_tiled_attention, named("tiled_attention", _tiled_square_causal_mask),
+     lambda c: "causal" in c.label and "not a multiple" in c.label, ("must match the size of tensor",)),
+], ids=["softmax-neg-inf", "layer-norm-centred", "attention-no-key", "tiled-causal-ragged"])
+def test_each_stated_rule_of_ex05_has_a_visible_case(check, wrong, rule, says):
+    assert_rule_is_visible(check, wrong, rule, *says)

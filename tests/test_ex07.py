@@ -17,6 +17,7 @@ from twoprim.topics import mlx as mlx_tools
 from twoprim.core.notebooks import ROOT
 
 from .conftest import fails, solution_namespace
+from .visible_rules import assert_rule_is_visible, named
 
 matplotlib.use("Agg")
 mx = pytest.importorskip("mlx.core", reason="ex07_mlx needs MLX (mlx[cpu] on Linux is in the course environment)")
@@ -464,3 +465,32 @@ def test_lesson_07_runs_without_mlx_and_says_what_it_skips(tmp_path, monkeypatch
     for cell in mlx_cells:
         said = "".join(o.get("text", "") for o in cell.outputs)
         assert "MLX is not available on this machine" in said and "Skipping" in said, cell.source[:80]
+
+
+# ---- every rule ex07 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
+# check before its case was added, and fails it now with a message about its own mistake
+
+def _gemm_array_scalars(alpha, A, B, beta, C):
+    """Wrong: alpha and beta as MLX arrays (float32), which promote a float16 result to float32."""
+    if beta == 0:
+        return mx.array(alpha) * (A @ B)
+    return mx.array(alpha) * (A @ B) + mx.array(beta) * C
+
+
+def _attention_array_scale(q, k, v, causal=False):
+    """Wrong: the scale 1/√D as an MLX array (float32), which promotes float16 scores to float32."""
+    S, D = q.shape[-2], q.shape[-1]
+    scores = (q @ k.swapaxes(-1, -2)) * mx.array(1.0 / math.sqrt(D))
+    if causal:
+        scores = mx.where(mx.arange(S)[:, None] >= mx.arange(S)[None, :], scores, -mx.inf)
+    weights = mx.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("check, wrong", [
+    (ex07.check_mlx_gemm, named("mlx_gemm", _gemm_array_scalars)),
+    (ex07.check_mlx_attention, named("mlx_attention", _attention_array_scale)),
+], ids=["gemm", "attention"])
+def test_float16_keeps_its_dtype_in_the_visible_checks(check, wrong):
+    assert_rule_is_visible(check, wrong, lambda c: "float16" in c.label,
+                           "dtype float32, expected float16 (the input's dtype)")

@@ -264,7 +264,9 @@ def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
 
 def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `dot`: a vectorised x·w without built-in dot products, in the input's dtype."""
-    cases = cases if cases is not None else vector_cases([3, 64, 1000], [torch.float32, torch.float64])
+    if cases is None:  # the rules stated, each in a case: float16 keeps its dtype too; a non-contiguous view
+        cases = (vector_cases([3, 64, 1000], [torch.float32, torch.float64])
+                 + vector_cases([33], [torch.float16], seed=3) + vector_cases([31], noncontiguous=True, seed=4))
     return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot, rules=[_NO_GEMM, _vectorised()],
               proves="a vectorised x·w without built-in dot products, in the input's dtype", hidden=hidden,
               next_step="(x * w) is the element-wise product; its sum over all elements is the dot product")
@@ -272,7 +274,8 @@ def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int 
 
 def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `neuron`: a neuron's pre-activation x·w + b, with b a number or a 0-d tensor."""
-    cases = cases if cases is not None else neuron_cases([4, 100], [torch.float32, torch.float64])
+    if cases is None:  # float16 too: x·w + b keeps x's dtype whatever b is (a number or a 0-d tensor)
+        cases = neuron_cases([4, 100], [torch.float32, torch.float64]) + neuron_cases([20], [torch.float16], seed=3)
     return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype), judge=_judge_neuron,
               proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor", hidden=hidden,
               next_step="reuse your dot(x, w) and add b")
@@ -280,7 +283,10 @@ def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 def check_cosine_similarity(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `cosine_similarity`: cosine similarity of one query against N keys, with one matrix-vector product."""
-    cases = cases if cases is not None else search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
+    if cases is None:  # the rules stated, each in a case: a key of all zeros has similarity 0; transposed keys
+        cases = (search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
+                 + search_cases([(9, 5)], [torch.float64], zero_key=True, seed=3)
+                 + search_cases([(11, 3)], [torch.float32], noncontiguous=True, seed=4))
     return run_check(f"{TASK}-cosine_similarity", fn, cases, expected=lambda q, keys: _cosine64(q, keys).to(q.dtype), judge=_judge_cosine,
               rules=[_NO_BUILTIN_COSINE, _one_gemv()],
               proves="cosine similarity of one query against N keys, with one matrix-vector product", hidden=hidden,

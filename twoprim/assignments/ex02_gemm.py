@@ -343,9 +343,15 @@ def _judge_flops(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+def _strided_matmul_cases() -> list[Case]:
+    """The rule "any strides" in visible cases: A and B transposed (column-major), and every other column."""
+    return (matmul_cases([(3, 4, 5)], [torch.float32], layout="transposed", seed=1)
+            + matmul_cases([(2, 3, 5)], [torch.float64], layout="strided", seed=2))
+
+
 def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `matmul_loops`: three Python loops compute C[i, j] = Σₖ A[i, k]·B[k, j], in the input's dtype."""
-    cases = cases if cases is not None else matmul_cases([(2, 3, 4), (4, 5, 3)])
+    cases = cases if cases is not None else matmul_cases([(2, 3, 4), (4, 5, 3)]) + _strided_matmul_cases()
     return run_check(f"{TASK}-matmul_loops", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_PYTHON_LOOPS],
                      proves="three Python loops compute C[i, j] = Σₖ A[i, k]·B[k, j], in the input's dtype",
@@ -354,7 +360,7 @@ def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 
 def check_matmul_dots(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `matmul_dots`: C is M·N dot products: C[i, j] = A[i, :]·B[:, j], one torch.dot each."""
-    cases = cases if cases is not None else matmul_cases([(3, 4, 5), (6, 2, 7)])
+    cases = cases if cases is not None else matmul_cases([(3, 4, 5), (6, 2, 7)]) + _strided_matmul_cases()
     return run_check(f"{TASK}-matmul_dots", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_NUMPY, _dots_only()] if callable(fn) else [],
                      proves="C is M·N dot products: C[i, j] = A[i, :]·B[:, j], one torch.dot each",
@@ -363,7 +369,7 @@ def check_matmul_dots(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
 
 def check_matmul_outer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `matmul_outer`: C is the sum of K outer products: C = Σₖ A[:, k] ⊗ B[k, :], with no dot or GEMM."""
-    cases = cases if cases is not None else matmul_cases([(4, 5, 3), (8, 9, 2)])
+    cases = cases if cases is not None else matmul_cases([(4, 5, 3), (8, 9, 2)]) + _strided_matmul_cases()
     return run_check(f"{TASK}-matmul_outer", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_GEMM_EXCEPT_OUTER, _outer_vectorised()],
                      proves="C is the sum of K outer products: C = Σₖ A[:, k] ⊗ B[k, :], with no dot or GEMM",
@@ -374,7 +380,10 @@ def check_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int
     """Check `gemm`: BLAS semantics α·A·B + β·C in a new tensor, C unchanged, C ignored when β = 0."""
     if cases is None:
         cases = gemm_cases([(3, 4, 5, 1.5, 0.5), (4, 2, 3, -1.0, 2.0)]) \
-            + gemm_cases([(3, 3, 2, 2.0, 0.0)], [torch.float32], fill_c="nan", seed=1)
+            + gemm_cases([(3, 3, 2, 2.0, 0.0)], [torch.float32], fill_c="nan", seed=1) \
+            + gemm_cases([(2, 3, 4, -1.0, 0.0)], [torch.float64], fill_c="inf", seed=2) \
+            + gemm_cases([(4, 3, 5, 2, -1)], [torch.float64], layout="transposed", seed=3) \
+            + gemm_cases([(3, 5, 2, 0.0, 0.5)], [torch.float32], layout="strided", seed=4)
     return run_check(f"{TASK}-gemm", fn, cases, expected=_gemm_expected, judge=_judge_gemm,
                      rules=[_NO_NUMPY, _c_unchanged(), _one_plain_product()] if callable(fn) else [],
                      proves="BLAS semantics α·A·B + β·C in a new tensor, C unchanged, C ignored when β = 0",
@@ -383,7 +392,10 @@ def check_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int
 
 def check_matmul_tiled(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `matmul_tiled`: a tiled product: GEMMs on tiles of at most tile×tile, edge tiles included, equal A @ B."""
-    cases = cases if cases is not None else tiled_cases([(8, 8, 8, 4), (10, 7, 9, 4)])
+    if cases is None:  # the rules stated, each in a case: multiples and not; a tile larger than the matrices; strides
+        cases = (tiled_cases([(8, 8, 8, 4), (10, 7, 9, 4)]) + tiled_cases([(5, 6, 7, 16)], [torch.float64], seed=1)
+                 + tiled_cases([(9, 10, 7, 4)], [torch.float32], layout="transposed", seed=2)
+                 + tiled_cases([(7, 5, 6, 3)], [torch.float64], layout="strided", seed=3))
     return run_check(f"{TASK}-matmul_tiled", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
                      rules=[_NO_NUMPY, _tiles_only()] if callable(fn) else [],
                      proves="a tiled product: GEMMs on tiles of at most tile×tile, edge tiles included, equal A @ B",

@@ -542,7 +542,9 @@ def check_linear(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
     if cases is None:
         cases = (linear_cases([((6, 5), 4), ((2, 3, 4, 5), 7)], [torch.float32])
                  + linear_cases([((2, 3, 5), 4)], [torch.float64], seed=1)
-                 + linear_cases([((2, 3, 5), 4, "lead")], [torch.float32], seed=2))
+                 + linear_cases([((2, 3, 5), 4, "lead")], [torch.float32], seed=2)
+                 # the rules stated, each in a case: x of rank 1, (in,); any strides of x and of W
+                 + linear_cases([((7,), 3), ((5, 8), 3, "stride", "T")], [torch.float32], seed=3))
     rule = _gemm_plan(
         "one GEMM over all rows of x, whatever its rank", _linear_plan,
         "fold every leading dim of x into the rows of one GEMM: x.reshape(-1, in) is (M, in) with M the product of "
@@ -557,7 +559,9 @@ def check_qkv_projection(fn: Callable, cases: Sequence[Case] | None = None, *, h
     """Check `qkv_projection`: q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v."""
     if cases is None:
         cases = (qkv_cases([((5, 8), (8, 8, 8)), ((2, 3, 8), (8, 8, 8))], [torch.float32])
-                 + qkv_cases([((2, 4, 6), (6, 2, 2))], [torch.float64], seed=1))
+                 + qkv_cases([((2, 4, 6), (6, 2, 2))], [torch.float64], seed=1)
+                 # the rules stated, each in a case: x of rank 1; a non-contiguous x and transposed weights
+                 + qkv_cases([((7,), (3, 3, 3)), ((3, 2, 8), (8, 4, 4), "lead", "T")], [torch.float32], seed=2))
     rule = _gemm_plan(
         "one GEMM for q, k and v together", _qkv_plan,
         "stack the three weights into one (dq + dk + dv, in) matrix with torch.cat, run one GEMM over all rows, "
@@ -574,7 +578,8 @@ def check_mlp(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int 
     """Check `mlp`: linear(relu(linear(x, W1, b1)), W2, b2) with two GEMMs."""
     if cases is None:
         cases = (mlp_cases([((6, 5), 16, 3), ((2, 3, 5), 8, 5)], [torch.float32])
-                 + mlp_cases([((4, 7), 9, 2)], [torch.float64], seed=1))
+                 + mlp_cases([((4, 7), 9, 2)], [torch.float64], seed=1)
+                 + mlp_cases([((7,), 4, 2), ((3, 2, 5), 6, 2, "lead")], [torch.float32], seed=2))  # rank 1; strides
     rule = _gemm_plan(
         "two GEMMs: one per layer, each over all rows", _mlp_plan,
         "call your linear twice, with a ReLU (torch.relu) in between: linear(relu(linear(x, W1, b1)), W2, b2)")
@@ -588,7 +593,9 @@ def check_embedding_as_gemm(fn: Callable, cases: Sequence[Case] | None = None, *
     """Check `embedding_as_gemm`: table[ids] for ids of any shape, exactly, as one one-hot GEMM with no gather."""
     if cases is None:
         cases = (embedding_cases([((5,), 10, 4), ((2, 3), 7, 3)], [torch.float32])
-                 + embedding_cases([((4,), 6, 5, torch.int32)], [torch.float64], seed=1))
+                 + embedding_cases([((4,), 6, 5, torch.int32)], [torch.float64], seed=1)
+                 # the rules stated, each in a case: a single 0-d id; a transposed (non-contiguous) table
+                 + embedding_cases([((), 5, 3), ((6,), 7, 4, torch.int64, "T")], [torch.float32], seed=2))
     rule = _gemm_plan(
         "one GEMM: the one-hot matrix (n, V) times the table (V, D)", _embedding_plan,
         "flatten ids to n ids, build their (n, V) one-hot matrix in the table's dtype, multiply it by the (V, D) "
@@ -604,7 +611,9 @@ def check_rnn_cell(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
     """Check `rnn_cell`: tanh(x @ W_ih.T + h @ W_hh.T + b) with at most two GEMMs."""
     if cases is None:
         cases = (rnn_cases([((4, 3), 5), ((2, 3, 6), 4)], [torch.float32])
-                 + rnn_cases([((3, 2), 7)], [torch.float64], seed=1))
+                 + rnn_cases([((3, 2), 7)], [torch.float64], seed=1)
+                 # the rules stated, each in a case: one unbatched step (x of rank 1); non-contiguous x and h
+                 + rnn_cases([((3,), 2), ((3, 2, 6), 5, "lead")], [torch.float32], seed=2))
     rule = _gemm_plan(
         "one GEMM per weight over all rows, or the two fused into one", _rnn_plan,
         "multiply all rows at once: x.reshape(-1, in) @ W_ih.T and h.reshape(-1, hidden) @ W_hh.T (or one GEMM of "
@@ -620,7 +629,8 @@ def check_gnn_layer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
     """Check `gnn_layer`: the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs."""
     if cases is None:
         cases = (gnn_cases([(6, 8, 2), (5, 2, 6)], [torch.float32])
-                 + gnn_cases([(7, 3, 3)], [torch.float64], seed=1))
+                 + gnn_cases([(7, 3, 3)], [torch.float64], seed=1)
+                 + gnn_cases([(8, 6, 3, "T", "stride")], [torch.float32], seed=2))  # any strides of adj and X
     rule = _gemm_plan("two GEMMs, in the cheaper order", _gnn_plan,
                       "(adj @ X) @ W costs 2·N·N·F_in + 2·N·F_in·F_out FLOPs and adj @ (X @ W) costs "
                       "2·N·F_in·F_out + 2·N·N·F_out: compare F_in with F_out and multiply the cheaper way")

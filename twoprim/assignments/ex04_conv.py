@@ -16,6 +16,9 @@ What the rules allow, precisely:
   `mkldnn_convolution`, ...: every op whose name contains "conv" but not "convert"). Its dot/GEMM ops must do
   exactly the convolution's 2·N·O·Hout·Wout·(C/groups)·kh·kw FLOPs, in either `groups` GEMM ops (one per group)
   or one batched GEMM op (`bmm`, a 3-D `matmul` or `einsum`) that does them all.
+
+Why this module is long: three graded functions, each with its guard, case builders for every argument and memory
+layout (every rule the exercise states has a visible case), an oracle and a judge that names the likely mistake.
 """
 from __future__ import annotations
 
@@ -417,7 +420,11 @@ def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
                                ((1, 2, 7, 8), (2, 3), {"stride": 2, "padding": 1})], [torch.float32], seed=1)
                  + im2col_cases([((2, 1, 9, 9), 3, {"padding": (2, 1), "dilation": 2}),
                                  ((1, 3, 5, 6), (3, 3), {"stride": (2, 1), "padding": 1, "dilation": (1, 2)})],
-                                [torch.float64], seed=2))
+                                [torch.float64], seed=2)
+                 # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
+                 + im2col_cases([((1, 3, 6, 7), 3, {"padding": 1})], [torch.float32], layout="channels_last", seed=3)
+                 + im2col_cases([((2, 2, 7, 5), (2, 3), {"stride": 2})], [torch.float64], layout="sliced", seed=4)
+                 + im2col_cases([((1, 2, 5, 6), 2, {"dilation": 2})], [torch.float32], layout="transposed", seed=5))
     return run_check(f"{TASK}-im2col", fn, cases, expected=_im2col_expected, judge=_judge_im2col,
                      rules=[_no_unfold(), _no_conv("select the windows with slicing or Tensor.unfold"),
                             _no_gemm_in_im2col(), _im2col_vectorised()],
@@ -447,7 +454,14 @@ def check_conv2d_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
                               bias=False, seed=4)
                  + conv_cases([((2, 4, 10, 10), (4, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 4})],
                               [torch.float32], seed=5)
-                 + conv_cases([((3, 5, 6, 6), (8, 5, 1, 1), {})], [torch.float64], seed=6))
+                 + conv_cases([((3, 5, 6, 6), (8, 5, 1, 1), {})], [torch.float64], seed=6)
+                 # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
+                 + conv_cases([((2, 4, 7, 6), (6, 2, 3, 3), {"padding": 1, "groups": 2})], [torch.float32],
+                              layout="channels_last", seed=7)
+                 + conv_cases([((1, 3, 6, 5), (4, 3, 2, 2), {"stride": 2})], [torch.float64], layout="sliced",
+                              bias=False, seed=8)
+                 + conv_cases([((2, 2, 5, 7), (3, 2, 3, 2), {"padding": (1, 0)})], [torch.float32],
+                              layout="transposed", seed=9))
     return run_check(f"{TASK}-conv2d_gemm", fn, cases, expected=_conv_expected, judge=_judge_conv,
                      rules=[_no_conv("build the output from im2col and a GEMM: W_g @ cols_g for each group"),
                             _gemms_do_the_flops()],

@@ -538,6 +538,12 @@ def _judge_softmax(got, want, case: Case) -> str:
                 and not torch.isnan(want).any():
             raise Mismatch(bad.detail, next_step="exp overflowed: subtract the largest value along dim (keepdim=True) "
                                                  "before exp; softmax does not change, and the largest exp is 1") from None
+        x = case.args[0]
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.isneginf(x).any() \
+                and bool((got.double()[torch.isneginf(x)].abs() > 8 * e).any()):
+            raise Mismatch(bad.detail, next_step="an entry of -inf (a masked score) gets weight exactly 0, as exp(-inf "
+                                                 "− m) = 0 with m the largest value along dim: leave the -inf entries "
+                                                 "as they are (replacing or clamping them gives them weight)") from None
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype:
             dim = case.kwargs.get("dim", -1)
             sums = got.double().sum(dim)
@@ -703,7 +709,8 @@ def check_softmax(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
     if cases is None:
         cases = (softmax_cases([((5,), -1), ((3, 7), -1), ((4, 6), 0), ((2, 3, 5), 1)],
                                [torch.float32, torch.float64])
-                 + softmax_cases([((2, 6), -1)], [torch.float32], scale=1000.0, seed=1))
+                 + softmax_cases([((2, 6), -1)], [torch.float32], scale=1000.0, seed=1)
+                 + softmax_cases([((4, 9), -1)], [torch.float64], neg_inf=True, seed=2))  # -inf entries get weight 0
     return run_check(f"{TASK}-softmax", fn, cases, expected=_softmax_expected, judge=_judge_softmax,
                      rules=[_NO_BUILTIN_SOFTMAX],
                      proves="a stable softmax along any dim, equal to torch.softmax, without it", hidden=hidden,
@@ -714,7 +721,9 @@ def check_layer_norm(fn: Callable, cases: Sequence[Case] | None = None, *, hidde
     """Check `layer_norm`: layer norm over the last dim, equal to F.layer_norm, as two reductions and a scale."""
     if cases is None:
         cases = (layer_norm_cases([(4, 8), (2, 3, 16)], [torch.float32, torch.float64])
-                 + layer_norm_cases([(3, 32)], [torch.float32], eps=1e-3, seed=1))
+                 + layer_norm_cases([(3, 32)], [torch.float32], eps=1e-3, seed=1)
+                 # the variance from the centred values: rows near 3000, where the one-pass formula cancels
+                 + layer_norm_cases([(4, 40)], [torch.float32], offset=3000.0, seed=2))
     return run_check(f"{TASK}-layer_norm", fn, cases, expected=lambda x, w, b, eps=1e-5: _layer_norm64(x, w, b, eps).to(x.dtype),
                      judge=_judge_layer_norm, rules=[_NO_BUILTIN_NORM],
                      proves="layer norm over the last dim, equal to F.layer_norm, as two reductions and a scale",
@@ -730,7 +739,10 @@ def check_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
         cases = (attention_cases([(1, 1, 4, 3), (2, 3, 7, 8)], [torch.float32, torch.float64])
                  + attention_cases([(2, 2, 6, 4)], [torch.float32], causal=True, seed=1)
                  + attention_cases([(2, 2, 5, 4)], [torch.float64], mask="bool", seed=2)
-                 + attention_cases([(1, 2, 6, 4)], [torch.float32], mask="additive", seed=3))
+                 + attention_cases([(1, 2, 6, 4)], [torch.float32], mask="additive", seed=3)
+                 # the rules stated, each in a case: a query that sees no key gets zeros; a key-padding mask broadcasts
+                 + attention_cases([(1, 2, 5, 4)], [torch.float32], mask="bool", fully_masked=True, seed=4)
+                 + attention_cases([(2, 1, 6, 3)], [torch.float64], mask="padding", fully_masked=True, seed=5))
     return run_check(f"{TASK}-attention", fn, cases, expected=_attention_expected, judge=_judge_attention,
                      rules=[_NO_FUSED_ATTENTION, _two_gemms()],
                      proves="softmax(q·kᵀ/√D + mask)·v with two batched GEMMs, equal to "
@@ -759,7 +771,10 @@ def check_tiled_attention(fn: Callable, cases: Sequence[Case] | None = None, *, 
     if cases is None:
         cases = (tiled_cases([(1, 2, 100, 8, 16), (2, 1, 67, 4, 8)], [torch.float32, torch.float64])
                  + tiled_cases([(1, 1, 64, 8, 16)], [torch.float32], causal=True, seed=1)
-                 + tiled_cases([(1, 1, 40, 4, 8)], [torch.float64], scale=30.0, seed=2))
+                 + tiled_cases([(1, 1, 40, 4, 8)], [torch.float64], scale=30.0, seed=2)
+                 # the rules stated, each in a case: causal with a last block shorter than block_size; block_size > S
+                 + tiled_cases([(1, 1, 50, 4, 16)], [torch.float64], causal=True, seed=3)
+                 + tiled_cases([(1, 2, 9, 4, 16)], [torch.float32], seed=4))
     recorded = _with_allocations(fn) if callable(fn) else fn
     holder = getattr(recorded, "holder", {})
     return run_check(f"{TASK}-tiled_attention", recorded, cases, expected=lambda q, k, v, block, causal=False:

@@ -688,7 +688,8 @@ def _no_course_helpers(runner: _Runner) -> Rule:
 def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `mlx_dot`: x·w on MLX arrays as one Matmul primitive, in the input's dtype."""
     mlx_tools.need_mlx(TASK)
-    cases = cases if cases is not None else vector_cases([3, 64, 1000], ["float32", "float64"])
+    if cases is None:  # float16 too: every function keeps the input's dtype
+        cases = vector_cases([3, 64, 1000], ["float32", "float64"]) + vector_cases([33], ["float16"], seed=1)
     runner = _Runner(fn)
     rules = [_no_torch(), _gemm_rule(runner, 1, "one MLX dot product: a single Matmul primitive",
                                      "use MLX's dot product, mx.inner(x, w) or x @ w: one Matmul, not an element-wise "
@@ -704,7 +705,8 @@ def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden:
     mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (gemm_cases([(4, 3, 5), (32, 16, 64)], ["float32", "float64"], scalars=[(0.75, -1.5), (2.0, 0.5)])
-                 + gemm_cases([(3, 5, 4)], ["float32"], nan_c=True, seed=1))
+                 + gemm_cases([(3, 5, 4)], ["float32"], nan_c=True, seed=1)
+                 + gemm_cases([(5, 4, 6)], ["float16"], scalars=[(-2.0, 0.25)], seed=2))  # float16 keeps its dtype
     runner = _Runner(fn)
     rules = [_no_torch(), _c_unchanged(runner),
              _gemm_rule(runner, 1, "one GEMM primitive (AddMM or Matmul)",
@@ -721,7 +723,9 @@ def check_mlx_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hi
     mlx_tools.need_mlx(TASK)
     if cases is None:
         cases = (attention_cases([(1, 2, 5, 8), (2, 3, 16, 4)], ["float32", "float64"])
-                 + attention_cases([(1, 2, 9, 8)], ["float32"], causal=(False,), score_scale=10.0, seed=1))
+                 + attention_cases([(1, 2, 9, 8)], ["float32"], causal=(False,), score_scale=10.0, seed=1)
+                 # float16 keeps its dtype, and its exp overflows above 11.1: large scores in float16
+                 + attention_cases([(1, 2, 7, 8)], ["float16"], causal=(True,), score_scale=10.0, seed=2))
     runner = _Runner(fn)
     rules = [
         _no_torch(),
