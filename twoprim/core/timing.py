@@ -4,10 +4,12 @@ of one computation timed apart.
 
 The median counts the moments other programs held the cores; the fastest call measures what the machine can do
 (a call can be slowed down by them, never sped up), which is what a GEMM's speed on a shared machine should report.
+`warn_if_busy` says so before a cell that times: every lesson cell that prints a timing calls it first.
 """
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import threading
 import time
@@ -17,7 +19,21 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch.utils.benchmark import Timer
 
-__all__ = ["seconds", "Fastest", "fastest", "step_seconds", "gflops", "sweep"]
+__all__ = ["seconds", "Fastest", "fastest", "step_seconds", "gflops", "sweep", "warn_if_busy"]
+
+
+def warn_if_busy() -> None:
+    """Print a warning when other programs keep the cores busy (load average above the core count); else nothing."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return
+    print(f"Warning: this machine is busy (load average {load:.1f} over the last minute, on {cores} cores): other "
+          f"programs hold the cores, so the timings below can be many times slower than this machine can do, "
+          f"multi-threaded ones most. Rerun when it is idle.")
 
 
 def seconds(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:

@@ -28,6 +28,7 @@ import torch
 
 from twoprim.topics import plots
 from twoprim.core import timing
+from twoprim.core.timing import warn_if_busy  # noqa: F401 - lesson 02's cells call gemm.warn_if_busy
 from twoprim.core.cases import dtype_name, matrix
 from twoprim.core.checks import Case
 from twoprim.core.notebooks import ROOT
@@ -345,21 +346,6 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
 # ----------------------------------------------------------------------------------------------------------------
 # Bandwidth and arithmetic intensity
 # ----------------------------------------------------------------------------------------------------------------
-
-def warn_if_busy() -> None:
-    """Print a warning when other programs keep the cores busy (load average above the core count); else nothing."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # Windows has no load average
-        return
-    cores = os.cpu_count() or 1
-    if load <= cores:
-        return
-    warning = (f"Warning: this machine is busy (load average {load:.1f} over the last minute, on {cores} cores): "
-               f"other programs hold the cores, so the timings below can be many times slower than this machine can "
-               f"do, multi-threaded ones most. Rerun when it is idle.")
-    print(warning)
-
 
 def bandwidth(nbytes: int = 64 * 2**20, *, min_run_time: float = 0.1) -> dict[str, float]:
     """Memory bandwidth in GB/s, measured on `nbytes` of float32 (larger than most caches), two ways.
