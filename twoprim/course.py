@@ -219,7 +219,8 @@ def _run_generate(args) -> None:
 def _run_clean(args) -> None:
     """The notebooks named, else every notebook git tracks."""
     paths = args.notebooks or [Path(p) for p in subprocess.run(
-        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
+        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True,
+        timeout=60).stdout.split()]
     for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
         print(f"cleaned {path}")
 

@@ -120,7 +120,8 @@ def remove_class(course: Path, *, yes: bool = False, ask=input, out=print) -> in
             return 1
     accounts = read_record(course)
     for name, _ in go:
-        proc = subprocess.run([_tool("userdel") or "userdel", "--remove", name], capture_output=True, text=True)
+        proc = subprocess.run([_tool("userdel") or "userdel", "--remove", name], capture_output=True, text=True,
+                              timeout=300)  # its home's files removed too
         if proc.returncode not in (0, 12):  # 12: the home could not be removed (said below)
             raise CourseError(f"userdel --remove {name} failed ({proc.stderr.strip()}): nothing else was changed "
                               f"for {name}")

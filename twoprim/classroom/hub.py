@@ -121,7 +121,7 @@ def ensure_account(name: str, role: str, new_password: bool = False,
     account = _account(name)
     if account is None:
         subprocess.run([_tool("useradd"), "--create-home", "--user-group", "--shell", "/bin/bash",
-                        "--comment", MARKER[role], name], check=True, capture_output=True)
+                        "--comment", MARKER[role], name], check=True, capture_output=True, timeout=120)
         account = pwd.getpwnam(name)
         if course is not None:
             record_created(course, account, role)
@@ -129,12 +129,14 @@ def ensure_account(name: str, role: str, new_password: bool = False,
     elif not course_made(account):
         return account, OWN  # the instructor's own account: their own password, never changed
     elif account.pw_gecos.split(",")[0] != MARKER[role]:
-        subprocess.run([_tool("usermod"), "--comment", MARKER[role], name], check=True, capture_output=True)
+        subprocess.run([_tool("usermod"), "--comment", MARKER[role], name], check=True, capture_output=True,
+                       timeout=60)
     os.chmod(account.pw_dir, 0o700)
     if not new_password:
         return account, KEPT
     password = _password()
-    subprocess.run([_tool("chpasswd")], input=f"{name}:{password}\n", text=True, check=True, capture_output=True)
+    subprocess.run([_tool("chpasswd")], input=f"{name}:{password}\n", text=True, check=True, capture_output=True,
+                   timeout=60)
     return account, password
 
 
@@ -467,7 +469,7 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
             proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             pass
-    code = proc.wait()
+    code = proc.wait()  # it has exited (the loop above ends then): this reaps it
     left = tracker.leftovers()
     for p in left:
         try:

@@ -30,6 +30,7 @@ from twoprim.core.notebooks import ROOT
 
 LESSON = "lessons/00_start_here.ipynb"
 DEFAULT_PORT = 8888  # jupyter_server's DEFAULT_JUPYTER_SERVER_PORT
+READY_S = 300  # JupyterLab listening at most: ~5 s alone, 15-20 s on 2 busy cores (nbgrader's imports)
 SETTINGS_NAME = "two-primitives.json"
 # Plugin id -> setting defaults, as JupyterLab's overrides.json takes them.
 LAB_SETTINGS = {
@@ -195,11 +196,25 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
 
-    info = None
+    info, since, deadline = None, time.strftime("%H:%M:%S"), time.monotonic() + READY_S
     while proc.poll() is None:
         info = info or _server_info(proc.pid)
         if info and _listening(info):
             break
+        if time.monotonic() > deadline:
+            seen = (f"its server file names {info.get('sock') or 'port ' + str(info.get('port'))}, where nothing "
+                    f"answers" if info else
+                    f"it wrote no {_runtime_dir() / f'jpserver-{proc.pid}.json'}")
+            relay.say([f"error: JupyterLab did not listen within {READY_S} s (started {since}; {seen}); stopping "
+                       f"it. Its messages above say why."])
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            relay.join(timeout=5)
+            return 1
         time.sleep(0.2)
     if proc.poll() is not None:
         relay.join(timeout=5)
@@ -224,6 +239,6 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     lines.append(f"JupyterLab is serving the course; open {LESSON} at:")
     lines.append(lesson_url(info))
     relay.say(lines)
-    code = proc.wait()
+    code = proc.wait()  # unbounded by design: JupyterLab serves until the learner stops it (Ctrl-C)
     relay.join(timeout=5)
     return 128 - code if code < 0 else code

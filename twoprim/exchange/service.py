@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         app.listen(url.port, address=url.hostname, max_body_size=max_submission + 1024 * 1024)
         logging.info("serving %s on %s (store %s, instructors %s, at most %s a file)", args.course, args.url,
                      store.path, ", ".join(sorted(args.instructor)) or "none", megabytes(max_file))
-        await asyncio.Event().wait()
+        await asyncio.Event().wait()  # serve until JupyterHub stops the service (SIGTERM) or Ctrl-C
 
     try:
         asyncio.run(serve())

@@ -84,7 +84,7 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
         released_notebooks(aid, root, url)  # the assignment registered in the gradebook
         with gradebook(url) as gb:
             gb.update_or_create_assignment(aid, duedate=when)
-    nbgrader(["release_assignment", aid, "--force"], root=root, capture=True)
+    nbgrader(["release_assignment", aid, "--force"], root=root, capture=True, timeout=300)
     _seal_inbound(exchange_root(root))
     return _publish_due_date(aid, root)
 

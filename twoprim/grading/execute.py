@@ -116,15 +116,19 @@ class PromptKernelClient(AsyncKernelClient):
     kernel's welcome or status) to know it is connected, the start's timeout, a kernel that died."""
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        started, since = time.monotonic(), time.strftime("%H:%M:%S")
+        deadline = started + (float("inf") if timeout is None else timeout)  # None: jupyter_client's "no limit"
+        asked, replied = 0, False
         while True:
             self.kernel_info()
+            asked += 1
             try:
                 msg = await self.shell_channel.get_msg(timeout=1)
             except Empty:
                 pass
             else:
                 if msg["msg_type"] == "kernel_info_reply":
+                    replied = True
                     try:
                         await self.iopub_channel.get_msg(timeout=0.2)
                     except Empty:  # IOPub not connected yet: ask again
@@ -135,8 +139,13 @@ class PromptKernelClient(AsyncKernelClient):
             if not await self._async_is_alive():
                 raise RuntimeError("Kernel died before replying to kernel_info")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Kernel didn't respond in {timeout} seconds")
-        while True:
+                raise RuntimeError(
+                    f"Kernel didn't respond in {timeout} seconds: waited since {since} "
+                    f"({time.monotonic() - started:.1f} s) for a kernel_info_reply on shell and then a message on "
+                    f"IOPub; kernel_info sent {asked} times, " + (
+                        "a reply came, IOPub stayed silent" if replied else "no reply came"))
+        drained = time.monotonic() + 1.0  # what IOPub holds now, not a stream that never stops (at most 1 s)
+        while time.monotonic() < drained:
             try:
                 await self.iopub_channel.get_msg(timeout=0)
             except Empty:

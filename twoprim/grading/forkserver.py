@@ -164,7 +164,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
     os.dup2(log, 1)  # from here on, what it and its kernels print goes to its log, never into a full pipe
     os.dup2(log, 2)
     os.close(log)
-    while True:
+    while True:  # serves until its worker stops it (SIGTERM, or SIGKILL with the sandbox): unbounded by design
         for key, _ in selector.select():
             if key.data == "accept":
                 conn, _ = server.accept()
@@ -387,7 +387,7 @@ def launch(connection_file: str) -> int:
             cells = []
     _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
                  "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, ""), "cells": cells})
-    while True:
+    while True:  # as long as its kernel lives, which the grader's cell limits and watchdog bound
         message = _read_line(conn)
         if message is None:
             return 1

@@ -44,8 +44,10 @@ def preflight(env: dict[str, str]) -> None:
                 f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
 
 
-def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives."""
+def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False,
+             timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run `nbgrader ARGS` from `root`/grader, where its configuration lives; `timeout` None only for `./course
+    nbgrader ARGS`, the instructor's own command, which runs as long as they let it (Ctrl-C)."""
     grader = root / "grader"
     if not (grader / "nbgrader_config.py").is_file():
         raise CourseError(f"{grader / 'nbgrader_config.py'} is missing: this is not a Two Primitives checkout.")
@@ -53,7 +55,7 @@ def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture:
     preflight(env)
     exe = shutil.which("nbgrader", path=env["PATH"])
     proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
-                          capture_output=capture)
+                          capture_output=capture, timeout=timeout)
     if check and proc.returncode != 0:
         detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
         raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")

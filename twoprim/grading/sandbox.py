@@ -46,6 +46,7 @@ ENV_UID = "TWOPRIM_SANDBOX_UID"      # the uid the kernel runs as when the grade
 BASE_UID = 61000
 UIDS = range(BASE_UID, BASE_UID + 1000)  # the uids sandboxed kernels run as when the grader is root
 KERNEL_NAME = "twoprim-sandbox"
+PROBE_S = 60                         # bubblewrap running `true` in an empty sandbox (well under a second when it works)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 MEMORY_LIMIT_BYTES = 8 * 2**30       # address space: torch's import alone reserves ~1 GiB
@@ -67,7 +68,12 @@ def missing() -> str | None:
     absent = [t for t in tools if shutil.which(t) is None]
     if absent:
         return f"{', '.join(absent)} not found: {INSTALL}; or pass --unisolated to grade without isolation"
-    probe = subprocess.run(_bwrap_args([], Path("/"), probe=True) + ["true"], capture_output=True, text=True)
+    try:
+        probe = subprocess.run(_bwrap_args([], Path("/"), probe=True) + ["true"], capture_output=True, text=True,
+                               timeout=PROBE_S)
+    except subprocess.TimeoutExpired:
+        return (f"bubblewrap did not run `true` in an empty sandbox within {PROBE_S} s; or pass --unisolated to "
+                f"grade without isolation")
     if probe.returncode != 0:
         return (f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:200]}); enable unprivileged user "
                 f"namespaces (sysctl kernel.unprivileged_userns_clone=1) or run the grader as root; or pass "

@@ -135,14 +135,14 @@ class _Server:
 
     def watch(self) -> None:
         """Exit once `./course lab` has ended, even while still warming or grading (its learner is gone)."""
-        while _alive(self.while_pid):
+        while _alive(self.while_pid):  # as long as ./course lab runs: unbounded by design
             time.sleep(1.0)
         print(f"process {self.while_pid} (./course lab) has ended: exiting", flush=True)
         self.path.unlink(missing_ok=True)
         _exit()
 
     def accept(self, server: socket.socket) -> None:
-        while True:
+        while True:  # serves until the grader exits (its socket closed in `run`): unbounded by design
             try:
                 conn, _ = server.accept()
             except OSError:
@@ -170,7 +170,7 @@ class _Server:
         except (ValueError, KeyError, TypeError, AttributeError):
             conn.close()
             return
-        conn.settimeout(None)
+        conn.settimeout(60)  # each event sent: a learner's end that stops reading holds the grader 60 s at most
         if request.get("stop") or request.get("version") != self.version:
             _sender(conn)({"event": "stopping" if request.get("stop") else "restart"})
             conn.close()

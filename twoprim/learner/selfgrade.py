@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -143,9 +144,13 @@ def _start(path: Path, while_pid: int | None = None) -> socket.socket:
                             f"{path.with_suffix('.log')})")
 
 
-def _lines(conn: socket.socket) -> Iterator[dict]:
+def _lines(conn: socket.socket, deadline: float | None = None) -> Iterator[dict]:
+    """The JSON lines `conn` sends until it closes; each read waits at most until `deadline` (time.monotonic()),
+    then socket.timeout (TimeoutError) is raised."""
     buffer = b""
     while True:
+        if deadline is not None:
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
         chunk = conn.recv(65536)
         if not chunk:
             return
@@ -168,16 +173,24 @@ def _warm_events(request: dict, start: bool) -> Iterator[dict]:
         with conn:
             conn.settimeout(GRADE_TIMEOUT_S)
             conn.sendall((json.dumps(request) + "\n").encode())
-            first = True
-            for event in _lines(conn):
-                if event.get("event") == "restart" and attempt == 0:  # a grader of older code: it exits, start anew
-                    _wait_gone(path)
-                    break
-                first = False
-                yield event
-            else:
-                if first:
-                    raise GraderUnavailable("the warm grader closed the connection without an answer")
+            first, last, asked = True, None, time.strftime("%H:%M:%S")
+            try:
+                for event in _lines(conn, time.monotonic() + GRADE_TIMEOUT_S):  # the whole self-grade, bounded
+                    if event.get("event") == "restart" and attempt == 0:  # a grader of older code: start anew
+                        _wait_gone(path)
+                        break
+                    first, last = False, event
+                    yield event
+                else:
+                    if first:
+                        raise GraderUnavailable("the warm grader closed the connection without an answer")
+                    return
+            except TimeoutError:
+                seen = "nothing" if last is None else str(last.get("event")) + (
+                    f" {last.get('done')}/{last.get('total')}" if last.get("event") == "cell" else "")
+                yield {"event": "error", "message": f"the warm grader gave no result within {GRADE_TIMEOUT_S} s "
+                                                    f"(asked at {asked}; last event: {seen}); its log: "
+                                                    f"{path.with_suffix('.log')}"}
                 return
     raise GraderUnavailable("the warm grader runs other code than this and did not make way")
 
@@ -192,17 +205,31 @@ def _cold_events(request: dict) -> Iterator[dict]:
     """The same events from a self-grade of its own, in a subprocess (no warm grader)."""
     argv = [sys.executable, "-m", "twoprim.grading.warm", "once", request["assignment"], request["notebook"],
             request["root"]]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
-                          cwd=str(PACKAGE.parent)) as proc:
-        finished = False
-        for line in proc.stdout:
-            if line.strip():
-                event = json.loads(line)
-                finished |= event.get("event") in ("result", "error")
-                yield event
-        err = proc.stderr.read().decode(errors="replace")
-        proc.wait(timeout=30)
-    if not finished:
+    errors = tempfile.TemporaryFile()  # not a pipe: a child that writes much there never blocks on it
+    with errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=_child_env(),
+                                  cwd=str(PACKAGE.parent)) as proc:
+        killed = threading.Event()  # the whole self-grade is bounded: past GRADE_TIMEOUT_S it is killed
+        watchdog = threading.Timer(GRADE_TIMEOUT_S, lambda: (killed.set(), proc.kill()))
+        watchdog.start()
+        finished, last, started = False, None, time.strftime("%H:%M:%S")
+        try:
+            for line in proc.stdout:
+                if line.strip():
+                    event = json.loads(line)
+                    finished |= event.get("event") in ("result", "error")
+                    last = event.get("event")
+                    yield event
+            proc.wait(timeout=30)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:  # abandoned (the learner interrupted the cell) or stuck after its output
+                proc.kill()
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
+    if killed.is_set() and not finished:
+        yield {"event": "error", "message": f"the self-grade gave no result within {GRADE_TIMEOUT_S} s (started "
+                                            f"{started}; last event: {last or 'none'}); it was stopped"}
+    elif not finished:
         yield {"event": "error", "message": f"the self-grade stopped without a result (exit status "
                                             f"{proc.returncode}): {err.strip()[-800:]}"}
 
