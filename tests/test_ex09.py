@@ -93,22 +93,40 @@ def test_bfloat16_dot_reads_numbers_not_bit_patterns():
 # ---- add ------------------------------------------------------------------------------------------------------
 
 @triton.jit
-def add_no_mask(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, BLOCK: tl.constexpr):
+def add_no_mask(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, stride_out, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride_x) + tl.load(y_ptr + offs * stride_y))
+    tl.store(out_ptr + offs * stride_out, tl.load(x_ptr + offs * stride_x) + tl.load(y_ptr + offs * stride_y))
 
 
 @triton.jit
-def add_no_stride(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, BLOCK: tl.constexpr):
+def add_no_stride(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, stride_out, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
+@triton.jit
+def add_no_out_stride(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, stride_out, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs * stride_x, mask=mask)
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs * stride_y, mask=mask), mask=mask)  # out's stride ignored
+
+
+@triton.jit
+def add_one_stride(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, stride_out, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs * stride_x, mask=mask)
+    y = tl.load(y_ptr + offs * stride_x, mask=mask)  # x's stride for y
+    tl.store(out_ptr + offs * stride_out, x + y, mask=mask)
+
+
 def _add_with(kernel):
-    def add(x, y):
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        kernel[(triton.cdiv(x.shape[0], 64),)](x, y, out, x.shape[0], x.stride(0), y.stride(0), BLOCK=64)
+    def add(x, y, out=None):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format) if out is None else out
+        kernel[(triton.cdiv(x.shape[0], 64),)](x, y, out, x.shape[0], x.stride(0), y.stride(0), out.stride(0),
+                                               BLOCK=64)
         return out
     return add
 
@@ -123,10 +141,34 @@ def test_add_without_mask_is_caught_on_a_ragged_length():
     assert found and 12 <= int(found.group(1)) <= 28, msg
 
 
-def test_add_ignoring_strides_is_caught():
-    msg = fails(ex09.check_add_kernel, add_no_stride, _add_with(add_no_stride), ex09.add_cases([100], strided=True))
-    assert "wrong result" in msg and "non-contiguous" in msg and "stride" in msg.split("next:")[1]
+def test_add_ignoring_strides_fails_a_visible_check():
+    """The visible check itself (its default cases), not a hidden one: x every other element, y every third."""
+    msg = fails(ex09.check_add_kernel, add_no_stride, _add_with(add_no_stride))
+    assert "wrong result" in msg and "length 1000, float32, x every other element and y every third" in msg, msg
+    assert ("cause:    out equals the sum with x through stride 1 (as if contiguous) instead of its stride 2 and y "
+            "through stride 1 (as if contiguous) instead of its stride 3") in msg, msg
+    assert "with x.stride(0) and y.stride(0) passed in that order" in msg.split("next:")[1]
     ex09.check_add_kernel(add_no_stride, _add_with(add_no_stride), ex09.add_cases([100]))  # contiguous: right
+
+
+def test_add_reading_y_through_xs_stride_is_told_its_cause():
+    msg = fails(ex09.check_add_kernel, add_one_stride, _add_with(add_one_stride))
+    assert "cause:    out equals the sum with y through x's stride 2 instead of its stride 3" in msg, msg
+
+
+def test_add_ignoring_the_output_stride_fails_a_visible_check():
+    msg = fails(ex09.check_add_kernel, add_no_out_stride, _add_with(add_no_out_stride))
+    assert "length 256, float32" in msg and "out every other element of a wider buffer" in msg, msg
+    assert "cause:    out's buffer holds the right values, written as if out were contiguous" in msg, msg
+    assert "out_ptr + i * stride_out" in msg.split("next:")[1]
+
+
+def test_a_wrapper_that_ignores_out_breaks_the_rule(sol):
+    def add(x, y, out=None):  # always a new tensor
+        return sol["add"](x, y)
+    msg = fails(ex09.check_add_kernel, sol["add_kernel"], add)
+    assert "given out=, the wrapper writes the result into out" in msg and "left out unwritten" in msg, msg
+    assert "return out" in msg.split("next:")[1]
 
 
 def test_add_in_torch_breaks_the_rule(sol):
@@ -142,18 +184,28 @@ def test_add_that_launches_another_kernel_breaks_the_rule(sol):
 # ---- softmax --------------------------------------------------------------------------------------------------
 
 @triton.jit
-def softmax_unstable(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+def softmax_unstable(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, stride_on, BLOCK_N: tl.constexpr):
     row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
     e = tl.exp(x)
-    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+    tl.store(out_ptr + row * stride_om + cols * stride_on, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def softmax_no_out_column_stride(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, stride_on,
+                                 BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)  # out's column stride ignored
 
 
 def _softmax_with(kernel):
-    def softmax(x):
-        out = torch.empty(x.shape, dtype=x.dtype)
-        kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
+    def softmax(x, out=None):
+        out = torch.empty(x.shape, dtype=x.dtype) if out is None else out
+        kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0), out.stride(1),
                               BLOCK_N=triton.next_power_of_2(x.shape[1]))
         return out
     return softmax
@@ -166,12 +218,19 @@ def test_softmax_without_the_max_overflows_on_large_values():
     assert "exp overflows" in msg and "NaN" in msg
 
 
+def test_softmax_ignoring_outs_column_stride_fails_a_visible_check():
+    msg = fails(ex09.check_softmax_kernel, softmax_no_out_column_stride, _softmax_with(softmax_no_out_column_stride))
+    assert "x (5, 64), float32, every other column" in msg and "out every other column" in msg, msg
+    assert ("cause:    out's buffer holds the right values, written each row as if contiguous: the store ignores "
+            "out's column stride (2)") in msg, msg
+
+
 def test_softmax_in_torch_breaks_the_rule(sol):
     msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], lambda x: torch.softmax(x, -1))
     assert "breaks a rule" in msg and "launched no Triton kernel" in msg
 
-    def both(x):
-        sol["softmax"](x)  # launches the kernel, then returns torch's softmax
+    def both(x, out=None):
+        sol["softmax"](x, out)  # launches the kernel, then returns torch's softmax
         return torch.softmax(x, -1)
     msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], both)
     assert "the kernel computes the softmax" in msg and "torch.softmax" in msg
@@ -232,9 +291,9 @@ def matmul_no_k_mask(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_
 
 
 def _matmul_with(kernel, block_k=32):
-    def matmul(A, B):
+    def matmul(A, B, out=None):
         (M, K), N = A.shape, B.shape[1]
-        C = torch.empty(M, N, dtype=A.dtype)
+        C = torch.empty(M, N, dtype=A.dtype) if out is None else out
         bk = block_k or triton.next_power_of_2(K)
         kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
                                                           BLOCK_M=32, BLOCK_N=32, BLOCK_K=bk)
@@ -300,8 +359,8 @@ def test_launches_record_each_programs_dot_blocks(sol):
 
 
 def test_torch_matmul_in_the_wrapper_breaks_the_rule(sol):
-    def matmul(A, B):
-        sol["matmul"](A, B)  # launches the kernel, then returns torch's product
+    def matmul(A, B, out=None):
+        sol["matmul"](A, B, out)  # launches the kernel, then returns torch's product
         return A @ B
     msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], matmul)
     assert "no torch matmul in the wrapper" in msg and "aten.mm" in msg
@@ -371,23 +430,24 @@ def test_fp16_accumulator_runs_in_the_interpreter_but_does_not_compile():
 
 
 @triton.jit
-def softmax_no_cast(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+def softmax_no_cast(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, stride_on, BLOCK_N: tl.constexpr):
     row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf"))  # no .to(tl.float32)
     x = x - tl.max(x, axis=0)
     e = tl.exp(x)
-    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+    tl.store(out_ptr + row * stride_om + cols * stride_on, e / tl.sum(e, axis=0), mask=mask)
 
 
 @triton.jit
-def softmax_divides_in_16_bits(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+def softmax_divides_in_16_bits(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, stride_on,
+                               BLOCK_N: tl.constexpr):
     row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, axis=0))
     half = out_ptr.dtype.element_ty
-    tl.store(out_ptr + row * stride_om + cols, e.to(half) / tl.sum(e, axis=0).to(half), mask=mask)
+    tl.store(out_ptr + row * stride_om + cols * stride_on, e.to(half) / tl.sum(e, axis=0).to(half), mask=mask)
 
 
 def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
@@ -400,7 +460,7 @@ def test_softmax_without_the_cast_computes_in_float32_once_compiled(capsys):
     out = capsys.readouterr().out
     assert "✔ ex09_triton-softmax_kernel" in out and "runs in float32 (read from the TTIR" in out, out
     sig = {"x_ptr": "*bf16", "out_ptr": "*bf16", "n_cols": "i32", "stride_xm": "i32", "stride_xn": "i32",
-           "stride_om": "i32", "BLOCK_N": "constexpr"}
+           "stride_om": "i32", "stride_on": "i32", "BLOCK_N": "constexpr"}
     c = compile_kernel(softmax_no_cast, sig, {"BLOCK_N": 64}, "sm_90")
     ops = {op for op, t, _ in c.arithmetic()}
     assert {"arith.subf", "math.exp", "arith.divf"} <= ops and all(t == "f32" for _, t, _ in c.arithmetic())
@@ -522,12 +582,27 @@ def test_the_solutions_gemm_compiles_to_tensor_core_instructions(sol, blocks):
 
 
 def test_the_solution_passes_and_its_tick_names_the_compiled_evidence(sol, capsys):
-    ex09.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], ex09.matmul_cases([(37, 45, 70)], [torch.float16]))
+    """The ✔ line is the compile of the case's own launch, specialised as Triton's launcher specialises it (aligned
+    pointers, sizes and strides divisible by 16, strides of 1 compiled in): the same numbers as compile_launch."""
+    from twoprim.topics.triton_compiled import compile_launch
+
+    cases = ex09.matmul_cases([(64, 64, 64)], [torch.float16])
+    ex09.check_matmul_kernel(sol["matmul_kernel"], sol["matmul"], cases)
     out = capsys.readouterr().out
     assert "✔ ex09_triton-matmul_kernel" in out and "compiled for sm_90 and sm_80, its PTX multiplies on the tensor " \
                                                     "cores" in out
-    assert re.search(r"sm_90: \d+ mma\.sync; \d+ registers/thread, \d+ B shared memory per program", out), out
-    assert "TTIR: tt.dot f16·f16 -> f32 inside scf.for over K" in out and "program(s) per SM on an NVIDIA H100/H200" in out
+    assert ("as Triton's launcher specialises the launch of case 'M=64, N=64, K=64 (A 64×64, B 64×64), float16': "
+            "16-byte aligned a_ptr, b_ptr, c_ptr; divisible by 16: M, N, K, stride_am, stride_bk, stride_cm; equal to "
+            "1 (compiled in): stride_ak, stride_bn, stride_cn") in out, out
+    A, B = cases[0].args
+    C = torch.empty(64, 64, dtype=torch.float16)
+    c = compile_launch(sol["matmul_kernel"], A, B, C, 64, 64, 64, *A.stride(), *B.stride(), *C.stride(),
+                       BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, target="sm_90")
+    assert c.async_copies() > 0 and not c.spilled
+    assert (f"sm_90: {c.tensor_core()['mma.sync']} mma.sync; {c.async_copies()} cp.async (global → shared); "
+            f"{c.registers} registers/thread (no spill), {c.shared} B shared memory per program") in out, out
+    assert "TTIR: tt.dot f16·f16 -> f32 inside scf.for over K" in out
+    assert "program(s) resident at once on each SM of an NVIDIA H100/H200" in out
 
 
 @triton.jit
@@ -566,12 +641,12 @@ def test_tiles_left_out_on_the_ragged_edge_are_told_their_cause(sol):
 
 
 @triton.jit
-def softmax_pads_with_zero(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+def softmax_pads_with_zero(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, stride_on, BLOCK_N: tl.constexpr):
     row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)  # not -inf
     e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * stride_om + cols, e / tl.sum(e, axis=0), mask=mask)
+    tl.store(out_ptr + row * stride_om + cols * stride_on, e / tl.sum(e, axis=0), mask=mask)
 
 
 def test_softmax_padding_that_adds_to_the_sum_is_told_its_cause():
@@ -585,7 +660,139 @@ def test_softmax_rows_no_program_wrote_are_told_their_cause(sol):
     def softmax(x):  # one program too few
         out = torch.full(x.shape, float("nan"), dtype=x.dtype)
         sol["softmax_kernel"][(x.shape[0] - 1,)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
-                                                 BLOCK_N=triton.next_power_of_2(x.shape[1]))
+                                                 out.stride(1), BLOCK_N=triton.next_power_of_2(x.shape[1]))
         return out
     msg = fails(ex09.check_softmax_kernel, sol["softmax_kernel"], softmax, ex09.softmax_cases([(4, 20)], seed=8))
     assert "cause:    rows 3 (of 4) are wrong, the others right" in msg and "the grid is (M,)" in msg, msg
+
+
+# ---- feedback by cause: the mistakes that were misdiagnosed, each told its own cause ------------------------------
+
+@triton.jit
+def matmul_k_stays(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # the offsets along K never advance: every step the first block
+        a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def matmul_pointers_stay(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                         stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # the tutorial's pointer blocks, never moved along K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("kernel", [matmul_k_stays, matmul_pointers_stay], ids=lambda k: k.fn.__name__)
+def test_a_k_offset_that_never_advances_is_told_its_cause(kernel):
+    """Once told "look at the program ids" and "4 of 4 tiles are wrong ... the others right"."""
+    msg = fails(ex09.check_matmul_kernel, kernel, _matmul_with(kernel))
+    assert "M=37, N=45, K=70" in msg, msg
+    assert ("cause:    C equals the product of the first block of K (columns 0–31 of A, rows 0–31 of B) added 3 times, "
+            "once per step of the loop over K (K = 70): every step loads the same first block; the offsets along K "
+            "never advance with the loop") in msg, msg
+    assert "(k0 + tl.arange(0, BLOCK_K))" in msg.split("next:")[1] and "tiles are wrong" not in msg
+
+
+def _matmul_grid_over_m(kernel):
+    def matmul(A, B, out=None):  # a 1-D grid: one program per block of rows, none for the blocks of columns
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N, dtype=A.dtype) if out is None else out
+        kernel[(triton.cdiv(M, 32),)](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(),
+                                      BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return C
+    return matmul
+
+
+def test_a_grid_over_m_only_is_told_a_whole_axis_is_missing(sol):
+    """Once told "the ragged edge: mask the last blocks" (columns 32-44 of 45 are also the ragged edge)."""
+    msg = fails(ex09.check_matmul_kernel, sol["matmul_kernel"], _matmul_grid_over_m(sol["matmul_kernel"]))
+    assert "M=37, N=45, K=70" in msg, msg
+    assert ("cause:    columns 0–31 are right in every row and every one of columns 32–44 is wrong: only the programs "
+            "with program_id(1) = 0 ran, so a whole axis of the grid is missing") in msg, msg
+    assert "launch a 2-D grid" in msg.split("next:")[1] and "ragged" not in msg.split("cause:")[1]
+
+
+@triton.jit
+def matmul_a_strides_swapped(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                             stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * stride_ak + (k0 + rk)[None, :] * stride_am,  # A's strides exchanged
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_swapped_a_strides_are_told_their_cause():
+    """Once given a generic list of three causes."""
+    msg = fails(ex09.check_matmul_kernel, matmul_a_strides_swapped, _matmul_with(matmul_a_strides_swapped))
+    assert "M=16, N=16, K=16" in msg, msg
+    assert ("cause:    C equals the product with A read through its two strides exchanged: A's rows stepped by "
+            "stride_ak and its columns by stride_am (A.stride() is (16, 1))") in msg, msg
+    assert "a_ptr + i * stride_am + j * stride_ak" in msg.split("next:")[1]
+
+
+@triton.jit
+def matmul_c_contiguous(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty),  # C assumed contiguous
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_c_strides_ignored_fail_a_visible_check():
+    msg = fails(ex09.check_matmul_kernel, matmul_c_contiguous, _matmul_with(matmul_c_contiguous))
+    assert "M=64, N=64, K=64, float32; A column-major (transposed), B every other column (stride 2)" in msg, msg
+    assert "cause:    out's buffer holds the right values, written as if out were contiguous" in msg, msg
+
+
+@triton.jit
+def matmul_plus_one(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + 1.0  # starts at 1: a mistake no pattern names
+    for k0 in range(0, K, BLOCK_K):
+        a, b = _k_blocks(a_ptr, b_ptr, rm, rn, k0 + rk, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_a_mistake_no_pattern_fits_gets_the_generic_list_and_says_so():
+    msg = fails(ex09.check_matmul_kernel, matmul_plus_one, _matmul_with(matmul_plus_one))
+    assert "cause:    none of the causes this check recognises fits the wrong values (the blocks of K summed" in msg
+    assert "check the masks of the last blocks" in msg.split("next:")[1], msg

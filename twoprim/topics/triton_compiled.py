@@ -2,8 +2,12 @@
 
 Triton 3.9 builds a kernel for a GPU it does not have: `triton.compile(ASTSource(fn, signature, constexprs),
 target=GPUTarget("cuda", 90, 32))` runs TTIR → TTGIR → LLVM IR → PTX → cubin on the CPU (the wheel carries NVIDIA's
-`ptxas` and `cuobjdump`). `compile_kernel` does that for one launch of a kernel (the signature and constexprs the
-interpreter saw, `triton_tools.Launch`) and one target, sm_90 (H100/H200) or sm_80 (A100), and returns a `Compiled`:
+`ptxas` and `cuobjdump`). `compile_kernel` does that for one launch of a kernel and one target, sm_90 (H100/H200) or
+sm_80 (A100), with the specialisation Triton's own launcher would give the launch's arguments (`specialize`, run by
+Triton's binder: a 16-byte aligned pointer or an int divisible by 16 gets `tt.divisibility = 16`, an int equal to 1
+becomes a constexpr; `triton_tools.Launch` keeps it for every launch the interpreter saw). Without it the compiler
+cannot prove a load aligned: no vectorised loads, no `cp.async` pipeline, shared memory that does not change with
+num_stages. It returns a `Compiled`:
 the compiler's own error (with the learner's line), or the IR texts and what they hold: every `tt.dot` with its
 operand and accumulator types and the loops around it, the loop-carried values, the floating-point arithmetic and
 its element types, PTX tensor-core instruction counts, registers per thread and shared memory per program.
@@ -34,12 +38,13 @@ import subprocess
 import tempfile
 import time
 import types
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "signature_of", "compile_kernel", "compile_launch",
-           "Compiled", "Dot", "Occupancy", "occupancy"]
+__all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "Specialization", "specialize", "compile_kernel",
+           "compile_launch", "Compiled", "Dot", "Occupancy", "occupancy"]
 
 ENV_CACHE = "TWOPRIM_TRITON_CACHE"
 TARGETS = {"sm_90": 90, "sm_80": 80}  # compute capability of each target: H100/H200 (Hopper) and A100 (Ampere)
@@ -87,12 +92,14 @@ class Occupancy:
     warps_per_sm: int
     fraction: float             # resident warps / the SM's maximum (64)
     limit: str                  # what stops one more program: "registers", "shared memory", "threads", "blocks"
+                                # (several joined by "and" when they allow the same number)
     gpu: GPU
 
     def line(self) -> str:
-        return (f"{self.programs_per_sm} program(s) per SM on an {self.gpu.name} (limited by {self.limit}): "
-                f"{self.warps_per_sm} of {self.gpu.threads_per_sm // 32} warps, occupancy {self.fraction:.0%}; "
-                f"{self.programs_per_sm * self.gpu.sms} programs at once on its {self.gpu.sms} SMs")
+        return (f"up to {self.programs_per_sm} program(s) resident at once on each SM of an {self.gpu.name} (limited "
+                f"by {self.limit}): {self.warps_per_sm} of {self.gpu.threads_per_sm // 32} warps, occupancy "
+                f"{self.fraction:.0%}; a wave of {self.programs_per_sm * self.gpu.sms} programs on its {self.gpu.sms} "
+                f"SMs")
 
 
 def occupancy(registers: int, shared: int, num_warps: int, gpu: GPU = H200) -> Occupancy:
@@ -105,8 +112,8 @@ def occupancy(registers: int, shared: int, num_warps: int, gpu: GPU = H200) -> O
         "threads": gpu.threads_per_sm // (32 * num_warps),
         "blocks": gpu.blocks_per_sm,
     }
-    limit = min(limits, key=lambda k: limits[k])
-    programs = limits[limit]
+    programs = min(limits.values())
+    limit = " and ".join(k for k, v in limits.items() if v == programs)  # every limit that allows no more
     warps = programs * num_warps
     return Occupancy(programs, warps, warps / (gpu.threads_per_sm // 32), limit, gpu)
 
@@ -144,6 +151,8 @@ class Compiled:
     constexprs: dict
     num_warps: int
     num_stages: int
+    attrs: dict = field(default_factory=dict)  # {"a_ptr": [["tt.divisibility", 16]], ...}: `specialize`
+    ones: list = field(default_factory=list)   # ints the launch passed as 1, compiled as constexprs
     error: str | None = None
     error_line: int | None = None
     ttir: str = ""
@@ -202,6 +211,12 @@ class Compiled:
                     counts[name] += 1
         return counts
 
+    def async_copies(self) -> int:
+        """Asynchronous copies from global to shared memory in the PTX (`cp.async.cg/ca.shared.global`, and Hopper's
+        bulk `cp.async.bulk`): the loads the software pipeline of `num_stages` issues ahead of the tl.dot that uses
+        them. 0 when the compiler could not pipeline the loads (unaligned, or one stage)."""
+        return len(re.findall(r"^\s*(?:@%\w+\s+)?cp\.async\.(?:c[ag]\.shared|bulk)[\w:.]*", self.ptx, re.MULTILINE))
+
     def tensor_core_shapes(self) -> list[str]:
         """The distinct tensor-core instructions of the PTX in full (`mma.sync.aligned.m16n8k16.row.col.f32...`)."""
         return sorted({m.group(0) for m in re.finditer(r"\b(?:wgmma\.mma_async|mma\.sync)[\w.]*", self.ptx)})
@@ -217,15 +232,29 @@ class Compiled:
     def occupancy(self) -> Occupancy:
         return occupancy(self.registers, self.shared, self.num_warps, GPUS[self.target])
 
+    def specialisation(self) -> str:
+        """The arguments' specialisation this was compiled with, in words: which pointers are 16-byte aligned,
+        which ints divisible by 16, which equal to 1 (`specialize`)."""
+        aligned = [k for k, v in self.attrs.items() if any(a[0] == "tt.divisibility" for a in v)]
+        pointers = [k for k in aligned if self.signature.get(k, "").startswith("*")]
+        ints = [k for k in aligned if k not in pointers]
+        parts = [f"16-byte aligned {', '.join(pointers)}" if pointers else "no pointer known 16-byte aligned",
+                 f"divisible by 16: {', '.join(ints)}" if ints else "no int divisible by 16"]
+        if self.ones:
+            parts.append(f"equal to 1 (compiled in): {', '.join(self.ones)}")
+        return "; ".join(parts)
+
     def summary(self) -> str:
         """One line: the target, the tensor-core instructions, registers, shared memory, occupancy."""
         if self.error:
             return f"{self.target}: does not compile"
         counts = self.tensor_core()
         tc = ", ".join(f"{n} {name}" for name, n in counts.items() if n) or "no tensor-core instruction"
-        spill = f" ({self.spilled} B spilled to local memory)" if self.spilled else ""
-        return (f"{self.target}: {tc}; {self.registers} registers/thread{spill}, {self.shared} B shared memory per "
-                f"program, {self.num_warps} warps; {self.occupancy().line()}")
+        copies = self.async_copies()
+        pipeline = f"{copies} cp.async (global → shared)" if copies else "no cp.async"
+        spill = f"{self.spilled} B spilled to local memory" if self.spilled else "no spill"
+        return (f"{self.target}: {tc}; {pipeline}; {self.registers} registers/thread ({spill}), {self.shared} B shared "
+                f"memory per program, {self.num_warps} warps, {self.num_stages} stages; {self.occupancy().line()}")
 
 
 _LOC_DEF = re.compile(r'^#(loc\d*) = loc\((.*)\)\s*$')
@@ -327,28 +356,57 @@ def cache_dir() -> Path:
     return folder
 
 
-def signature_of(fn: Any, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-    """(signature, constexprs, options) of one launch `fn[grid](*args, **kwargs)`: "*fp16" for a tensor of float16,
-    "i32" for an int, the constexpr arguments' values, and num_warps/num_stages when the launch gave them."""
-    from triton.runtime.jit import mangle_type
+@dataclass(frozen=True)
+class Specialization:
+    """What Triton's launcher compiles for one launch `fn[grid](*args, **kwargs)`: the signature ("*fp16" for a
+    float16 tensor, "i32" for an int, "constexpr" for a constexpr parameter and for an int equal to 1), the constexprs'
+    values (the 1s included), the attributes of the other arguments ({"a_ptr": [["tt.divisibility", 16]]}: a pointer
+    16-byte aligned, an int divisible by 16) and num_warps/num_stages when the launch gave them."""
 
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    options: dict
+
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+def specialize(fn: Any, args: tuple, kwargs: dict, target: str = "sm_90") -> Specialization:
+    """The `Specialization` Triton's own launcher (`JITFunction.run`) gives the launch `fn[grid](*args, **kwargs)`
+    on a GPU of `target`: its binder (`create_function_from_signature`, which calls the backend's `specialize_impl`
+    on every argument: dtype, 16-byte alignment of a tensor's data pointer, an int's divisibility by 16, an int equal
+    to 1) and its `_pack_args` (constexprs and `tt.divisibility` attributes), run on these arguments without a GPU.
+    The tensors' values do not matter, their dtypes and addresses do."""
     py = getattr(fn, "fn", fn)
-    params = inspect.signature(py).parameters
-    bound = inspect.signature(py).bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
-    bound.apply_defaults()
-    signature, constexprs = {}, {}
-    for name, param in params.items():
-        value = bound.arguments.get(name)
-        if _is_constexpr(param.annotation):
-            signature[name] = "constexpr"
-            constexprs[name] = value
-        elif value is None:
-            signature[name] = "constexpr"
-            constexprs[name] = None
-        else:
-            signature[name] = mangle_type(value)
-    options = {k: int(kwargs[k]) for k in ("num_warps", "num_stages") if isinstance(kwargs.get(k), int)}
-    return signature, constexprs, options
+    jit_fn, backend, binder = _binder(py, target)
+    names = set(jit_fn.arg_names)
+    call = {k: v for k, v in kwargs.items() if k in names or k in _LAUNCH_OPTIONS}
+    bound, specialization, options = binder(*args, **call)
+    # enable_fp_fusion as _build compiles (and so Triton does not warn that its default will change)
+    _, signature, constexprs, attrs = jit_fn._pack_args(backend, {**call, "enable_fp_fusion": True}, bound,
+                                                        specialization, options)
+    arg = lambda path: ".".join([jit_fn.arg_names[path[0]], *map(str, path[1:])])  # noqa: E731
+    return Specialization(dict(signature), {arg(path): value for path, value in constexprs.items()},
+                          {arg(path): [list(a) for a in found] for path, found in attrs.items() if found},
+                          {k: int(call[k]) for k in _LAUNCH_OPTIONS if isinstance(call.get(k), int)})
+
+
+_BINDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Python function -> {target: binder}
+
+
+def _binder(py: Any, target: str):
+    """(JITFunction, backend, binder) for `py` on `target`, made once: Triton makes the binder per kernel and device."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    per_fn = _BINDERS.setdefault(py, {})
+    if target not in per_fn:
+        jit_fn = py if isinstance(py, JITFunction) else JITFunction(py)
+        backend = make_backend(GPUTarget("cuda", TARGETS[target], 32))
+        per_fn[target] = (jit_fn, backend, create_function_from_signature(jit_fn.signature, jit_fn.params, backend))
+    return per_fn[target]
 
 
 def _is_constexpr(annotation: Any) -> bool:
@@ -359,36 +417,41 @@ def _is_constexpr(annotation: Any) -> bool:
 
 def compile_launch(kernel: Any, *args, target: str = "sm_90", num_warps: int = 4, num_stages: int = 3,
                    **constexprs) -> Compiled:
-    """`kernel` compiled for `target` as the launch `kernel[grid](*args, **constexprs)` would be (tensors give their
-    dtype, ints their width; nothing runs and the tensors' values do not matter)."""
-    signature, found, _ = signature_of(kernel, args, constexprs)
-    return compile_kernel(kernel, signature, found, target, num_warps=num_warps, num_stages=num_stages)
+    """`kernel` compiled for `target` as the launch `kernel[grid](*args, **constexprs)` would be on that GPU: with
+    the specialisation Triton's launcher gives these arguments (`specialize`: dtypes, alignment and divisibility by
+    16, ints equal to 1). Nothing runs; the tensors' values do not matter, their dtypes and addresses do."""
+    spec = specialize(kernel, args, constexprs, target)
+    return compile_kernel(kernel, spec.signature, spec.constexprs, target, num_warps=num_warps,
+                          num_stages=num_stages, attrs=spec.attrs)
 
 
 _MEMORY: dict[str, Compiled] = {}
+_FORMAT = 2  # of the files kept on disk: 2 since a compile carries the launch's specialisation (attrs, ones)
 
 
 def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm_90", *, num_warps: int = 4,
-                   num_stages: int = 3) -> Compiled:
+                   num_stages: int = 3, attrs: dict | None = None) -> Compiled:
     """Compile kernel `fn` (a `@triton.jit` kernel, interpreted or not, or its Python function) for `target`
-    ("sm_90", "sm_80"); never raises for the kernel's own faults: they come back in `Compiled.error`."""
+    ("sm_90", "sm_80"), with the arguments' `attrs` ({"a_ptr": [["tt.divisibility", 16]]}, `specialize`; none: no
+    argument known to be aligned); never raises for the kernel's own faults: they come back in `Compiled.error`."""
     import triton
 
     py = getattr(fn, "fn", fn)
-    quick = _quick_key(py, signature, constexprs, target, num_warps, num_stages)
+    attrs = {k: [list(a) for a in v] for k, v in (attrs or {}).items() if v}
+    quick = _quick_key(py, signature, constexprs, target, num_warps, num_stages, attrs)
     if quick is not None and quick in _BY_CODE:
         return _BY_CODE[quick]
     with _compiling() as twins:
         jit_fn = _twin(py, twins)
-        key = hashlib.sha256(json.dumps([triton.__version__, target, jit_fn.cache_key, signature,
-                                         {k: repr(v) for k, v in constexprs.items()}, num_warps, num_stages],
+        key = hashlib.sha256(json.dumps([_FORMAT, triton.__version__, target, jit_fn.cache_key, signature,
+                                         {k: repr(v) for k, v in constexprs.items()}, num_warps, num_stages, attrs],
                                         sort_keys=True).encode()).hexdigest()[:32]
         if key in _MEMORY:
             return _MEMORY[key]
         path = cache_dir() / f"{py.__name__[:60]}-{target}-{key}.json"
         found = _read(path)
         if found is None:
-            found = _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages)
+            found = _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages, attrs)
             if found.cached is None:  # an error of this machine, not the kernel's: tried again next time
                 found.cached = False
                 return found
@@ -404,7 +467,8 @@ def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm
 _BY_CODE: dict = {}
 
 
-def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: int, num_stages: int):
+def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: int, num_stages: int,
+               attrs: dict | None = None):
     """An in-process key that needs no compiler: the code objects of the kernel and of the jit functions its globals
     name (a redefined helper is new code), and the rest of the launch. None when it cannot be formed."""
     from triton.runtime.interpreter import InterpretedFunction
@@ -420,9 +484,15 @@ def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: in
             helpers.append((name, value.fn.__code__))
     try:
         return (code, tuple(helpers), tuple(signature.items()), tuple((k, repr(v)) for k, v in constexprs.items()),
-                target, num_warps, num_stages)
+                target, num_warps, num_stages, json.dumps(attrs or {}, sort_keys=True))
     except TypeError:
         return None
+
+
+def _paths(jit_fn, by_name: dict) -> dict:
+    """{"a_ptr": ...} → {(0,): ...}: the argument paths `ASTSource` keys attributes by."""
+    return {tuple([jit_fn.arg_names.index(k.split(".")[0]), *map(int, k.split(".")[1:])]): [list(a) for a in v]
+            for k, v in by_name.items()}
 
 
 def _read(path: Path) -> Compiled | None:
@@ -441,18 +511,21 @@ def _write(path: Path, found: Compiled) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages) -> Compiled:
+def _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages, attrs) -> Compiled:
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    result = Compiled(py.__name__, target, dict(signature), dict(constexprs), num_warps, num_stages)
+    declared = {name for name, param in inspect.signature(py).parameters.items() if _is_constexpr(param.annotation)}
+    ones = [k for k, v in signature.items() if v == "constexpr" and k not in declared and constexprs.get(k) == 1]
+    result = Compiled(py.__name__, target, dict(signature), dict(constexprs), num_warps, num_stages, attrs=attrs,
+                      ones=ones)
     start = time.perf_counter()
     try:
         with knobs.cache.scope(), _stderr_kept() as said:
             knobs.cache.dir = str(cache_dir() / "triton")
-            compiled = triton.compile(ASTSource(jit_fn, signature, constexprs),
+            compiled = triton.compile(ASTSource(jit_fn, signature, constexprs, _paths(jit_fn, attrs)),
                                       target=GPUTarget("cuda", TARGETS[target], 32),
                                       options={"num_warps": num_warps, "num_stages": num_stages,
                                                "enable_fp_fusion": True})

@@ -214,14 +214,15 @@ def _patch_bounds() -> None:
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
         if found:
-            raise IndexError(f"tl.load: {found}; mask the load (mask=offsets < n) so no lane reads outside the tensor")
+            raise IndexError(f"tl.load: {found}; mask the load (mask=offsets < n) so no lane reads outside the tensor, "
+                             f"and multiply the offsets along each axis by the stride of that axis")
         return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
         if found:
             raise IndexError(f"tl.store: {found}; mask the store (mask=offsets < n) so no lane writes outside the "
-                             f"tensor")
+                             f"tensor, and multiply the offsets along each axis by the stride of that axis")
         return original_store(self, ptrs, value, mask, cache_policy)
 
     executor._init_args_hst = _init_args_hst
@@ -237,9 +238,10 @@ def _patch_bounds() -> None:
 class Launch:
     """One `kernel[grid](...)`: the kernel's name, its Python function, the grid, and in the interpreter the blocks
     of K each program's `tl.dot` calls took: {program id (x, y, z): [K extent of each call, in order]}. Compiled
-    kernels run on the GPU, where no call can be seen: `dots` is None. `signature`, `constexprs` and `options` are
-    what `triton_compile.compile_kernel` needs to build the same launch for a GPU ("*fp16", "i32", BLOCK=128,
-    num_warps=4)."""
+    kernels run on the GPU, where no call can be seen: `dots` is None. `signature`, `constexprs`, `attrs` and
+    `options` are the specialisation Triton's launcher gives these arguments (`triton_compile.specialize`: "*fp16",
+    "i32", an int equal to 1 as a constexpr, `tt.divisibility` 16 for aligned pointers and ints divisible by 16,
+    BLOCK=128, num_warps=4): what `triton_compile.compile_kernel` needs to build the same launch for a GPU."""
 
     name: str
     fn: Any
@@ -248,12 +250,13 @@ class Launch:
     signature: dict = field(default_factory=dict)
     constexprs: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
 
     def compiled(self, target: str = "sm_90"):
         """This launch compiled for `target` ("sm_90", "sm_80"): a `triton_compile.Compiled` (cached)."""
         from twoprim.topics.triton_compiled import compile_kernel
 
-        return compile_kernel(self.fn, self.signature, self.constexprs, target, **self.options)
+        return compile_kernel(self.fn, self.signature, self.constexprs, target, attrs=self.attrs, **self.options)
 
 
 @dataclass
@@ -289,9 +292,11 @@ def launches():
         def run(self, *args, _original=original, **kwargs):
             launch = Launch(self.fn.__name__, self.fn, kwargs.get("grid"), {} if interpreting() else None)
             try:
-                from twoprim.topics.triton_compiled import signature_of
+                from twoprim.topics.triton_compiled import specialize
 
-                launch.signature, launch.constexprs, launch.options = signature_of(self.fn, args, kwargs)
+                spec = specialize(self.fn, args, kwargs)  # as Triton's launcher would, from these very tensors
+                launch.signature, launch.constexprs, launch.attrs, launch.options = (
+                    spec.signature, spec.constexprs, spec.attrs, spec.options)
             except Exception:  # noqa: BLE001 - arguments Triton itself will refuse: the launch reports it
                 pass
             seen.calls.append(launch)
