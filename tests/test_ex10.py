@@ -310,3 +310,13 @@ def test_count_hlo_ops_statements_without_a_result_are_in_its_visible_check(sol1
 
     assert_rule_is_visible(ex10.check_count_hlo_ops, count_hlo_ops, lambda c: "`loop`" in c.label,
                            "stablehlo.return: expected 2, got 0", "statements without a result")
+
+
+def test_the_printed_hlo_leaves_out_only_the_source_location_tables():
+    """Lesson 10 prints the compiled MLP without the tables of Python frames (in a notebook, ipykernel's) that the
+    module carries: every computation and instruction stays, with its metadata."""
+    text = xla_tools.hlo(_lesson_mlp, *LESSON_ARGS)
+    shown, left_out = xla_tools.without_source_tables(text)
+    assert left_out > 0 and all(table not in shown for table in ("FileNames", "FunctionNames", "StackFrames"))
+    assert xla_tools.hlo_ops(shown) == xla_tools.hlo_ops(text) and "ENTRY" in shown and "metadata=" in shown
+    assert len(shown.splitlines()) + left_out <= len(text.splitlines())

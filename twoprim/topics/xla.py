@@ -37,7 +37,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params  # noqa: E402
 __all__ = [
     "jaxpr", "stablehlo", "hlo", "jaxpr_ops", "hlo_ops", "hlo_instructions", "hlo_computations", "fusions",
     "gemm_shape", "gemm_flops", "dot_dims", "gemm_counts", "grad_of_sum", "word_count", "module_kind", "uses",
-    "check_dims",
+    "check_dims", "without_source_tables",
 ]
 
 _USES: Counter = Counter()
@@ -213,6 +213,27 @@ def fusions(text: str) -> list[dict[str, Any]]:
             out.append({"name": name, "kind": kind.group(1) if kind else "", "calls": calls.group(1) if calls else "",
                         "backend": backend.group(1) if backend else "", "ops": inside})
     return out
+
+
+_SOURCE_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+def without_source_tables(text: str) -> tuple[str, int]:
+    """An optimized HLO module's text without its source-location tables (`FileNames`, `FunctionNames`,
+    `FileLocations`, `StackFrames`: the Python frames each op was traced from; in a notebook they run through
+    ipykernel's own frames), and how many lines were left out. Instructions keep their metadata."""
+    kept, dropped, skipping = [], 0, False
+    for line in text.splitlines():
+        if line.strip() in _SOURCE_TABLES:
+            skipping = True
+        if skipping:
+            if not line.strip():
+                skipping = False
+            else:
+                dropped += 1
+                continue
+        kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip() + "\n", dropped
 
 
 def word_count(text: str, word: str) -> int:
