@@ -21,11 +21,11 @@ import contextlib
 import hashlib
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -161,6 +161,27 @@ def _lines(conn: socket.socket, deadline: float | None = None) -> Iterator[dict]
                 yield json.loads(line)
 
 
+def pipe_lines(stream, deadline: float) -> Iterator[bytes]:
+    """The lines a child process writes to the pipe `stream` until it closes; TimeoutError once `deadline`
+    (time.monotonic()) passes. Not `for line in stream`, which waits for every process holding the pipe (a kernel
+    the child started) to close it."""
+    fd, buffer = stream.fileno(), b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(timeout=left):
+                raise TimeoutError
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                if buffer:
+                    yield buffer
+                return
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            yield from lines
+
+
 def _warm_events(request: dict, start: bool) -> Iterator[dict]:
     path = grader_socket()
     for attempt in range(2):
@@ -208,25 +229,23 @@ def _cold_events(request: dict) -> Iterator[dict]:
     errors = tempfile.TemporaryFile()  # not a pipe: a child that writes much there never blocks on it
     with errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=_child_env(),
                                   cwd=str(PACKAGE.parent)) as proc:
-        killed = threading.Event()  # the whole self-grade is bounded: past GRADE_TIMEOUT_S it is killed
-        watchdog = threading.Timer(GRADE_TIMEOUT_S, lambda: (killed.set(), proc.kill()))
-        watchdog.start()
-        finished, last, started = False, None, time.strftime("%H:%M:%S")
+        finished, timed_out, last, started = False, False, None, time.strftime("%H:%M:%S")
         try:
-            for line in proc.stdout:
+            for line in pipe_lines(proc.stdout, time.monotonic() + GRADE_TIMEOUT_S):  # the whole self-grade
                 if line.strip():
                     event = json.loads(line)
                     finished |= event.get("event") in ("result", "error")
                     last = event.get("event")
                     yield event
             proc.wait(timeout=30)
+        except TimeoutError:
+            timed_out = True
         finally:
-            watchdog.cancel()
-            if proc.poll() is None:  # abandoned (the learner interrupted the cell) or stuck after its output
+            if proc.poll() is None:  # past its time, abandoned (the learner interrupted the cell), or stuck
                 proc.kill()
         errors.seek(0)
         err = errors.read().decode(errors="replace")
-    if killed.is_set() and not finished:
+    if timed_out and not finished:
         yield {"event": "error", "message": f"the self-grade gave no result within {GRADE_TIMEOUT_S} s (started "
                                             f"{started}; last event: {last or 'none'}); it was stopped"}
     elif not finished:
