@@ -228,10 +228,6 @@ class Client:
         return response
 
 
-class StepError(Exception):
-    """A request that failed, with what it was."""
-
-
 def login(c: Client, password: str) -> None:
     """The login form, as a browser fills it."""
     c.check(c.hub.get(f"{c.hub_url}/hub/login", timeout=REQUEST_S), "GET /hub/login")
@@ -258,6 +254,7 @@ def spawn(c: Client, deadline: float) -> str:
     r = c.hub.post(f"{api}/server", headers=c.xsrf(), timeout=REQUEST_S)
     if r.status_code not in (201, 202, 400):  # 400: already running
         raise StepError(f"POST {api}/server: HTTP {r.status_code} {r.text[:300]}")
+    started, since = time.monotonic(), _clock()
     while True:
         state = c.check(c.hub.get(api, headers=c.xsrf(), timeout=REQUEST_S), f"GET {api}").json()
         server = state.get("servers", {}).get("", {})
@@ -266,7 +263,8 @@ def spawn(c: Client, deadline: float) -> str:
         if not server.get("pending") and not server:
             raise StepError(f"the server of {c.name} stopped while starting (the hub's log says why)")
         if time.monotonic() > deadline:
-            raise StepError(f"the server of {c.name} was not ready before the deadline")
+            raise StepError(f"the server of {c.name} was not ready before the deadline: waited "
+                            f"{time.monotonic() - started:.0f} s (since {since}); the hub last said {server}")
         time.sleep(0.5)
     r = c.check(c.hub.post(f"{api}/tokens", headers=c.xsrf(), json={"note": "load test", "expires_in": 3600},
                            timeout=REQUEST_S), f"POST {api}/tokens")
@@ -302,49 +300,173 @@ def open_and_answer(c: Client, notebook: dict) -> dict:
     return fetched
 
 
+class StepError(Exception):
+    """A request that failed, with what it was."""
+
+
+def _clock() -> str:
+    """The wall clock to the hundredth, as the hub's log writes it (to match a failure with its lines)."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 100):02d}"
+
+
+class Waiting:
+    """One bounded wait on a kernel's websocket: what it waits for, since when, and what it has seen (for the
+    StepError that says why it ended)."""
+
+    def __init__(self, what: str, bound: float):
+        self.what, self.bound = what, bound
+        self.started, self.wall = time.monotonic(), _clock()
+        self.deadline = self.started + bound
+        self.mine: set[str] = set()  # the msg_ids of this wait's own requests
+        self.last, self.last_at, self.messages, self.pings = "", 0.0, 0, 0
+
+    def saw(self, msg: dict) -> None:
+        kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
+        state = f" {content['execution_state']}" if kind == "status" else ""
+        mine = "" if msg.get("parent_header", {}).get("msg_id") in self.mine else ", for another request"
+        self.last = f"{kind}{state} ({msg.get('channel', '?')}{mine})"
+        self.last_at, self.messages = time.monotonic(), self.messages + 1
+
+    def said(self, waited_for: str, progress: str = "") -> str:
+        """What was waited for, since when, and what was seen meanwhile."""
+        now = time.monotonic()
+        last = f"{self.last}, {now - self.last_at:.1f} s ago" if self.messages else "no message"
+        return (f"{self.what}: waited {now - self.started:.1f} s (bound {self.bound:g} s, since {self.wall}) for "
+                f"{waited_for}{'; ' + progress if progress else ''}; last seen: {last}; {self.messages} messages "
+                f"and {self.pings} pings from the server meanwhile")
+
+
 class Kernel:
-    """A notebook's kernel over its websocket, as JupyterLab runs cells."""
+    """A notebook's kernel over its websocket, as JupyterLab runs cells. Each read waits at most the time left
+    before its deadline: the server's pings (answered here) and messages for other requests never extend it."""
+
+    READY_S = 60     # the kernel_info handshake at most (jupyter_server's kernel_info_timeout)
+    NUDGE_S = 0.5    # kernel_info re-sent this often until IOPub answers (jupyter_server's nudge)
 
     def __init__(self, c: Client, path: str, timeout: float = REQUEST_S):
-        import websocket
-
         r = c.check(c.server.post(c.base + "api/sessions", json={"path": path, "type": "notebook", "name": path,
                                                                   "kernel": {"name": "python3"}},
                                   timeout=REQUEST_S), "POST api/sessions")
         self.session = r.json()
         self.id = self.session["kernel"]["id"]
-        url = f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels"
+        self._open(f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels", timeout,
+                   host=f"{c.name}.localhost:{c.port}", username=c.name,
+                   header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+
+    @classmethod
+    def at(cls, url: str, *, timeout: float, header: tuple[str, ...] = (), username: str = "") -> "Kernel":
+        """The kernel whose channels websocket is `url` (ws://HOST/api/kernels/ID/channels), ready to run cells."""
+        kernel = cls.__new__(cls)
+        kernel.session, kernel.id = {}, url.rstrip("/").split("/")[-2]
+        kernel._open(url, timeout, header=list(header), username=username)
+        return kernel
+
+    def _open(self, url: str, timeout: float, *, header: list[str], username: str, host: str | None = None) -> None:
+        import websocket
+
+        self.timeout, self.username, self.client_id = timeout, username, secrets.token_hex(16)
         started = time.monotonic()
         try:
-            self.ws = websocket.create_connection(
-                url, timeout=timeout, host=f"{c.name}.localhost:{c.port}",
-                header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
-        except websocket.WebSocketException as err:  # when, for the hub's log lines of the same moment
+            self.ws = websocket.create_connection(f"{url}?session_id={self.client_id}", timeout=timeout, host=host,
+                                                  header=header)
+        except (websocket.WebSocketException, OSError) as err:  # when, for the hub's log lines of the same moment
             raise StepError(f"the kernel's websocket did not open ({time.monotonic() - started:.1f} s after "
-                            f"asking, at {time.strftime('%H:%M:%S')}): {type(err).__name__}: {err}") from err
-        self.ws.settimeout(timeout)  # a recv that hears nothing this long raises
-        self.c, self.timeout = c, timeout
+                            f"asking, at {_clock()}): {type(err).__name__}: {err}") from err
+        self.ready()
 
-    def execute(self, code: str) -> tuple[str, str]:
-        """Run `code`; (status, text of its outputs and errors). Raises StepError if the kernel dies."""
+    def _send(self, msg_type: str, content: dict, wait: Waiting) -> str:
+        """Send a shell request as part of `wait`; its msg_id."""
         import websocket
 
         msg_id = secrets.token_hex(8)
-        self.ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "session": self.id,
-                                            "username": self.c.name, "version": "5.3", "date": ""},
-                                 "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                                 "content": {"code": code, "silent": False, "store_history": True,
-                                             "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
-        out, status, idle, deadline = [], None, False, time.monotonic() + self.timeout
-        while time.monotonic() < deadline:  # the reply (shell) and the idle status (iopub) come in either order
+        self.ws.settimeout(max(0.01, wait.deadline - time.monotonic()))  # a full send buffer waits no longer
+        try:
+            self.ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": msg_type, "session": self.client_id,
+                                                "username": self.username, "version": "5.3", "date": ""},
+                                     "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                                     "content": content}))
+        except (websocket.WebSocketException, OSError) as err:
+            raise StepError(wait.said(f"{msg_type} to be sent", f"{type(err).__name__}: {err}")) from err
+        wait.mine.add(msg_id)
+        return msg_id
+
+    def _next(self, wait: Waiting, waited_for: str, until: float | None = None) -> dict | None:
+        """The next kernel message, or None once `until` (the wait's deadline by default) has passed. Each read
+        waits at most the time left: a ping (answered by websocket-client) or any frame ends the read, and the
+        deadline stays where it was."""
+        import websocket
+        from websocket import ABNF
+
+        until = wait.deadline if until is None else until
+        while (left := until - time.monotonic()) > 0:
+            self.ws.settimeout(left)
             try:
-                msg = json.loads(self.ws.recv())
-            except websocket.WebSocketConnectionClosedException as err:
-                raise StepError(f"the kernel's websocket closed {self.timeout - (deadline - time.monotonic()):.1f} s "
-                                f"into the cell (at {time.strftime('%H:%M:%S')}): {err}") from err
+                opcode, frame = self.ws.recv_data_frame(control_frame=True)
+            except websocket.WebSocketTimeoutException:
+                return None
+            except (websocket.WebSocketException, OSError) as err:
+                raise StepError(wait.said(waited_for, f"the kernel's websocket closed at {_clock()}: "
+                                                      f"{type(err).__name__}: {err}")) from err
+            if opcode == ABNF.OPCODE_CLOSE:
+                raise StepError(wait.said(waited_for, f"the server closed the kernel's websocket at {_clock()} "
+                                                      f"({frame.data[2:].decode(errors='replace')!r})"))
+            if opcode == ABNF.OPCODE_PING:
+                wait.pings += 1
+            elif opcode == ABNF.OPCODE_TEXT:
+                msg = json.loads(frame.data)
+                wait.saw(msg)
+                return msg
+        return None
+
+    def ready(self, timeout: float | None = None) -> None:
+        """Wait until the kernel answers: a kernel_info_reply on shell and an IOPub status for that request, what
+        JupyterLab's KernelConnection waits for before it sends a cell; kernel_info is sent again every NUDGE_S
+        until IOPub answers, as jupyter_server's nudge does. Then this websocket's IOPub subscription is live and a
+        kernel that has just (re)started cannot lose the first cell's output (its status and stream messages are
+        published before a subscription that is not yet live)."""
+        waited_for = "a kernel_info_reply on shell and an IOPub status for it"
+        wait = Waiting("the kernel's readiness", min(self.timeout, self.READY_S) if timeout is None else timeout)
+        reply = iopub = False
+        while not (reply and iopub):
+            if time.monotonic() >= wait.deadline:
+                raise StepError(wait.said(waited_for, f"kernel_info_request sent {len(wait.mine)} times; " + (
+                    "IOPub answered, no kernel_info_reply" if iopub else
+                    f"{'a' if reply else 'no'} kernel_info_reply, no IOPub status for any")))
+            if not iopub:  # no answer on IOPub yet: nudge again (a reply on shell alone does not prove IOPub)
+                self._send("kernel_info_request", {}, wait)
+            nudge = wait.deadline if iopub else min(wait.deadline, time.monotonic() + self.NUDGE_S)
+            while not (reply and iopub) and (msg := self._next(wait, waited_for, nudge)) is not None:
+                kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
+                if kind == "status" and content.get("execution_state") == "dead":
+                    raise StepError(wait.said(waited_for, "the kernel is dead"))
+                if msg.get("parent_header", {}).get("msg_id") in wait.mine:
+                    reply = reply or kind == "kernel_info_reply"
+                    iopub = iopub or (kind == "status" and msg.get("channel") == "iopub")
+        self.is_ready = True
+
+    def execute(self, code: str) -> tuple[str, str]:
+        """Run `code`; (status, text of its outputs and errors). Raises StepError if the kernel dies or restarts,
+        or when its execute_reply or the idle status after it does not come within the timeout (saying which)."""
+        if not self.is_ready:
+            self.ready()
+        first = code.strip().splitlines()[0] if code.strip() else ""
+        wait = Waiting(f"the cell `{first[:60]}{'…' if len(first) > 60 else ''}`", self.timeout)
+        msg_id = self._send("execute_request", {"code": code, "silent": False, "store_history": True,
+                                                "user_expressions": {}, "allow_stdin": False,
+                                                "stop_on_error": True}, wait)
+        out, status, idle, replied = [], None, False, 0.0
+
+        def waited_for() -> str:
+            return "its idle status on IOPub (and the output before it)" if status is not None else \
+                f"its execute_reply on shell{' (its idle status came)' if idle else ''}"
+
+        while (msg := self._next(wait, waited_for())) is not None:  # reply (shell) and idle (iopub): either order
             kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
             if kind == "status" and content.get("execution_state") in ("restarting", "dead"):
-                raise StepError(f"the kernel {content['execution_state']} while running a cell")
+                self.is_ready = False  # restarted: the next cell waits until it answers again
+                raise StepError(f"the kernel {content['execution_state']} while running a cell "
+                                f"({time.monotonic() - wait.started:.1f} s into it, at {_clock()})")
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             if kind == "stream":
@@ -354,12 +476,15 @@ class Kernel:
             elif kind == "error":
                 out.append(f"{content.get('ename')}: {content.get('evalue')}")
             elif kind == "execute_reply":
-                status = content.get("status")
+                status, replied = content.get("status"), time.monotonic() - wait.started
             elif kind == "status" and content.get("execution_state") == "idle":
                 idle = True
             if idle and status is not None:
                 return status, "".join(out)
-        raise StepError(f"no reply from the kernel within {self.timeout:.0f} s")
+        text = "".join(out)
+        progress = (f"its execute_reply came ({status}, {replied:.1f} s in); " if status is not None else "") + \
+            (f"output so far: {text[-200:]!r}" if text else "no output")
+        raise StepError(wait.said(waited_for(), progress))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

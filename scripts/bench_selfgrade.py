@@ -35,6 +35,7 @@ from twoprim.learner import selfgrade as sg  # noqa: E402
 
 TARGETS = {"ex01_dot": 3.0, "ex06_compile": 10.0}   # seconds, warm; every other assignment 5 s
 DEFAULT_TARGET = 5.0
+COMMAND_S = 600  # one ./course selfgrade at most
 
 
 def _load() -> float:
@@ -44,17 +45,24 @@ def _load() -> float:
 def command(aid: str, notebook: Path, warm: bool) -> tuple[float, str]:
     """Seconds until `./course selfgrade` printed its score line, and its output."""
     env = {**os.environ, sg.ENV_WARM: "on" if warm else "off"}
-    start = time.monotonic()
+    start, since = time.monotonic(), time.strftime("%H:%M:%S")
     proc = subprocess.Popen([str(ROOT / "course"), "selfgrade", aid, "--notebook", str(notebook)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen, out = None, []
-    for line in proc.stdout:
-        out.append(line)
-        if seen is None and f"{aid}: " in line and " points" in line:
-            seen = time.monotonic() - start
-    proc.wait(timeout=600)
+    try:
+        for raw in sg.pipe_lines(proc.stdout, start + COMMAND_S):  # bounded, even if a kernel holds the pipe
+            line = raw.decode(errors="replace") + "\n"
+            out.append(line)
+            if seen is None and f"{aid}: " in line and " points" in line:
+                seen = time.monotonic() - start
+        proc.wait(timeout=60)
+    except TimeoutError:
+        proc.kill()
+        proc.wait(timeout=10)
+        raise SystemExit(f"{aid}: `./course selfgrade` printed no score within {COMMAND_S} s (since {since}):\n"
+                         f"{''.join(out)}") from None
     if seen is None:
-        raise SystemExit(f"{aid}: the command printed no score:\n{''.join(out)}")
+        raise SystemExit(f"{aid}: the command printed no score (exit {proc.returncode}):\n{''.join(out)}")
     return seen, "".join(out)
 
 

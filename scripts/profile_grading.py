@@ -36,8 +36,8 @@ def cold_imports(aid: str) -> dict[str, float]:
     out, before = {}, []
     for name, stmt in steps.items():
         code = "; ".join([*before, "import time", "t = time.perf_counter()", stmt, "print(time.perf_counter() - t)"])
-        runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-                      .stdout.split()[-1]) for _ in range(3)]
+        runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                     timeout=300).stdout.split()[-1]) for _ in range(3)]
         out[name] = min(runs)
         before.append(stmt)
     return out
@@ -49,7 +49,7 @@ def sandbox_start() -> float:
     runs = []
     for _ in range(5):
         start = time.perf_counter()
-        subprocess.run(argv, check=True)
+        subprocess.run(argv, check=True, timeout=60)
         runs.append(time.perf_counter() - start)
     return min(runs)
 
@@ -74,7 +74,7 @@ def main() -> int:
     args = parser.parse_args()
     nbgrader_import = min(float(subprocess.run(
         [sys.executable, "-c", "import time;t=time.perf_counter();import nbgrader.apps.api;print(time.perf_counter()-t)"],
-        capture_output=True, text=True, check=True).stdout.split()[-1]) for _ in range(3))
+        capture_output=True, text=True, check=True, timeout=300).stdout.split()[-1]) for _ in range(3))
     print(f"sandbox start (bwrap, empty): {sandbox_start():.3f} s; nbgrader's import, once per worker: "
           f"{nbgrader_import:.2f} s")
     rows = []
