@@ -48,6 +48,7 @@ Read the lessons beside the solutions too; the detector catches what is copied.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -355,6 +356,18 @@ def _function_shapes(code: str) -> list[str]:
 # Scores
 # ----------------------------------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4)
+def _answer_prints(graded: tuple[Solution, ...]) -> list[tuple[list, set[str]]]:
+    """Per answer: the fingerprints of its pieces (boilerplate left out) and the numbered shapes of its bodies."""
+    shared = _shared_by_solutions(graded)
+    out = []
+    for solution in graded:
+        pieces = [_print(f"{solution.grade_id}-{i}", p, shared) for i, p in enumerate(solution.pieces)]
+        params = solution.params or ((),) * len(solution.pieces)
+        out.append((pieces, {s for s in map(_piece_shape, solution.pieces, params) if s}))
+    return out
+
+
 def scores(cells: Sequence[Cell], graded: Sequence[Solution]) -> list[Score]:
     """For every lesson and every solution: how much of the solution the lesson holds (its best cell, or its cells
     together when that is more) and which cells define it as a function. Pairs with nothing in common are left out;
@@ -364,14 +377,10 @@ def scores(cells: Sequence[Cell], graded: Sequence[Solution]) -> list[Score]:
         by_lesson.setdefault(cell.lesson, []).append(cell)
     cell_hashes = {(c.lesson, c.index): set(_print(f"{c.lesson}-{c.index}", c.code).hashes) for c in cells}
     cell_functions = {(c.lesson, c.index): set(_function_shapes(c.code)) for c in cells}
-    shared = _shared_by_solutions(graded)
     out: list[Score] = []
-    for solution in graded:
-        pieces = [_print(f"{solution.grade_id}-{i}", p, shared) for i, p in enumerate(solution.pieces)]
+    for solution, (pieces, shapes) in zip(graded, _answer_prints(tuple(graded))):
         total = sum(map(_positions, pieces))
         fingerprintable = sum(len(p.filtered_code) for p in pieces) >= MIN_CHARS
-        params = solution.params or ((),) * len(solution.pieces)
-        shapes = {s for s in map(_piece_shape, solution.pieces, params) if s}
         for lesson, its_cells in by_lesson.items():
             same = tuple(c.index for c in its_cells if shapes & cell_functions[(c.lesson, c.index)])
             best, best_cells, union, contributing = 0.0, (), set(), []
