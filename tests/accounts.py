@@ -36,7 +36,8 @@ def python_for(user: pwd.struct_passwd | None = None) -> str | None:
         return None
     user = user or pwd.getpwnam("nobody")
     probe = subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"], user=user.pw_uid,
-                           group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH}, capture_output=True)
+                           group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH}, capture_output=True,
+                           timeout=60)
     return python if probe.returncode == 0 else None
 
 
@@ -44,7 +45,7 @@ def runnable_by(python: str, user: pwd.struct_passwd) -> bool:
     try:
         probe = subprocess.run([python, "-c", "import sys, ssl, sqlite3; assert sys.version_info[:2] == (3, 11)"],
                                user=user.pw_uid, group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH},
-                               capture_output=True)
+                               capture_output=True, timeout=60)
     except PermissionError:  # a folder on the way is private
         return False
     return probe.returncode == 0
@@ -97,16 +98,16 @@ def clone_for(dest: Path, user: pwd.struct_passwd | None = None, *, node_modules
     read-only to `user` (hard links: never written through). What names this checkout is rewritten in new files.
     """
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+                           check=True, timeout=60).stdout.decode().split("\0")
     for name in filter(None, files):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     if user is not None:
-        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(dest)], check=True)
+        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(dest)], check=True, timeout=300)
     lab.install_settings(ROOT / ".venv")  # the file make setup writes, before the copy shares it
     venv = dest / ".venv"
-    subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(venv)], check=True)
+    subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(venv)], check=True, timeout=300)
     if node_modules:
         link_node_modules(dest)
     site = next((venv / "lib").glob("python3.*/site-packages"))
@@ -127,7 +128,7 @@ def link_node_modules(dest: Path) -> None:
     assert (source / ".bin" / "configurable-http-proxy").exists(), (
         f"{source} has no configurable-http-proxy: run the tests with `make test`, which installs it (npm ci), or "
         f"run `make node_modules/.installed` first")
-    subprocess.run(["cp", "-al", str(source), str(dest / "node_modules")], check=True)
+    subprocess.run(["cp", "-al", str(source), str(dest / "node_modules")], check=True, timeout=300)
 
 
 def point_venv_at(venv: Path, python: str) -> None:
@@ -142,9 +143,10 @@ def delete_account(name: str, timeout_s: float = 15) -> None:
     """`userdel -r` the account (its home too), waiting a moment for its last processes to end."""
     deadline = time.monotonic() + timeout_s
     while True:
-        proc = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
+        proc = subprocess.run(["userdel", "-r", name], capture_output=True, text=True, timeout=120)
         if proc.returncode in (0, 6) or "does not exist" in proc.stderr:  # 6: no such user
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"could not delete the throwaway account {name}: {proc.stderr.strip()}")
+            raise AssertionError(f"could not delete the throwaway account {name} within {timeout_s:g} s: "
+                                 f"{proc.stderr.strip()}")
         time.sleep(0.5)

@@ -261,6 +261,8 @@ def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_on
     # printing every 20 ms from its start), for which that wait would never end: the grader's client is ready, its
     # first cell's output is that cell's alone, and the kernel shuts down.
     import asyncio
+    import time
+    from queue import Empty
 
     from jupyter_client import AsyncKernelManager
 
@@ -284,10 +286,16 @@ def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_on
             assert isinstance(kc, PromptKernelClient)
             await asyncio.wait_for(kc.wait_for_ready(timeout=60), 60)
             msg_id = kc.execute("print('mine')")
-            outputs = []
-            while True:
-                msg = await kc.get_iopub_msg(timeout=30)
+            outputs, deadline, since, others = [], time.monotonic() + 30, time.strftime("%H:%M:%S"), 0
+            while True:  # bounded as a whole: the chatter's messages arrive every 20 ms, a get alone never ends it
+                assert time.monotonic() < deadline, f"no idle status for print('mine') within 30 s (since {since}; " \
+                                                    f"its output so far {outputs}; {others} messages of the chatter)"
+                try:
+                    msg = await kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+                except Empty:
+                    continue  # the deadline has passed: said above
                 if msg["parent_header"].get("msg_id") != msg_id:
+                    others += 1
                     continue
                 if msg["msg_type"] == "stream":
                     outputs.append(msg["content"]["text"])

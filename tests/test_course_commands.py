@@ -24,7 +24,7 @@ def _clean_env(**extra) -> dict[str, str]:
 
 def test_course_command_runs_from_another_folder_without_activation(tmp_path):
     proc = subprocess.run([str(ROOT / "course"), "--help"], cwd=tmp_path, env=_clean_env(),
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "generate" in proc.stdout and "bench-lessons" in proc.stdout
 
@@ -32,7 +32,7 @@ def test_course_command_runs_from_another_folder_without_activation(tmp_path):
 def test_course_command_without_environment_says_to_run_make_setup(tmp_path):
     shutil.copy(ROOT / "course", tmp_path / "course")  # a checkout whose .venv was never built
     proc = subprocess.run([str(tmp_path / "course"), "generate"], cwd=tmp_path, env=_clean_env(),
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert f"the course environment {tmp_path}/.venv does not exist yet. Run `make setup`" in proc.stderr
 
@@ -64,7 +64,8 @@ def test_plain_nbgrader_from_any_folder_uses_the_course_config(tmp_path, where):
         [str(BIN / "nbgrader"), "generate_assignment", "ex01_dot", "--force",
          f"--CourseDirectory.release_directory={release}",
          f"--CourseDirectory.db_url=sqlite:///{tmp_path / 'scratch.db'}"],
-        cwd=cwd, env=_clean_env(PATH=f"{BIN}{os.pathsep}{_clean_env()['PATH']}"), capture_output=True, text=True)
+        cwd=cwd, env=_clean_env(PATH=f"{BIN}{os.pathsep}{_clean_env()['PATH']}"), capture_output=True, text=True,
+        timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (release / "ex01_dot" / "ex01_dot.ipynb").is_file(), proc.stderr
     assert set(cwd.iterdir()) == before, f"nbgrader left files in {cwd}: {set(cwd.iterdir()) - before}"
@@ -89,7 +90,7 @@ def test_clean_strips_outputs_in_place(tmp_path):
 
 @pytest.mark.parametrize("command", ["release", "collect", "autograde", "feedback", "report", "selfgrade"])
 def test_class_commands_name_the_known_assignments(command):
-    proc = subprocess.run([str(ROOT / "course"), command, "ex99_nope"], capture_output=True, text=True)
+    proc = subprocess.run([str(ROOT / "course"), command, "ex99_nope"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "no assignment 'ex99_nope'; known: ex01_dot" in proc.stderr
 

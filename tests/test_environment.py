@@ -50,9 +50,10 @@ def test_environment_yml_mirrors_pyproject():
 
 def test_setup_is_not_redone_once_built():
     # `make test` built the environment before running us; asking again must find nothing to do.
-    proc = subprocess.run(["make", "-q", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(["make", "-q", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"make would rebuild .venv although it is up to date:\n{proc.stdout}{proc.stderr}"
-    dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=120).stdout
     assert "pip install" not in dry, f"make test would reinstall packages:\n{dry}"
 
 
@@ -76,5 +77,5 @@ def test_nbformat_imports_without_building_iri_parsers():
     # among them. The pinned jsonschema must not pull it in, whatever else is installed.
     code = ("import sys, nbformat, jsonschema, nbgrader.api; "
             "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert proc.stdout.strip() == "[]", f"importing nbformat and nbgrader also imported {proc.stdout.strip()}"

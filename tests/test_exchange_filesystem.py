@@ -66,7 +66,8 @@ def exchange_class(tmp_path_factory):
     base = shared_tmp("twoprim-exchange-test-")
     try:
         for name in names.values():
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
+                           timeout=60)
             made.append(name)
         course = course_copy(tmp_path_factory.mktemp("exchange") / "course", AID)
         with open(course / "grader" / "nbgrader_config.py", "a") as f:
@@ -124,7 +125,7 @@ def exchange_class(tmp_path_factory):
     finally:
         for name in made:
             delete_account(name)
-        subprocess.run(["rm", "-rf", str(base)], check=False)
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
 
 
 def test_collect_takes_only_what_each_students_own_account_made(exchange_class):

@@ -112,7 +112,7 @@ def test_remove_class_removes_the_accounts_the_hub_made_and_no_other(monkeypatch
         (course / "grader").mkdir(mode=0o700)
         account, _ = hub.ensure_account(made, "student", course=course)
         subprocess.run(["useradd", "--create-home", "--gid", str(account.pw_gid), "--comment", MARKER["student"],
-                        by_hand], check=True, capture_output=True)
+                        by_hand], check=True, capture_output=True, timeout=60)
         record = class_accounts.record_path(course)
         assert record.stat().st_uid == 0 and record.stat().st_mode & 0o777 == 0o600
         assert set(class_accounts.read_record(course)) == {made}

@@ -322,7 +322,7 @@ def test_a_new_password_for_someone_outside_the_class_or_not_the_courses_is_refu
     _refused(clone, [*base, "--new-password", "mallory"], "--new-password mallory: 'mallory' is not in this class",
              names=tuple(names))
     person = _names(1)[0] + "p"  # an instructor's own account, made outside the course
-    subprocess.run(["useradd", "--create-home", person], check=True, capture_output=True)
+    subprocess.run(["useradd", "--create-home", person], check=True, capture_output=True, timeout=60)
     try:
         out = _refused(clone, [*base, "--instructor", person, "--new-password", person],
                        f"--new-password {person}: {person!r} is an account the course did not create",
@@ -605,14 +605,24 @@ def _in_a_terminal(service, name: str, command: str, timeout: float = 120) -> di
     term = made.json()["name"]
     ws = websocket.create_connection(f"ws{base[4:]}terminals/websocket/{term}",
                                      header=[f"Authorization: token {token}"], timeout=timeout)
-    text, deadline = "", time.monotonic() + timeout
+    text, deadline, since, last = "", time.monotonic() + timeout, time.strftime("%H:%M:%S"), "nothing"
     try:
         ws.send(json.dumps(["stdin", f"{command}; echo TERMINAL-EXIT-$?\r"]))
         while not (done := re.search(r"TERMINAL-EXIT-(\d+)", text)):
-            assert time.monotonic() < deadline, f"no end of `{command}` within {timeout} s:\n{text}"
-            message = json.loads(ws.recv())
-            if message[0] == "stdout":
-                text += message[1]
+            left = deadline - time.monotonic()
+            assert left > 0, f"no end of `{command}` (its TERMINAL-EXIT line) within {timeout} s, since {since}; " \
+                             f"last seen: {last}; its output:\n{text}"
+            ws.settimeout(left)  # each read waits at most the time left: the server's pings end a read, not the wait
+            try:
+                opcode, frame = ws.recv_data_frame(control_frame=True)
+            except websocket.WebSocketTimeoutException:
+                continue
+            assert opcode != websocket.ABNF.OPCODE_CLOSE, f"the terminal's websocket closed:\n{text}"
+            if opcode == websocket.ABNF.OPCODE_TEXT:
+                message = json.loads(frame.data)
+                last = f"{message[0]} at {time.strftime('%H:%M:%S')}"
+                if message[0] == "stdout":
+                    text += message[1]
     finally:
         ws.close()
         requests.delete(base + f"api/terminals/{term}", headers=auth, timeout=60)
@@ -1014,7 +1024,8 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         # their terminal): this run keeps every password. Its service answers, and every submission is still there.
         kept = service.store().submissions("two-primitives")
         theirs = secrets.token_urlsafe(12)
-        subprocess.run(["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True)
+        subprocess.run(["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True,
+                       timeout=60)
         certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
         hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
                            "--exchange", str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]),

@@ -223,12 +223,15 @@ def test_a_server_is_stopped_with_its_clean_shutdown_kernels_included(tmp_path):
                     break
             except requests.ConnectionError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            assert proc.poll() is None, f"jupyter server exited ({proc.returncode}):\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"jupyter server did not answer /api/status within 60 s:\n" \
+                                                f"{log.read_text()}"
             time.sleep(0.3)
         kernel = requests.post(api + "kernels", headers=auth, timeout=30).json()["id"]
         deadline = time.monotonic() + 60
         while not (kernels := _children(proc.pid, "ipykernel_launcher")):
-            assert time.monotonic() < deadline, log.read_text()
+            assert time.monotonic() < deadline, f"no kernel process under the server within 60 s of starting " \
+                                                f"kernel {kernel}:\n{log.read_text()}"
             time.sleep(0.3)
         spawner = ClassroomSpawner(user=SimpleNamespace(name="student", url="/user/student/"), memory_mb=0)
         spawner.proc, spawner.pid = proc, proc.pid

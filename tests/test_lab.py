@@ -175,7 +175,7 @@ def test_every_notebook_names_a_kernel_the_course_environment_provides():
 
     provided = {NATIVE_KERNEL_NAME, *(p.name for p in (Path(sys.prefix) / "share" / "jupyter" / "kernels").iterdir())}
     committed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
-                               check=True).stdout.split()
+                               check=True, timeout=60).stdout.split()
     assert committed
     for name in committed:
         kernel = json.loads((ROOT / name).read_text())["metadata"].get("kernelspec", {}).get("name")
@@ -225,7 +225,7 @@ def throwaway_user():
     base = shared_tmp("twoprim-lab-")  # pytest's tmp_path is under /tmp/pytest-of-root (0700): out of reach
     name = f"tplab{os.getpid()}{secrets.token_hex(3)}"
     subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group",
-                    "--shell", "/bin/bash", name], check=True, capture_output=True)
+                    "--shell", "/bin/bash", name], check=True, capture_output=True, timeout=60)
     try:
         yield pwd.getpwnam(name), base
     finally:

@@ -45,12 +45,12 @@ def moved():
     def copy(name: str) -> Path:
         dest = base / name
         files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                               check=True).stdout.decode().split("\0")
+                               check=True, timeout=60).stdout.decode().split("\0")
         for rel in filter(None, files):
             if (ROOT / rel).is_file() and not rel.startswith("node_modules/"):
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ROOT / rel, dest / rel)
-        subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(dest / ".venv")], check=True)
+        subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(dest / ".venv")], check=True, timeout=300)
         return dest
 
     yield copy

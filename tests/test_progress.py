@@ -447,7 +447,7 @@ def test_a_self_grade_of_another_notebook_is_not_this_notebooks_score(learner):
 
 def test_the_state_file_is_untracked():
     for name in (progress.STATE_FILE, f"{progress.STATE_FILE}.bad-20261130-090000"):
-        ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT, capture_output=True)
+        ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT, capture_output=True, timeout=60)
         assert ignored.returncode == 0, f"{name} must be ignored by git (.gitignore)"
 
 

@@ -19,7 +19,7 @@ RELEASED = ("exercises", "lessons")
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (
         f"git {' '.join(args)}: {done.stderr.strip()} (this test reads the notebooks as released before the move from "
         f"the repository's history: a shallow clone needs `git fetch --unshallow`)")

@@ -141,6 +141,7 @@ def attacked_class(tmp_path_factory):
         while not stop.is_set():
             try:
                 conn, _ = server.accept()
+                conn.settimeout(5)  # a connection that sends nothing holds the listener 5 s at most
                 received.append(conn.recv(100))
                 conn.close()
             except OSError:
@@ -167,7 +168,8 @@ def attacked_class(tmp_path_factory):
     outcomes = {o.student: o for o in grading.autograde(AID, root=course, workers=2, progress=False,
                                                         students=trusted, trust=trusted)}
     stop.set()
-    thread.join()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the listener for the network attack did not stop within 10 s"
     server.close()
     home_secret.unlink()
     yield {"course": course, "audited": audited, "outcomes": outcomes, "received": received,
