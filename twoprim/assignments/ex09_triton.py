@@ -744,7 +744,6 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     first block every step), the accumulator rounded to 16 bits after every block, a matrix read through the wrong
     strides, a grid with an axis missing or exchanged, wrong tiles on the ragged edge or elsewhere."""
     A, B = case.args
-    (M, K), N = A.shape, B.shape[1]
     g, A64, B64 = got.double(), A.double(), B.double()
     exact = A64 @ B64
     bound = float((A64.abs() @ B64.abs()).max()) if A.numel() and B.numel() else 0.0
@@ -752,7 +751,14 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     tol = max(tol, 1e-30)
     if _close(g, exact, tol):
         return None
-    for bk in BLOCKS:  # the loop over K
+    return (_k_loop_cause(g, A64, B64, tol) or _half_sum_cause(g, A, B, bound, tol)
+            or _stride_cause(g, A, B, exact, tol) or _grid_cause(~((g - exact).abs() <= tol)))
+
+
+def _k_loop_cause(g, A64, B64, tol: float) -> tuple[str, str] | None:
+    """C as the loop over K went wrong: only its first block, the same first block every step, only its last."""
+    K = A64.shape[1]
+    for bk in BLOCKS:
         if bk >= K:
             continue
         steps = -(-K // bk)
@@ -774,19 +780,34 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
         if 0 < last and _close(g, A64[:, last:] @ B64[last:], tol):
             return (f"C equals the product of the last block of K only (columns {last}..{K - 1} of A): each step "
                     f"replaces the accumulator instead of adding to it", "add each block's tl.dot to the accumulator")
-    if A.dtype in HALF:
-        for bk in BLOCKS:
-            if bk >= K:
-                continue
-            acc = torch.zeros(M, N, dtype=torch.float64)
-            for k0 in range(0, K, bk):
-                acc = (acc + (A64[:, k0:k0 + bk] @ B64[k0:k0 + bk]).float().double()).to(A.dtype).double()
-            if _close(g, acc, _eps(A.dtype) * bound):
-                err = float((g - exact).abs().max())
-                return (f"C matches a sum rounded to {dtype_name(A.dtype)} after every block of {bk}: error "
-                        f"{err:.3g} where float32 accumulation errs by at most {tol:.2g}; it grows with K "
-                        f"({-(-K // bk)} roundings here)",
-                        "accumulate in float32 across all of K's blocks and round to C's dtype once, at the store")
+    return None
+
+
+def _half_sum_cause(g, A, B, bound: float, tol: float) -> tuple[str, str] | None:
+    """C as a sum rounded to float16/bfloat16 after every block of K."""
+    if A.dtype not in HALF:
+        return None
+    (M, K), N = A.shape, B.shape[1]
+    A64, B64 = A.double(), B.double()
+    for bk in BLOCKS:
+        if bk >= K:
+            continue
+        acc = torch.zeros(M, N, dtype=torch.float64)
+        for k0 in range(0, K, bk):
+            acc = (acc + (A64[:, k0:k0 + bk] @ B64[k0:k0 + bk]).float().double()).to(A.dtype).double()
+        if _close(g, acc, _eps(A.dtype) * bound):
+            err = float((g - A64 @ B64).abs().max())
+            return (f"C matches a sum rounded to {dtype_name(A.dtype)} after every block of {bk}: error "
+                    f"{err:.3g} where float32 accumulation errs by at most {tol:.2g}; it grows with K "
+                    f"({-(-K // bk)} roundings here)",
+                    "accumulate in float32 across all of K's blocks and round to C's dtype once, at the store")
+    return None
+
+
+def _stride_cause(g, A, B, exact, tol: float) -> tuple[str, str] | None:
+    """C as A or B read through the wrong strides (as if contiguous, or exchanged), or stored transposed."""
+    (M, K), N = A.shape, B.shape[1]
+    A64, B64 = A.double(), B.double()
     for name, t, rows, cols in (("A", A, "stride_am", "stride_ak"), ("B", B, "stride_bk", "stride_bn")):
         for read, how in ((_as_contiguous(t), f"read as if it were contiguous: the loads ignore {name}'s strides "
                                               f"{t.stride()}"),
@@ -803,7 +824,13 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
         return ("C holds the transpose of A·B: the store exchanged rows and columns (C's two strides, or the "
                 "roles of the row and column offsets, swapped)",
                 "store tile element (i, j) at c_ptr + i * stride_cm + j * stride_cn, i along M and j along N")
-    bad = ~((g - exact).abs() <= tol)  # NaN (memory no program wrote) counts as wrong
+    return None
+
+
+def _grid_cause(bad: torch.Tensor) -> tuple[str, str] | None:
+    """C's wrong elements (`bad`, NaN counted wrong) as a grid went wrong: its axes exchanged, an axis with one
+    program, tiles on the ragged edge left out, or some tiles wrong and the others right."""
+    M, N = bad.shape
 
     def tiles_of(b: int) -> tuple[int, int, list]:
         tm, tn = -(-M // b), -(-N // b)
@@ -853,6 +880,8 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
         return (f"with {b}×{b} tiles, {len(wrong)} of {tm * tn} tiles are wrong ({names}), the others right",
                 "look at how a program finds its tile from its program ids, and where it stores it")
     return None
+
+
 
 
 def _judge_matmul_values(got, want, case: Case) -> str:
