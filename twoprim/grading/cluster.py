@@ -181,6 +181,7 @@ class _Run:
         self.client, self.aid, self.root, self.url, self.digests = client, aid, root, url, digests
         self.on_outcome, self.on_workers, self.reconnect = on_outcome, on_workers, reconnect
         self.outcomes: list[Outcome] = []
+        self.logs: dict[str, str] = {}    # student -> the log of the grader's last failure on it (`Outcome.log`)
         self.counts: collections.Counter = collections.Counter()
         self.bar = None
 
@@ -212,7 +213,7 @@ class _Run:
             else:
                 self._on_cluster(todo, faults)
             for student in sorted(faults):  # still not graded: said so, no grade written or changed
-                outcome = Outcome(student, status=NOT_GRADED, reason=faults[student])
+                outcome = Outcome(student, status=NOT_GRADED, reason=self._keep_log(student, faults[student]))
                 record_not_graded(aid, student, outcome.reason, url, digest_of=self.digests[student])
                 self.outcomes.append(outcome)
                 self._count(outcome)
@@ -245,6 +246,7 @@ class _Run:
         def handle(student: str, outcome: Outcome) -> None:
             if outcome.status == NOT_GRADED:
                 faults[student] = f"{outcome.reason} (tried {attempts[student]} times)"
+                self.logs[student] = outcome.log
                 left.append(student)
             elif outcome.time_limit and concurrent and not outcome.limit_by_cpu:
                 alone.append((student, outcome))  # timed on the wall clock: graded again alone before it counts
@@ -336,6 +338,7 @@ class _Run:
         """Commit one outcome (a fault of the grader is kept for the end, never merged)."""
         if outcome.status == NOT_GRADED:
             faults[student] = outcome.reason
+            self.logs[student] = outcome.log
             return
         if any(o.student == student for o in self.outcomes):
             return
@@ -348,10 +351,26 @@ class _Run:
                     raise
                 time.sleep(2 ** attempt)
         faults.pop(student, None)
+        self.logs.pop(student, None)
+        self._log_path(student).unlink(missing_ok=True)  # an earlier run's log of the grader's failure: resolved
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         self._count(outcome)
+
+    def _log_path(self, student: str) -> Path:
+        return self.root / "grader" / "reports" / f"{self.aid}-not-graded" / f"{student}.log"
+
+    def _keep_log(self, student: str, reason: str) -> str:
+        """The reason of a submission still not graded, naming the file where the grader's log and traceback of its
+        last failure are kept for the instructor (grader/reports/<aid>-not-graded/<student>.log), when there is one."""
+        log = self.logs.get(student)
+        if not log:
+            return reason
+        path = self._log_path(student)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{student}'s submission of {self.aid} was not graded: {reason}\n\n{log}\n")
+        return f"{reason}; the grader's log and traceback: {path.relative_to(self.root)}"
 
     def _count(self, outcome) -> None:
         self.counts[outcome.status] += 1

@@ -43,6 +43,7 @@ from pathlib import Path
 ENV_SOCKET = "TWOPRIM_FORKSERVER"
 ENV_MODULE = "TWOPRIM_CHECKS_MODULE"    # the assignment's checks module: its kernel keeps what its import set
 ENV_CELLS = "TWOPRIM_WARM_CELLS"        # a file of the grader's: the instructor's test cells, for `warm_cells`
+ENV_END = "TWOPRIM_KERNEL_END"          # a file of the grader's: what the launcher saw of its kernel (`kernel_death`)
 READY = "twoprim-forkserver-ready"
 START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
@@ -160,6 +161,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
     selector.register(server, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     kernels: dict[int, socket.socket] = {}
+    born: dict[int, int | None] = {}   # kernel pid -> the system's count of out-of-memory kills when it was forked
     print(READY, flush=True)
     os.dup2(log, 1)  # from here on, what it and its kernels print goes to its log, never into a full pipe
     os.dup2(log, 2)
@@ -183,6 +185,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 if pid == 0:
                     _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)
                 conn.settimeout(None)
+                born[pid] = oom_kills()
                 _send(conn, {"pid": pid})
                 kernels[pid] = conn
                 selector.register(conn, selectors.EVENT_READ, pid)
@@ -192,12 +195,12 @@ def serve(socket_path: str, modules: list[str]) -> None:
                         pass
                 except BlockingIOError:
                     pass
-                _reap(kernels, selector)
+                _reap(kernels, selector, born)
             else:  # the launcher went away (its kernel was shut down or killed): the kernel goes too
                 pid = key.data
                 selector.unregister(key.fileobj)
                 _kill(pid)
-        _reap(kernels, selector)
+        _reap(kernels, selector, born)
 
 
 def _kill(pid: int) -> None:
@@ -210,23 +213,43 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (any cgroup's included), or None
+    where /proc/vmstat does not say (its `oom_kill` line is Linux 4.13's)."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector, born: dict[int, int | None]) -> None:
+    """Each kernel that ended: its launcher is told how (`exit`: its exit code, negative for a signal) and what it
+    used (CPU seconds, peak resident memory, out-of-memory kills on the system during its life): what
+    `kernel_death` reads to say whose its end was."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         conn = kernels.pop(pid, None)
+        before = born.pop(pid, None)
         if conn is None:
             continue
         try:
             selector.unregister(conn)
         except (KeyError, ValueError):
             pass
+        after = oom_kills()
         try:
-            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+            _send(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
+                         "maxrss": usage.ru_maxrss * 1024,
+                         "oom_kills": after - before if after is not None and before is not None else None})
         except OSError:
             pass
         conn.close()
@@ -309,7 +332,19 @@ class Forkserver:
         self.proc: subprocess.Popen | None = None
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        """Started, still running, and answering on its socket (a forkserver killed inside its sandbox leaves the
+        sandbox's process running for a moment: it no longer accepts)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(5)
+        try:
+            probe.connect(str(self.socket))
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        return True
 
     def start(self) -> "Forkserver":
         from twoprim.grading import sandbox
@@ -356,10 +391,21 @@ class Forkserver:
         self.proc = None
 
 
+def _note(record: dict) -> None:
+    """What the launcher saw of its kernel, one JSON line appended to the grader's file named in $TWOPRIM_KERNEL_END
+    (outside the sandbox: no kernel reaches it), for `kernel_death`."""
+    path = os.environ.get(ENV_END)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
 def launch(connection_file: str) -> int:
-    """The kernelspec's argv: one kernel for the submission whose box the grader named, forked by the forkserver."""
+    """The kernelspec's argv: one kernel for the submission whose box the grader named, forked by the forkserver.
+    What it sees of the kernel (started, how it ended, or the forkserver lost before it said) goes to `_note`."""
     from twoprim.grading import sandbox
 
+    _note({"launcher": os.getpid()})  # each kernel's notes begin here (an assignment of several notebooks: several)
     box = os.environ.get(sandbox.ENV_BOX)
     server = os.environ.get(ENV_SOCKET)
     if not box or not server:
@@ -377,8 +423,17 @@ def launch(connection_file: str) -> int:
     if uid is not None and os.geteuid() == 0:
         os.chown(inside, uid, uid)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(server)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # closing the connection ends the kernel
+    try:
+        conn.connect(server)
+    except OSError as err:
+        _note({"lost": f"the launcher could not reach the grading forkserver ({type(err).__name__}: {err})"})
+        return 1
+
+    def terminated(signum, _frame):  # closing the connection ends the kernel
+        _note({"lost": f"the kernel's launcher was stopped by {signal.Signals(signum).name} before its kernel ended"})
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
     cells = []
     if os.environ.get(ENV_CELLS):  # written by the grader (`execute.CpuTimedExecute`), where no kernel reaches
         try:
@@ -388,11 +443,70 @@ def launch(connection_file: str) -> int:
     _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
                  "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, ""), "cells": cells})
     while True:  # as long as its kernel lives, which the grader's cell limits and watchdog bound
-        message = _read_line(conn)
+        try:
+            message = _read_line(conn)
+        except (OSError, ValueError) as err:
+            message, lost = None, f"{type(err).__name__}: {err}"
+        else:
+            lost = "its connection closed"
         if message is None:
+            _note({"lost": f"the grading forkserver went away before it reported the kernel's end ({lost})"})
             return 1
+        if "pid" in message:
+            _note({"kernel": message["pid"]})
         if "exit" in message:
-            return int(message["exit"])
+            _note(message)
+            return int(message["exit"]) if int(message["exit"]) >= 0 else 128 - int(message["exit"])
+
+
+_CRASHES = {"SIGSEGV": "a segmentation fault: memory read or written where there is none, e.g. through ctypes or a "
+                       "library called with bad arguments",
+            "SIGBUS": "a bus error: memory accessed in a way the machine cannot",
+            "SIGILL": "an illegal instruction", "SIGFPE": "an arithmetic fault (an integer divided by zero in C code)",
+            "SIGABRT": "aborted by its code or a library it called, e.g. on an allocation that failed under the "
+                       "address-space limit of {memory}",
+            "SIGSYS": "a forbidden system call"}
+
+
+def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, file_limit: int) -> tuple[str, str]:
+    """Whose fault a kernel that died in the middle of a cell was, from what its launcher noted (`_note`): ("student",
+    why) only when the forkserver, alive, reported the kernel's own end and that end is the student's code's doing
+    (an exit of its own, a crash, one of its limits, the out-of-memory killer); else ("grader", why): the forkserver
+    or the launcher died first (nothing reported the kernel's end), or a signal with nothing of the student's behind
+    it killed the kernel (the grader cannot tell who sent it, so it never counts against the student)."""
+    starts = [i for i, r in enumerate(records) if "launcher" in r]
+    records = records[starts[-1]:] if starts else records  # the last kernel's: the one that died
+    if not records:
+        return "grader", "the kernel's launcher, a process of the grader's, died before it could start the kernel"
+    last = records[-1]
+    if "lost" in last:
+        return "grader", last["lost"]
+    if "exit" not in last:
+        if "kernel" not in last:
+            return "grader", ("the kernel's launcher, a process of the grader's, died before the forkserver had "
+                              "started the kernel")
+        return "grader", "the kernel's launcher, a process of the grader's, was killed (and the forkserver stopped its kernel)"
+    code = int(last["exit"])
+    if code >= 0:
+        return "student", (f"the student's code ended the kernel's process (exit status {code}, as os._exit({code}) "
+                           f"does)")
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    cpu, rss, oom = last.get("cpu_s"), last.get("maxrss"), last.get("oom_kills")
+    if name in _CRASHES:
+        what = _CRASHES[name].format(memory=f"{memory_limit / 2**30:.0f} GiB")
+        return "student", f"the kernel crashed in the student's code ({name}, {what})"
+    if name == "SIGXCPU" or (name == "SIGKILL" and cpu is not None and cpu >= cpu_limit - 1):
+        return "student", f"the kernel used up its CPU limit of {cpu_limit:.0f} s ({name})"
+    if name == "SIGXFSZ":
+        return "student", f"the student's code wrote a file past the limit of {file_limit / 2**20:.0f} MiB ({name})"
+    if name == "SIGKILL" and oom:
+        held = f" (it held {rss / 2**30:.1f} GiB at its peak)" if rss else ""
+        return "student", f"the machine ran out of memory and its out-of-memory killer stopped the kernel{held}"
+    return "grader", (f"the kernel was killed by {name} from outside, not by one of its limits or the out-of-memory "
+                      f"killer (the grader cannot tell who sent it)")
 
 
 def main(argv: list[str]) -> int:

@@ -29,8 +29,9 @@ from twoprim.grading.audit import audit
 from twoprim.core.catalog import checks_module_name
 from twoprim.grading.gradebook import scratch_gradebooks
 from twoprim.grading.preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
-from twoprim.grading.realign import realign
-from twoprim.grading.submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text
+from twoprim.grading.realign import NotTheAssignment, realign
+from twoprim.grading.submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text, \
+    upgraded_from
 
 __all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "execution_notes", "MEMORY_LIMIT_BYTES",
            "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]
@@ -63,6 +64,8 @@ class Outcome:
     time_limit: str = ""                    # a time limit this submission ran into (cell or whole), in words
     limit_by_cpu: bool = False              # every cell limit it ran into was judged on its kernel's CPU time
     expected_given: int = 0                 # expected values the run computed once and handed it (`oracle`)
+    log: str = ""                           # the grader's own failure (NOT_GRADED): its log and traceback, kept for
+                                            # the instructor in grader/reports/<aid>-not-graded/<student>.log
 
 
 def make_task(aid: str, student: str, files: dict[str, bytes], *, root: Path, released: dict,
@@ -104,8 +107,11 @@ def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
             warnings.simplefilter("ignore")
             out = _grade(task)
     except Exception as err:  # noqa: BLE001 - a fault of the grader, never the student's: not graded, said why
+        import traceback
+
         out = Outcome(task["student"], status=NOT_GRADED,
-                      reason=f"the grader itself failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
+                      reason=f"the grader itself failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
+                      log=traceback.format_exc())
     out.worker = kernels.worker_name()
     out.seconds = time.monotonic() - start
     return out
@@ -135,7 +141,11 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     sub_dir = _receive(work, task, notebooks, out, notes)
     if sub_dir is None:
         return out
-    grader = _lay_out(work / "course", sub_dir, task, aid, student, released, notebooks, out, notes)
+    try:
+        grader = _lay_out(work / "course", sub_dir, task, aid, student, released, notebooks, out, notes)
+    except NotTheAssignment as err:
+        out.reason = f"{err}; ask the student to submit their {aid} notebook"
+        return out
     target = grader / "submitted" / student / aid
     findings = _audit(target, notebooks, released)
     out.phases["prepare"] = time.monotonic() - phase
@@ -155,11 +165,12 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
                       f"look for an infinite loop in the notebook")
         return out
+    death = None if task["unisolated"] else kernel_death(work)
     if status != "ok" or not autograded.is_dir():
-        return _not_finished(out, log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"])
+        return _not_finished(out, log_text, 0 if status == "ok" else 1, last_cell, task["cell_timeout"], death)
     max_points = _read_grades(grader / "gradebook.db", aid, student, out)
     if max_points is None:
-        return _not_finished(out, log_text, 1, last_cell, task["cell_timeout"])
+        return _not_finished(out, log_text, 1, last_cell, task["cell_timeout"], death)
     phase = time.monotonic()
     notes[:0] = _judge_in_grader(aid, work / "course", autograded, notebooks, capture, out, max_points,
                                  task["cell_timeout"])
@@ -193,6 +204,8 @@ def _receive(work: Path, task: dict, notebooks: list[str], out: Outcome, notes: 
             return None
         if task["files"][f"{nb}.ipynb"].startswith(BOM):
             notes.append(f"{nb}.ipynb starts with a UTF-8 byte-order mark; read without it")
+        if (version := upgraded_from(task["files"][f"{nb}.ipynb"])) is not None:
+            notes.append(f"{nb}.ipynb is a notebook of format version {version}; upgraded to version 4 to grade it")
         (sub_dir / f"{nb}.ipynb").write_text(text)
     exchange_files = {"timestamp.txt", "submission_secret.txt"}  # written by nbgrader submit; feedback needs both
     extra = [p for p in present if p not in {f"{nb}.ipynb" for nb in notebooks} | exchange_files]
@@ -219,7 +232,10 @@ def _lay_out(course: Path, sub_dir: Path, task: dict, aid: str, student: str, re
     (grader / "gradebook.db").write_bytes(task["snapshot"])
     for nb in notebooks:
         submitted = nbformat.read(str(sub_dir / f"{nb}.ipynb"), as_version=4)
-        repaired, repairs = realign(submitted, released[nb])
+        try:
+            repaired, repairs = realign(submitted, released[nb])
+        except NotTheAssignment as err:
+            raise NotTheAssignment(f"{nb}.ipynb cannot be graded as {aid}: {err}") from None
         nbformat.write(repaired, str(target / f"{nb}.ipynb"))
         notes.extend(repairs)
     if (sub_dir / "submission_secret.txt").is_file():
@@ -253,7 +269,7 @@ def _run_in_box(work: Path, box: Path, grader: Path, task: dict, aid: str, stude
             box_env[KERNEL_UID_ENV] = str(uid)
         if warm is not None:
             box_env.update({sandbox.ENV_BOX: str(box), sandbox.ENV_UID: str(uid or ""),
-                            forkserver.ENV_SOCKET: str(warm.socket),
+                            forkserver.ENV_SOCKET: str(warm.socket), forkserver.ENV_END: str(work / KERNEL_END),
                             forkserver.ENV_MODULE: f"twoprim.{checks_module_name(aid)}"})
         if task.get("kernel_threads"):
             box_env.update({v: str(task["kernel_threads"]) for v in sandbox.THREAD_VARIABLES})
@@ -310,6 +326,22 @@ def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.Note
 
 
 TIMED_OUT = "CellTimeoutError"
+KERNEL_END = "kernel-end.jsonl"   # in a submission's work folder: what its kernels' launchers saw (`forkserver._note`)
+
+
+def kernel_death(work: Path) -> tuple[str, str]:
+    """("student" | "grader", why) for a sandboxed kernel that died in a cell (`forkserver.kernel_death`)."""
+    import json
+
+    path = work / KERNEL_END
+    records = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return forkserver.kernel_death(records, cpu_limit=sandbox.CPU_LIMIT_SECONDS, memory_limit=sandbox.MEMORY_LIMIT_BYTES,
+                                   file_limit=sandbox.FILE_SIZE_LIMIT_BYTES)
 
 
 def timeout_words(index: int, limit: int | None) -> str:
@@ -329,6 +361,9 @@ def _explain_timeouts(nb: nbformat.NotebookNode, limit: int | None) -> set[int]:
                 o["evalue"] = timeout_words(i, limit)
                 o["traceback"] = [f"{TIMED_OUT}: {o['evalue']}"]
                 found.add(i)
+        if i in found:  # the KeyboardInterrupt the limit's interrupt raised is the same event: said once, as the limit
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")]
     return found
 
 
@@ -413,7 +448,7 @@ def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | 
         if not path.is_file():
             continue
         nb = nbformat.read(str(path), as_version=4)
-        failed, timed_out, died, errors = [], [], [], []
+        failed, timed_out, died, errors, memory = [], [], [], [], []
         for i, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             for o in cell.get("outputs", []):
@@ -427,6 +462,10 @@ def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | 
                         failed.append(meta.get("grade_id"))
                 elif ename == "DeadKernelError" or "DeadKernel" in " ".join(o.get("traceback", [])):
                     died.append(where)
+                elif ename == "MemoryError":  # the student's allocation refused under the limit, wherever it was
+                    memory.append(where)
+                    if meta.get("grade") and not meta.get("solution"):
+                        failed.append(meta.get("grade_id"))
                 elif meta.get("grade") and not meta.get("solution"):
                     failed.append(meta.get("grade_id"))
                 elif not meta.get("solution") and not str(meta.get("grade_id", "")).endswith("-hints"):
@@ -448,6 +487,9 @@ def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | 
         if died:
             notes.append(f"the kernel died in {died[0]} (a crash, os._exit or running out of memory); later cells "
                          f"did not run")
+        if memory:
+            notes.append(f"{', '.join(memory)} ran out of memory (MemoryError: a kernel's address space is limited "
+                         f"to {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB)")
         if timed_out:
             limit = f" of {cell_timeout} s" if cell_timeout else ""
             notes.append(f"{', '.join(timed_out)} ran past {'its' if len(timed_out) == 1 else 'their'} time "
@@ -458,8 +500,9 @@ def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | 
 
 
 _FAILURES = [
-    (r"Timeout waiting for execute reply", "{cell} kept running past its time limit{limit} and ignored the interrupt "
-                                           "(a loop that catches KeyboardInterrupt?); the notebook could not finish"),
+    (r"Timeout waiting for execute reply", "{cell} ran past its time limit{limit} and was interrupted, and its kernel "
+                                           "had not stopped {grace} s after the interrupt; the notebook could not "
+                                           "finish"),
     (r"CellTimeoutError", "{cell} sent more output than the grader could take in before its time limit{limit}; "
                           "the notebook could not finish"),
     (r"Kernel died|DeadKernelError", "the kernel died while running {cell} (a crash, os._exit() or running out of "
@@ -470,18 +513,42 @@ _FAILURES = [
      "the notebook's nbgrader metadata is corrupted beyond repair; the student should start from a fresh copy of the "
      "assignment and paste their answers in"),
 ]
+_BEFORE_ANY_CELL = r"Kernel died before replying to kernel_info|Kernel didn't respond in"  # no student code ran yet
 
 
-def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str | None, cell_timeout: int) -> Outcome:
+def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str | None, cell_timeout: int,
+                  death: tuple[str, str] | None = None) -> Outcome:
     """nbgrader did not finish grading: a failure the notebook causes is the student's (failed, said why); any other
-    is the grader's own (`NOT_GRADED`: tried again, never a grade), e.g. an error in the grader's preprocessors."""
-    reason = _nbgrader_failure(log_text, returncode, last_cell, cell_timeout)
+    is the grader's own (`NOT_GRADED`: tried again, never a grade), e.g. an error in the grader's preprocessors, a
+    kernel that died before any of the notebook's code ran, or a grader process (forkserver, launcher) that died
+    under a running kernel (`death`, from `kernel_death`). The grader's own failures keep nbgrader's log, traceback
+    included, in `out.log` for the instructor."""
+    cell = last_cell or "a cell"
+    if re.search(_BEFORE_ANY_CELL, log_text):
+        reason = None
+        why = (f"the kernel did not start: it died or stayed silent before any cell ran, so none of the student's "
+               f"code had run")
+        if death is not None and death[0] == "grader":
+            why += f" ({death[1]})"
+    elif death is not None and re.search(r"Kernel died|DeadKernelError", log_text) and \
+            not re.search(r"Timeout waiting for execute reply", log_text):
+        whose, words = death
+        reason = f"the kernel died while running {cell}: {words}; the cells after it could not run" \
+            if whose == "student" else None
+        why = f"{words}, while the kernel ran {cell}; not counted against the student"
+    else:
+        reason = _nbgrader_failure(log_text, returncode, last_cell, cell_timeout)
+        why = None
     if reason is None:
         out.status = NOT_GRADED
-        lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-        raised = [l for l in lines if re.match(r"([\w.]+\.)?\w*(Error|Exception)\b", l) and "NbGrader" not in l]
-        errors = raised or [l.split("]", 1)[-1].strip() for l in lines if "ERROR" in l]
-        reason = f"the grader itself failed while nbgrader ran the notebook: {(errors or [f'exit code {returncode}'])[-1][:300]}"
+        if why is None:
+            lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+            raised = [l for l in lines if re.match(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s\S|$)", l)  # a traceback's
+                      and not l.startswith("Traceback") and "NbGrader" not in l]                   # last line
+            errors = raised or [l.split("]", 1)[-1].strip() for l in lines if "ERROR" in l]
+            why = f"the grader itself failed while nbgrader ran the notebook: {(errors or [f'exit code {returncode}'])[-1][:300]}"
+        reason = why
+        out.log = log_text
     if "CellTimeoutError" in log_text:
         out.time_limit = f"the cell limit of {cell_timeout} s"
     out.reason = reason
@@ -494,7 +561,8 @@ def _nbgrader_failure(log_text: str, returncode: int, last_cell: str | None = No
     cell = last_cell or "a cell"
     for pattern, reason in _FAILURES:
         if re.search(pattern, log_text):
-            return reason.format(cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "")
+            return reason.format(cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "",
+                                 grace=max(4, cell_timeout or 0))
     if returncode < 0:
         return f"the grading process was killed by signal {-returncode} (CPU or memory limit) while running {cell}"
     return None
