@@ -2,7 +2,7 @@
 following a link or blocking on a pipe (`read_submission`, `read_regular`), and why a file in a notebook's place is
 not a gradable notebook, in words (`notebook_text`, `missing_reason`): not there, renamed, a folder, a link, a FIFO,
 empty, binary, another encoding (with the byte), a UTF-8 byte-order mark (dropped: the notebook is valid), broken
-JSON, another notebook format."""
+JSON, a notebook format nbformat cannot upgrade (versions 1-3 are upgraded to 4, as Jupyter does)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 __all__ = ["BOM", "NotRegularFile", "read_regular", "read_submission", "submission_files", "submitted_students",
-           "notebook_text", "missing_reason"]
+           "notebook_text", "upgraded_from", "missing_reason"]
 
 BOM = b"\xef\xbb\xbf"
 
@@ -118,16 +118,28 @@ def notebook_text(name: str, data: bytes) -> tuple[str | None, str | None]:
     if not isinstance(parsed, dict) or not isinstance(parsed.get("cells", parsed.get("worksheets")), list):
         return None, f"{name} is JSON but not a notebook (no list of cells)"
     major = parsed.get("nbformat")
-    if major != 4:
-        return None, (f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today): "
-                      f"opened in JupyterLab and saved, it becomes one")
-    try:
-        import nbformat
+    if not isinstance(major, int) or isinstance(major, bool) or not 1 <= major <= 4:
+        return None, (f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today) nor an "
+                      f"older one nbformat upgrades: opened in JupyterLab and saved, it becomes one")
+    import nbformat
 
-        nbformat.reads(raw, as_version=4)
+    try:
+        upgraded = nbformat.reads(raw, as_version=4)  # versions 1-3 are upgraded, as Jupyter does on opening them
     except Exception as err:  # noqa: BLE001
+        if major != 4:
+            return None, (f"{name} says it is a notebook of format version {major}, but nbformat cannot read it as one "
+                          f"to upgrade it to version 4 ({type(err).__name__}: {' '.join(str(err).split())[:200]})")
         return None, f"{name} is JSON but not a notebook ({type(err).__name__}: {str(err)[:200]})"
-    return raw, None
+    return (raw if major == 4 else nbformat.writes(upgraded)), None
+
+
+def upgraded_from(data: bytes) -> int | None:
+    """The format version of a notebook older than 4 (read upgraded by `notebook_text`), else None."""
+    try:
+        major = json.loads(data.removeprefix(BOM)).get("nbformat")
+    except (ValueError, AttributeError):
+        return None
+    return major if isinstance(major, int) and major < 4 else None
 
 
 def missing_reason(task: dict, missing: list[str], present: list[str]) -> str:
