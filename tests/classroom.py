@@ -183,3 +183,23 @@ def bad_ex01_class(submitted: Path) -> None:
                                                  "for _ in range(100_000)]"))
     w("no_secret", answered(aid), secret=None)
     w("garbage_secret", answered(aid), secret=b"\xff\xfe\x00garbage")
+
+    # what a student changes in the notebook's structure is undone: graded by the assignment's own cells
+    nb = answered(aid)
+    for cell in nb.cells:  # every answer cell marked as a graded cell of 5 points (nbgrader: "No such grade cell")
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.metadata["nbgrader"].update(grade=True, points=5)
+    w("answers_marked_graded", nb)
+    nb = student_version(aid)
+    for cell in nb.cells:  # a blank notebook that rewrites its grading: answers graded and locked, tests worth 100
+        meta = cell.metadata.get("nbgrader", {})  # and passing, a bonus cell of its own
+        if meta.get("solution"):
+            meta.update(grade=True, points=5, solution=False, locked=True)
+        elif meta.get("grade"):
+            meta["points"] = 100
+            cell.source = "print('passed')"
+    nb.cells.append(nbformat.v4.new_code_cell("print('bonus')", metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "grade_id": "bonus", "points": 100, "schema_version": 3}}))
+    w("blank_rewrites_grading", nb)
+    w("another_assignment", student_version("ex02_gemm"))
+    w("nbformat_v3", nbformat.writes(nbformat.convert(answered(aid), 3)))  # Jupyter's format before 2015: upgraded

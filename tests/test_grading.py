@@ -24,11 +24,12 @@ from twoprim.grading.gradebook import committed, database_url
 from twoprim.grading.nbgrader_cli import nbgrader
 from twoprim.core.notebooks import ROOT
 
-from .classroom import answered, bad_ex01_class, course_copy, prepend, student_version, write
+from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 
 AID = "ex01_dot"
 FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
                         for h in ("", "-hidden"))
+REWRITTEN_ANSWER = "grade false → true, locked false → true, points absent → 5, solution true → false"
 
 # The outcome of every submission of bad_ex01_class, as an instructor reads it in grader/reports/ex01_dot.csv.
 EXPECTED = {
@@ -37,7 +38,8 @@ EXPECTED = {
     "blank": (0, "graded", f"failing checks: {FAILING_ALL}"),
     "deleted_test_cell": (15, "graded", "restored the deleted cell ex01_dot-dot"),
     "duplicated_test_cell": (15, "graded", "removed a duplicated copy of ex01_dot-dot"),
-    "edited_test_cell": (15, "graded", "all cells ran"),
+    "edited_test_cell": (15, "graded", "restored the assignment's version of ex01_dot-dot, which the submission had "
+                                       "edited"),
     "extra_files": (15, "graded", "ignored extra files: notes.txt, scratch.ipynb"),
     "many_lines": (15, "graded", "all cells ran"),
     "one_huge_line": (15, "graded", "all cells ran"),
@@ -45,9 +47,10 @@ EXPECTED = {
                                     "interrupted; failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
     "limits_probe": (15, "graded", "all cells ran"),
     "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
-    "memory_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
-                                  "despite: ex01_dot-top_k-solution line 1: 64 * 2 ** 30 (a size of a billion or more: "
-                                  "a memory or time bomb)"),
+    "memory_bomb": (11, "graded", "ex01_dot-top_k-solution (cell 24) ran out of memory (MemoryError: a kernel's "
+                                  "address space is limited to 8 GiB); failing checks: ex01_dot-top_k, "
+                                  "ex01_dot-top_k-hidden; trusted by the instructor despite: ex01_dot-top_k-solution "
+                                  "line 1: 64 * 2 ** 30 (a size of a billion or more: a memory or time bomb)"),
     "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
                                       "(found: submission_secret.txt, timestamp.txt); ask the student to submit "
                                       "ex01_dot.ipynb"),
@@ -55,18 +58,21 @@ EXPECTED = {
     "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
                               "truncated or was not saved from Jupyter; ask the student to resubmit"),
     "numpy_py": (15, "graded", "ignored extra files: numpy.py"),
-    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24) (a crash, os._exit() "
-                             "or running out of memory); the cells after it could not run"),
+    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24): the student's code "
+                             "ended the kernel's process (exit status 3, as os._exit(3) does); the cells after it "
+                             "could not run"),
     "perfect": (15, "graded", "all cells ran"),
     "renamed_grade_id": (15, "graded", "a cell with the unknown grade id 'my_renamed_cell' was graded as the "
                                        "student's own code; ex01_dot-top_k had lost its nbgrader metadata; "
                                        "recognised it"),
-    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24) (a crash, os._exit() "
-                              "or running out of memory); the cells after it could not run"),
+    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24): the kernel crashed "
+                              "in the student's code (SIGSEGV, a segmentation fault: memory read or written where "
+                              "there is none, e.g. through ctypes or a library called with bad arguments); the cells "
+                              "after it could not run"),
     "stripped_metadata": (15, "graded", "24 cells had lost their nbgrader metadata; recognised them by their source "
                                         "and the functions they define"),
-    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) kept running past its time limit of 10 "
-                                        "s and ignored the interrupt (a loop that catches KeyboardInterrupt?); the "
+    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
+                                        "interrupted, and its kernel had not stopped 10 s after the interrupt; the "
                                         "notebook could not finish"),
     "torch_py": (15, "graded", "ignored extra files: torch.py"),
     "truncated": (0, "failed", None),  # the JSON error's position depends on the notebook's length
@@ -76,9 +82,12 @@ EXPECTED = {
     "empty": (0, "failed", "ex01_dot.ipynb is empty (0 bytes); ask the student to resubmit"),
     "binary": (0, "failed", "ex01_dot.ipynb is a binary file (byte 1: 8b 08 00 00, invalid start byte); a notebook "
                             "saved by Jupyter is UTF-8 JSON; ask the student to resubmit"),
-    "wrong_nbformat": (0, "failed", "ex01_dot.ipynb is a notebook of format version 3, not 4 (what Jupyter writes "
-                                    "today): opened in JupyterLab and saved, it becomes one; ask the student to "
+    "wrong_nbformat": (0, "failed", "ex01_dot.ipynb says it is a notebook of format version 3, but nbformat cannot "
+                                    "read it as one to upgrade it to version 4 (ValidationError: The notebook is "
+                                    "invalid and is missing an expected key: worksheets); ask the student to "
                                     "resubmit"),
+    "nbformat_v3": (15, "graded", "ex01_dot.ipynb is a notebook of format version 3; upgraded to version 4 to grade "
+                                  "it"),
     "renamed_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/renamed_notebook/ex01_dot/ "
                                       "(found: ex01_dot (1).ipynb, submission_secret.txt, timestamp.txt); ex01_dot "
                                       "(1).ipynb looks like it, renamed: ask the student to rename it ex01_dot.ipynb "
@@ -111,6 +120,29 @@ EXPECTED = {
                                    "despite: ex01_dot-top_k-solution line 1: import subprocess (starts processes)"),
     "no_secret": (15, "graded", "all cells ran"),
     "garbage_secret": (15, "graded", "all cells ran"),
+    # what a student changed in the notebook's structure, undone: graded by the assignment's cells, said what
+    "answers_marked_graded": (15, "graded", "restored the assignment's nbgrader metadata the submission had changed: "
+                                            + ", ".join(f"ex01_dot-{fn}-solution (grade false → true, points absent → 5)"
+                                                        for fn in ("dot_loop", "dot", "neuron", "cosine_similarity",
+                                                                   "top_k"))),
+    "blank_rewrites_grading": (0, "graded", f"failing checks: {FAILING_ALL}; a cell with the unknown grade id 'bonus' "
+                                            f"was graded as the student's own code; restored the assignment's nbgrader "
+                                            f"metadata the submission had changed: "
+                                            f"ex01_dot-dot_loop-solution ({REWRITTEN_ANSWER}), ex01_dot-dot_loop (points "
+                                            f"1 → 100), ex01_dot-dot_loop-hidden (points 1 → 100), ex01_dot-dot-solution "
+                                            f"({REWRITTEN_ANSWER}), ex01_dot-dot (points 1 → 100), ex01_dot-dot-hidden "
+                                            f"(points 2 → 100) and 9 more; restored the assignment's version of 10 cells "
+                                            f"the submission had edited: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden, "
+                                            f"ex01_dot-dot, ex01_dot-dot-hidden, ex01_dot-neuron, ex01_dot-neuron-hidden "
+                                            f"and 4 more"),
+    "another_assignment": (0, "failed", "ex01_dot.ipynb cannot be graded as ex01_dot: none of the notebook's 34 cells "
+                                        "is one of the assignment's answer or test cells (by grade id, by the test's "
+                                        "code or by the function an answer defines, e.g. ex01_dot-dot_loop-solution); "
+                                        "its grade ids are ex02_gemm-intro, ex02_gemm-setup, "
+                                        "ex02_gemm-matmul_loops-solution, ex02_gemm-matmul_loops, "
+                                        "ex02_gemm-matmul_loops-hidden, ex02_gemm-matmul_loops-hints and 22 more: "
+                                        "another assignment's notebook?; ask the student to submit their ex01_dot "
+                                        "notebook"),
 }
 
 
@@ -210,26 +242,53 @@ def test_a_cell_that_runs_out_of_time_says_so_in_the_feedback_with_its_number_an
     assert "endless_sleep" in released.released
 
 
-def test_feedback_is_released_to_everyone_graded_and_names_the_others_with_why(bad_class):
+def test_feedback_is_given_for_every_graded_submission_and_the_others_are_named_with_why(bad_class):
+    """Every graded submission gets its feedback: one without a readable timestamp.txt is released under the time its
+    notebook reached grader/submitted/; one whose submission_secret.txt is missing or not text (the exchange's key
+    to the student's submission) has it generated in grader/feedback/ and is named for the instructor to hand over.
+    Only submissions with no grade have none, each named with why."""
+    import datetime
+
     course, _, _, _, released = bad_class
     rows = _rows(course)
-    cannot = {"no_secret": "no submission_secret.txt in grader/submitted/no_secret/ex01_dot/",
-              "garbage_secret": "submission_secret.txt in grader/submitted/garbage_secret/ex01_dot/ is not text",
-              "no_timestamp": "no readable timestamp.txt in grader/submitted/no_timestamp/ex01_dot/",
-              "bad_timestamp": "no readable timestamp.txt in grader/submitted/bad_timestamp/ex01_dot/"}
+    unmatchable = {"no_secret": "no submission_secret.txt in grader/submitted/no_secret/ex01_dot/",
+                   "garbage_secret": "submission_secret.txt in grader/submitted/garbage_secret/ex01_dot/ is not text"}
     graded = {s for s, r in rows.items() if r["status"] == "graded"}
-    assert sorted(released.released) == sorted(graded - set(cannot))
-    for student, why in cannot.items():
-        assert released.held[student].startswith(why), released.held[student]
+    assert sorted(released.released) == sorted(graded - set(unmatchable))
+    assert set(released.generated) == set(unmatchable)
+    for student, why in unmatchable.items():
+        assert released.generated[student].startswith(why), released.generated[student]
+        assert released.generated[student].endswith(f"the feedback is in grader/feedback/{student}/{AID}/")
+    for student in ("no_timestamp", "bad_timestamp"):
+        folder = course / "grader" / "submitted" / student / AID
+        arrived = datetime.datetime.fromtimestamp(os.lstat(folder / f"{AID}.ipynb").st_ctime, datetime.timezone.utc)
+        stamp = arrived.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+        assert released.notes[student] == (f"its timestamp.txt in grader/submitted/{student}/{AID}/ is missing or "
+                                           f"unreadable: released under the time its notebook reached "
+                                           f"grader/submitted/, {stamp}")
+    assert set(released.notes) == {"no_timestamp", "bad_timestamp"}
     for student in set(rows) - graded:
         assert released.held[student] == f"{rows[student]['status']} in grading, so there is no feedback to give " \
                                           f"(the report says why)"
-    assert set(released.held) == set(rows) - set(released.released)
-    for student in released.released:
+    assert set(released.held) == set(rows) - graded
+    for student in graded:
         assert (course / "grader" / "feedback" / student / AID / f"{AID}.html").is_file(), student
     assert len(list((course / "exchange" / grading.COURSE_ID / "feedback").glob("*.html"))) == len(released.released)
     text = released.describe()
     assert f"released to {len(released.released)} student(s)" in text and "  no_secret: no submission_secret" in text
+    assert "generated but not released through the exchange for 2 (hand it to them yourself):" in text
+
+
+def test_a_cell_stopped_at_its_limit_says_so_once_not_as_a_keyboard_interrupt_too(bad_class):
+    """The limit's interrupt raises KeyboardInterrupt in the kernel: the same event as the limit, which the cell
+    states with its number; the feedback shows it once."""
+    course, _, _, _, _ = bad_class
+    nb = nbformat.read(str(course / "grader" / "autograded" / "infinite_loop" / AID / f"{AID}.ipynb"), as_version=4)
+    i = cell_index(nb, f"{AID}-dot_loop-solution")
+    assert [(o.output_type, o.get("ename")) for o in nb.cells[i].outputs] == [("error", "CellTimeoutError")]
+    assert nb.cells[i].outputs[0].evalue.startswith(f"cell {i + 1} ran past its time limit of 10 s")
+    html = (course / "grader" / "feedback" / "infinite_loop" / AID / f"{AID}.html").read_text()
+    assert "KeyboardInterrupt" not in html and html.count(f"cell {i + 1} ran past its time limit of 10 s") == 1
 
 
 def test_each_outcome_is_handed_on_once_after_it_is_committed(bad_class):
@@ -584,3 +643,198 @@ def test_an_error_of_the_graders_own_while_nbgrader_runs_is_never_the_students_z
     outcomes = grading.autograde(AID, root=course, in_process=True, unisolated=True, progress=False)
     assert [(o.student, o.status, o.score) for o in outcomes] == [("ann", "graded", 15.0)], outcomes
     assert not not_graded(AID, url)
+
+
+def test_a_grader_failure_keeps_its_traceback_where_the_instructor_reads_it(tmp_path, monkeypatch):
+    """nbgrader failing for the grader's own reason: the report's reason names the file that keeps nbgrader's log with
+    the traceback; grading it afterwards removes the file."""
+    from twoprim.grading import execute
+
+    course = _course(tmp_path / "course")
+    write(course / "grader" / "submitted", "ann", AID, answered(AID))
+
+    def broken(nb):
+        raise AttributeError("module 'twoprim.core.verdicts' has no attribute 'graded_cells'")
+
+    monkeypatch.setattr(execute, "share_test_cells", broken)
+    [outcome] = grading.autograde(AID, root=course, in_process=True, unisolated=True, progress=False)
+    log = course / "grader" / "reports" / f"{AID}-not-graded" / "ann.log"
+    assert outcome.reason.endswith(f"the grader's log and traceback: grader/reports/{AID}-not-graded/ann.log")
+    text = log.read_text()
+    assert text.startswith(f"ann's submission of {AID} was not graded: the grader itself failed")
+    assert "Traceback (most recent call last)" in text and "in broken" in text and "graded_cells" in text
+    monkeypatch.undo()
+    [outcome] = grading.autograde(AID, root=course, in_process=True, unisolated=True, progress=False)
+    assert (outcome.status, outcome.score) == ("graded", 15.0) and not log.exists()
+
+
+GRADER_PROCESSES = {  # what the test kills, found among this process's descendants by its command line
+    "forkserver": lambda argv: "twoprim.grading.forkserver" in argv and "serve" in argv and "bwrap" not in argv[0],
+    "sandbox": lambda argv: bool(argv) and argv[0].endswith("bwrap"),  # the forkserver's bubblewrap (either process)
+    "launcher": lambda argv: "twoprim.grading.forkserver" in argv and "launch" in argv,
+}
+
+
+@pytest.mark.parametrize("process", sorted(GRADER_PROCESSES))
+def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_and_a_rerun_grades_them(
+        tmp_path, monkeypatch, capsys, process):
+    """A process of the grader's between `./course autograde` and the student's kernel (the forkserver, its sandbox,
+    the kernel's launcher) killed with SIGKILL while an honest student's answer cell runs: not graded, named, the
+    command exits 1, no grade written; the same command run again grades it 15/15. The kill comes on every try
+    (`MAX_ATTEMPTS` 1 here: a fault retried within the run is tests above)."""
+    import threading
+    import time
+
+    import psutil
+
+    from twoprim.grading import cluster, kernels
+    from twoprim.grading.gradebook import not_graded
+
+    course = _course(tmp_path / "course")
+    write(course / "grader" / "submitted", "ann", AID, prepend(AID, f"{AID}-dot-solution", "import time\ntime.sleep(4)"))
+    monkeypatch.setattr(cluster, "MAX_ATTEMPTS", 1)
+    killed, stop = [], threading.Event()
+
+    def kill_while_her_answer_runs():  # the cell log names the cell about to run (preprocessors.record_cell_start)
+        deadline = time.monotonic() + 240
+        while not stop.is_set() and time.monotonic() < deadline:
+            logs = list((kernels.scratch() / "work").glob("*/cell.log"))
+            if any(f"{AID}-dot-solution" in log.read_text(errors="replace") for log in logs if log.is_file()):
+                time.sleep(0.3)  # inside its time.sleep(4)
+                for proc in psutil.Process().children(recursive=True):
+                    try:
+                        if GRADER_PROCESSES[process](proc.cmdline()):
+                            proc.kill()
+                            killed.append(proc.pid)
+                            return
+                    except psutil.Error:
+                        continue
+            time.sleep(0.05)
+
+    hook = threading.Thread(target=kill_while_her_answer_runs, daemon=True)
+    hook.start()
+    try:
+        rc = course_cli.run_autograde(AID, root=course, progress=False, in_process=True)
+    finally:
+        stop.set()
+        hook.join(timeout=10)
+    printed = capsys.readouterr().out
+    assert killed, f"the {process} was never found running while ann's answer ran"
+    assert rc == 1, printed
+    assert "0 graded, 0 failed, 1 not graded (a fault of the grader, not the students')" in printed, printed
+    assert "  NOT GRADED ann: " in printed, printed
+    url = database_url(course)
+    reason = not_graded(AID, url)["ann"]["reason"]
+    assert f"while the kernel ran {AID}-dot-solution (cell 9); not counted against the student" in reason, reason
+    assert "ann" not in committed(AID, url) and _rows(course)["ann"]["status"] == "not graded"
+    assert (course / "grader" / "reports" / f"{AID}-not-graded" / "ann.log").is_file()
+
+    monkeypatch.undo()
+    assert course_cli.run_autograde(AID, root=course, progress=False, in_process=True) == 0
+    assert (_rows(course)["ann"]["status"], float(_rows(course)["ann"]["score"])) == ("graded", 15.0)
+    assert not not_graded(AID, url)
+
+
+def _exit(code: int, **usage) -> list[dict]:
+    return [{"launcher": 10}, {"kernel": 11}, {"exit": code, "cpu_s": 1.0, "maxrss": 2**29, "oom_kills": 0, **usage}]
+
+
+@pytest.mark.parametrize("records, whose, words", [
+    (_exit(3), "student", "the student's code ended the kernel's process (exit status 3, as os._exit(3) does)"),
+    (_exit(-11), "student", "the kernel crashed in the student's code (SIGSEGV, a segmentation fault"),
+    (_exit(-6), "student", "the kernel crashed in the student's code (SIGABRT, aborted by its code or a library it "
+                           "called, e.g. on an allocation that failed under the address-space limit of 8 GiB)"),
+    (_exit(-9, oom_kills=1, maxrss=6 * 2**30), "student", "the machine ran out of memory and its out-of-memory killer "
+                                                          "stopped the kernel (it held 6.0 GiB at its peak)"),
+    (_exit(-9, cpu_s=600.2), "student", "the kernel used up its CPU limit of 600 s (SIGKILL)"),
+    (_exit(-24), "student", "the kernel used up its CPU limit of 600 s (SIGXCPU)"),
+    (_exit(-25), "student", "the student's code wrote a file past the limit of 256 MiB (SIGXFSZ)"),
+    (_exit(-9), "grader", "the kernel was killed by SIGKILL from outside, not by one of its limits or the "
+                          "out-of-memory killer (the grader cannot tell who sent it)"),
+    (_exit(-15), "grader", "the kernel was killed by SIGTERM from outside"),
+    ([{"launcher": 10}, {"kernel": 11}, {"lost": "the grading forkserver went away before it reported the kernel's "
+                                                 "end (its connection closed)"}], "grader", "the grading forkserver went"),
+    ([{"launcher": 10}, {"kernel": 11}], "grader", "the kernel's launcher, a process of the grader's, was killed"),
+    ([{"launcher": 10}], "grader", "the kernel's launcher, a process of the grader's, died before the forkserver"),
+    ([], "grader", "the kernel's launcher, a process of the grader's, died before it could start the kernel"),
+    (_exit(0) + [{"launcher": 12}, {"kernel": 13}], "grader", "the kernel's launcher"),  # the second notebook's kernel
+])
+def test_whose_a_dead_kernel_is_follows_what_the_forkserver_reported(records, whose, words):
+    """A kernel that died in a cell is the student's only when the forkserver, alive, reported its end and that end
+    is the student's code's doing; nothing reported, or a signal with nothing of the student's behind it, is the
+    grader's (`forkserver.kernel_death`, from what the launcher noted)."""
+    from twoprim.grading import forkserver, sandbox
+
+    got = forkserver.kernel_death(records, cpu_limit=sandbox.CPU_LIMIT_SECONDS, memory_limit=sandbox.MEMORY_LIMIT_BYTES,
+                                  file_limit=sandbox.FILE_SIZE_LIMIT_BYTES)
+    assert got[0] == whose and got[1].startswith(words), got
+
+
+def test_a_kernel_that_never_answered_is_never_the_students():
+    """A kernel that died before replying to kernel_info ran none of the student's code: not graded, with why."""
+    from twoprim.grading.submission import _not_finished
+
+    log = "[ERROR] Kernel died before replying to kernel_info\nRuntimeError: Kernel died before replying to kernel_info"
+    out = _not_finished(grading.Outcome("ann"), log, 1, None, 60, ("grader", "the grading forkserver went away"))
+    assert out.status == grading.NOT_GRADED and out.log == log
+    assert out.reason == ("the kernel did not start: it died or stayed silent before any cell ran, so none of the "
+                          "student's code had run (the grading forkserver went away)")
+
+
+def _nbgrader_cells(nb) -> dict[str, tuple]:
+    return {c.metadata["nbgrader"]["grade_id"]: (c.cell_type, c.metadata["nbgrader"], c.source)
+            for c in nb.cells if "nbgrader" in c.metadata}
+
+
+def test_every_cell_of_the_assignment_gets_the_releases_metadata_and_its_tests_their_code_back():
+    """Whatever a submission's nbgrader metadata says (answers marked graded or locked, points changed, a test's code
+    edited, metadata without a grade id), the realigned notebook's nbgrader cells are the release's, answers kept;
+    the notes say what was changed and restored."""
+    from twoprim.grading.realign import realign
+
+    release = student_version(AID)
+    nb = answered(AID)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    nb.cells[cell_index(nb, f"{AID}-dot-solution")].metadata["nbgrader"].update(grade=True, points=5, locked=True)
+    test = nb.cells[cell_index(nb, f"{AID}-dot")]
+    test.metadata["nbgrader"]["points"] = 100
+    test.source = "print('passed')"
+    nb.cells[cell_index(nb, f"{AID}-top_k-hidden")].metadata["nbgrader"].update(checksum="forged", solution=True)
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {"grade": True, "points": 50}}))
+    repaired, notes = realign(nb, release)
+    cells, ours = _nbgrader_cells(repaired), _nbgrader_cells(release)
+    assert {g: c[:2] for g, c in cells.items()} == {g: c[:2] for g, c in ours.items()}, "every cell's type and metadata"
+    assert {g: c[2] for g, c in cells.items() if g in answers} == answers, "the student's answers kept"
+    assert {g: c[2] for g, c in cells.items() if g not in answers} == {g: c[2] for g, c in ours.items()
+                                                                       if g not in answers}
+    assert "nbgrader" not in repaired.cells[-1].metadata and repaired.cells[-1].source == "x = 1"
+    assert notes == [
+        "1 cell(s) had nbgrader metadata without a grade id (not the assignment's); they ran as the student's own code",
+        "restored the assignment's nbgrader metadata the submission had changed: ex01_dot-dot-solution (grade false "
+        "→ true, locked false → true, points absent → 5), ex01_dot-dot (points 1 → 100), ex01_dot-top_k-hidden "
+        "(checksum, solution false → true)",
+        "restored the assignment's version of ex01_dot-dot, which the submission had edited"]
+    assert realign(answered(AID), release) == (answered(AID), []), "an honest submission is left as it is"
+
+
+def test_only_a_notebook_with_nothing_of_the_assignment_is_refused():
+    from twoprim.grading.realign import NotTheAssignment, realign
+
+    release = student_version(AID)
+    with pytest.raises(NotTheAssignment, match=r"none of the notebook's 34 cells is one of the assignment's answer or "
+                                               r"test cells .* its grade ids are ex02_gemm-intro, .*another "
+                                               r"assignment's notebook\?"):
+        realign(student_version("ex02_gemm"), release)
+    with pytest.raises(NotTheAssignment, match="the notebook has no cells"):
+        realign(nbformat.v4.new_notebook(), release)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(solution_code_of("top_k"))])
+    repaired, notes = realign(nb, release)  # one answer, everything else gone: graded, with the rest restored
+    assert "ex01_dot-top_k-solution had lost its nbgrader metadata; recognised it" in notes
+    assert len(_nbgrader_cells(repaired)) == len(_nbgrader_cells(release))
+
+
+def solution_code_of(fn: str) -> str:
+    from .classroom import solution_code
+
+    return solution_code(AID)[f"{AID}-{fn}-solution"]
