@@ -5,16 +5,23 @@ The service runs on loopback in this process, with a stub in place of JupyterHub
 submit, list, collect into grader/submitted/ by intake.admit, release feedback, fetch feedback); what a student may
 not do (submit as another, read another's submission or feedback, list the class, release), each refused with its
 status and message; the size limit, named in the refusal; and a restart over the same store that loses nothing.
+Quotas: the 51st submission and one past the stored bytes refused naming the limit (cut off as it arrives), and
+collect listing the refusals. Once as the hub starts it (`python -m twoprim.exchange.service`, a stub for the hub's
+API): its defaults, and its memory under its own limit while three 400 MB uploads arrive.
 """
 from __future__ import annotations
 
 import asyncio
+import http.server
 import io
 import json
 import os
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -346,8 +353,9 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     hub = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
     [service] = [s for s in hub.JupyterHub.services if s["name"] == svc.NAME]  # (beside the idle culler)
     assert service["user"] == "teach" and service["url"] == "http://127.0.0.1:8003"
-    assert service["command"][-8:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50",
-                                       "--gradebook", f"sqlite:///{tmp_path / 'course' / 'grader' / 'gradebook.db'}"]
+    assert service["command"][-14:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50",
+                                        "--max-submissions", "50", "--max-stored-mb", "500", "--memory-mb", "512",
+                                        "--gradebook", f"sqlite:///{tmp_path / 'course' / 'grader' / 'gradebook.db'}"]
     assert svc.SCOPE in hub.Spawner.server_token_scopes
     assert {"name": "user", "scopes": ["self", svc.SCOPE]} in hub.JupyterHub.load_roles
     student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run" / "student")).load_config()
@@ -401,3 +409,310 @@ def test_each_student_sees_their_own_deadline_read_from_the_gradebook_at_each_re
         assert running.call("GET", f"assignments/{COURSE}").status_code == 401  # a token, as for everything else
     finally:
         running.stop()
+
+
+# --- quotas, streaming, the service's memory ------------------------------------------------------------------
+
+
+def _tar_stream(files: dict[str, int], chunk: int = 1 << 20):
+    """A tar of files of zeros (name -> size), made as it is sent: (its length, the generator of its bytes)."""
+    heads = {}
+    for name, size in files.items():
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = size, 0o644
+        heads[name] = info.tobuf(format=tarfile.PAX_FORMAT)
+    length = sum(len(heads[n]) + s + (-s) % 512 for n, s in files.items()) + 1024
+
+    def body():
+        zeros = bytes(chunk)
+        for name, size in files.items():
+            yield heads[name]
+            left = size
+            while left:
+                n = min(chunk, left)
+                yield zeros[:n]
+                left -= n
+            yield bytes((-size) % 512)
+        yield bytes(1024)
+
+    return length, body
+
+
+def _collect_as_the_instructor(room) -> str:
+    """`./course collect` (steps.collect) as the service's account: from the store, no token."""
+    from twoprim.exchange import steps
+
+    course = room["course"]
+    (course / "grader").mkdir(exist_ok=True)
+    (course / "grader" / "classroom.json").write_text(json.dumps(
+        {"exchange_kind": "service", "exchange_url": room["service"].url,
+         "exchange_store": str(room["service"].store.folder)}))
+    env = os.environ.pop("JUPYTERHUB_API_TOKEN", None)
+    try:
+        return steps.collect(AID, root=course)
+    finally:
+        if env is not None:
+            os.environ["JUPYTERHUB_API_TOKEN"] = env
+
+
+def test_the_51st_submission_is_refused_naming_the_limit_and_collect_lists_it(tmp_path):
+    """The default quota (50 submissions per student and assignment): 50 accepted; the 51st refused (403) before
+    its body is stored, by the service and through nbgrader's submit (the Assignments tab's error), each naming the
+    limit; another student and another assignment are untouched; collect names who was refused and how often."""
+    from nbgrader.exchange import ExchangeError
+
+    course = tmp_path / "course"
+    (course / "exercises" / AID).mkdir(parents=True)
+    (course / "exercises" / AID / f"{AID}.ipynb").write_bytes(_notebook("def dot(x, w):\n    pass"))
+    room = {"course": course, "tmp": tmp_path, "service": Running(tmp_path / "store")}  # the defaults
+    s = room["service"]
+    try:
+        _run("ReleaseAssignment", _config(course, course, s.url, "t-teach"))
+        s.store.release(COURSE, "ex02_gemm", {"ex02_gemm.ipynb": _notebook("pass")}, by="teach", force=False)
+        assert s.call("GET", "limits", "t-ann").json()["max_submissions"] == svc.DEFAULT_MAX_SUBMISSIONS == 50
+        body = svc.pack({f"{AID}.ipynb": _notebook("def dot(x, w):\n    return (x * w).sum()")})
+        for n in range(50):
+            answer = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=body)
+            assert answer.status_code == 200, (n, answer.text)
+        limit = "the limit of 50 submissions per student and assignment"
+        over = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=body)
+        assert over.status_code == 403 and f"you have handed in {AID} 50 times" in over.json()["error"] and \
+            limit in over.json()["error"], over.text
+        ann = _config(course, _home(room, "ann"), s.url, "t-ann")
+        _run("FetchAssignment", ann)
+        with pytest.raises(ExchangeError, match=f"refused \\(403\\): you have handed in {AID} 50 times.*{limit}"):
+            _run("Submit", ann)
+        assert len(s.store.submissions(COURSE, student="ann")) == 50
+        assert list(s.store.incoming().iterdir()) == []  # nothing of the refused ones kept
+        assert s.call("POST", f"submissions/{COURSE}/{AID}", "t-ben", data=body).status_code == 200
+        other = svc.pack({"ex02_gemm.ipynb": _notebook("pass")})
+        assert s.call("POST", f"submissions/{COURSE}/ex02_gemm", "t-ann", data=other).status_code == 200
+
+        recorded = s.store.refusals(COURSE, AID)
+        assert [(r["student"], r["status"], r["limit"]) for r in recorded] == [("ann", 403, "submissions")] * 2
+        assert s.call("GET", f"refusals/{COURSE}", "t-ben").status_code == 403  # the instructor's only
+        text = _collect_as_the_instructor(room)
+        assert f"2 new submission(s) of {AID} collected (ann, ben)" in text, text
+        lines = text.splitlines()
+        head = lines.index("2 submission(s) refused by the exchange service, from 1 student(s) (each was told why; "
+                           "what they handed in before stands):")
+        assert lines[head + 1].startswith("  ann: 2 time(s) (2 over the quota of submissions); the last, ") and \
+            limit in lines[head + 1], text
+        report = json.loads((course / "grader" / "reports" / f"{AID}-collect.json").read_text())
+        assert [r["student"] for r in report["refused"]] == ["ann", "ann"]
+    finally:
+        s.stop()
+
+
+def test_an_upload_past_the_stored_quota_is_cut_off_on_its_way_in(room):
+    """A lowered quota (3 MB per student and assignment): a declared upload that would pass it refused at once; one
+    streamed without a length cut off as it passes the limit (its partial file gone while the rest still arrives),
+    refused (413) naming the limit; one whose sender goes away half way leaves nothing; nbgrader's submit shows the
+    refusal; a submission that fits what is left (so nothing of the abandoned one was counted) still goes in."""
+    from nbgrader.exchange import ExchangeError
+
+    s = room["service"]
+    s.stop()
+    s = room["service"] = Running(room["tmp"] / "store", max_file=2_000_000, max_submission=8_000_000,
+                                  max_stored=3_000_000)
+    _run("ReleaseAssignment", _config(room["course"], room["course"], s.url, "t-teach"))
+    limit = "over the limit of 3 MB stored per student and assignment"
+    first = svc.pack({f"{AID}.ipynb": _notebook("first", pad=1_900_000)})
+    assert s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=first).status_code == 200
+    second = svc.pack({f"{AID}.ipynb": _notebook("second", pad=1_500_000)})
+    declared = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=second)
+    assert declared.status_code == 413 and limit in declared.json()["error"], declared.text
+
+    incoming = s.store.incoming()
+    length, body = _tar_stream({f"{AID}.ipynb": 1_000_000, "data.bin": 1_500_000}, chunk=100_000)
+    seen = {}
+
+    def watched():
+        sent = 0
+        for piece in body():
+            yield piece
+            sent += len(piece)
+            if "arriving" not in seen and sent > 600_000:  # being written to disk as it arrives
+                deadline = time.monotonic() + 10
+                while not any(p.stat().st_size for p in incoming.iterdir()) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                seen["arriving"] = [p.stat().st_size for p in incoming.iterdir()]
+            if "cut" not in seen and sent > 1_500_000:  # past what ann may still store (about 1 MB)
+                deadline = time.monotonic() + 10
+                while list(incoming.iterdir()) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                seen["cut"] = list(incoming.iterdir())  # gone while the rest is still to come
+
+    streamed = requests.post(s.url + f"api/submissions/{COURSE}/{AID}", data=watched(), timeout=60,
+                             headers={"Authorization": "token t-ann"})
+    assert streamed.status_code == 413 and "passed" in streamed.json()["error"] and limit in \
+        streamed.json()["error"], streamed.text
+    assert len(seen["arriving"]) == 1 and 0 < seen["arriving"][0] < length and seen["cut"] == [], seen
+    assert list(incoming.iterdir()) == [] and len(s.store.submissions(COURSE)) == 1
+    assert len(list((s.store.folder / "submissions").iterdir())) == 1
+
+    # an upload whose sender goes away half way: its partial file removed, nothing of it counted afterwards
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as raw:
+        raw.sendall(f"POST /services/{svc.NAME}/api/submissions/{COURSE}/{AID} HTTP/1.1\r\nHost: x\r\n"
+                    f"Authorization: token t-ann\r\nContent-Length: 900000\r\n\r\n".encode() + bytes(400_000))
+        deadline = time.monotonic() + 10
+        while not list(incoming.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(incoming.iterdir()), "the upload never reached incoming/"
+    deadline = time.monotonic() + 10
+    while list(incoming.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(incoming.iterdir()) == [] and len(s.store.submissions(COURSE)) == 1
+
+    ann = _config(room["course"], _home(room, "ann"), s.url, "t-ann")
+    _run("FetchAssignment", ann)
+    mine = _home(room, "ann") / AID / f"{AID}.ipynb"
+    mine.write_bytes(_notebook("third", pad=1_500_000))
+    with pytest.raises(ExchangeError, match=f"refused \\(413\\): this submission is .*{limit}"):
+        _run("Submit", ann)
+    mine.write_bytes(_notebook("fits", pad=1_000_000))  # with the first, just under 3 MB
+    done, _ = _run("Submit", ann)
+    assert [r["id"] for r in s.store.submissions(COURSE)][-1] == done.submission["id"]
+    assert [r["limit"] for r in s.store.refusals(COURSE, AID)] == ["stored"] * 3
+
+
+def test_a_notebook_not_where_the_release_put_it_is_refused_naming_the_path(room):
+    """ex01_dot.ipynb inside a folder of the submission, and no notebook where the release put it: refused (400)
+    naming the expected path, and recorded."""
+    s = room["service"]
+    _run("ReleaseAssignment", _config(room["course"], room["course"], s.url, "t-teach"))
+    nested = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann",
+                    data=svc.pack({f"sub/{AID}.ipynb": _notebook("mine")}))
+    assert nested.status_code == 400 and f"sub/{AID}.ipynb is not where the release put it: the notebook must be " \
+        f"{AID}.ipynb, as fetched ({AID}/{AID}.ipynb)" in nested.json()["error"], nested.text
+    other = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({"scratch.ipynb": _notebook("x")}))
+    assert other.status_code == 400 and f"expected {AID}/{AID}.ipynb; this submission has scratch.ipynb" in \
+        other.json()["error"], other.text
+    assert s.store.submissions(COURSE) == [] and [r["limit"] for r in s.store.refusals(COURSE)] == ["notebook"] * 2
+
+
+class _StubHub(http.server.BaseHTTPRequestHandler):
+    """JupyterHub's /hub/api/user, as HubAuth asks it: the model of the token's user, with the service's scope."""
+
+    def do_GET(self):
+        token = self.headers.get("Authorization", "").split(" ")[-1]
+        name = TOKENS.get(token)
+        if not self.path.rstrip("/").endswith("/api/user") or name is None:
+            self.send_response(403)
+            self.end_headers()
+            return
+        body = json.dumps({"name": name, "kind": "user", "scopes": [svc.SCOPE]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(120)
+def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arrive(tmp_path):
+    """`python -m twoprim.exchange.service` as the hub starts it (its defaults, a gradebook; a stub in place of the
+    hub's API): it lowers its own address space to 512 MiB, and its quotas are 50 submissions and 500 MB. Three
+    students' 400 MB submissions arrive at once (1.2 GB, generated as they are sent): all three are stored whole, and
+    the service's resident memory, sampled throughout and its peak (VmHWM), stays under its limit and grows by far
+    less than one upload."""
+    import psutil
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StubHub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/services/{svc.NAME}/api/"
+    env = {**os.environ, "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api",
+           "JUPYTERHUB_API_TOKEN": "the-service's-own", "JUPYTERHUB_SERVICE_NAME": svc.NAME}
+    env.pop("JUPYTERHUB_SERVICE_PREFIX", None)
+    log = open(tmp_path / "service.log", "w+")
+    import datetime
+
+    gradebook = _gradebook_with_due_dates(tmp_path, {AID: datetime.datetime(2026, 12, 9, 22, 59)})
+    proc = subprocess.Popen([sys.executable, "-m", "twoprim.exchange.service", "--store", str(tmp_path / "store"),
+                             "--course", COURSE, "--instructor", "teach", "--url", f"http://127.0.0.1:{port}",
+                             "--gradebook", gradebook], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(url + "health", timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                f"the service did not answer within 60 s:\n{log.seek(0) or log.read()}"
+            time.sleep(0.2)
+        limit = 512 * 2**20
+        service = psutil.Process(proc.pid)
+        assert service.rlimit(psutil.RLIMIT_AS) == (limit, limit)  # its own, set as it started
+        limits = requests.get(url + "limits", headers={"Authorization": "token t-ann"}, timeout=30).json()
+        assert (limits["max_submissions"], limits["max_stored_bytes"]) == (50, 500_000_000), limits
+        release = requests.post(url + f"assignments/{COURSE}/{AID}", headers={"Authorization": "token t-teach"},
+                                data=svc.pack({f"{AID}.ipynb": _notebook("pass")}), timeout=30)
+        assert release.ok, release.text
+        listed = requests.get(url + f"assignments/{COURSE}", headers={"Authorization": "token t-ann"}, timeout=30)
+        assert listed.json()[0]["due"] == "2026-12-09T22:59:00Z", listed.text  # read from the gradebook
+
+        before = service.memory_info().rss
+        samples, done = [], threading.Event()
+
+        def sample():
+            while not done.is_set():
+                samples.append(service.memory_info().rss)
+                time.sleep(0.02)
+
+        files = {f"{AID}.ipynb": 100_000_000, "a.bin": 100_000_000, "b.bin": 100_000_000, "c.bin": 100_000_000}
+        length, body = _tar_stream(files)
+        answers = {}
+
+        def upload(token):
+            try:
+                answers[token] = requests.post(url + f"submissions/{COURSE}/{AID}", data=body(), timeout=120,
+                                               headers={"Authorization": f"token {token}"})
+            except requests.RequestException as err:  # the service dropped it: said below, with its log
+                answers[token] = err
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        started = time.monotonic()
+        uploads = [threading.Thread(target=upload, args=(t,)) for t in ("t-ann", "t-ben", "t-teach")]
+        for t in uploads:
+            t.start()
+        for t in uploads:
+            t.join(100)
+        took = time.monotonic() - started
+        done.set()
+        sampler.join(10)
+        log.seek(0)
+        assert len(answers) == 3 and all(getattr(a, "status_code", None) == 200 for a in answers.values()), \
+            ({t: getattr(a, "text", repr(a))[:300] for t, a in answers.items()}, log.read()[-3000:])
+        status = {line.split(":")[0]: int(line.split()[1]) * 1024
+                  for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if line.startswith("Vm")}
+        peak = status["VmHWM"]  # the peak of its resident memory, as the kernel counted it
+        kept = sorted(p.stat().st_size for p in (tmp_path / "store" / "submissions").iterdir())
+        assert kept == [length] * 3, kept
+        assert max(samples) < limit and peak < limit, (max(samples), peak, limit)
+        assert max(samples) - before < 64 * 2**20 and peak - before < 64 * 2**20, (before, max(samples), peak)
+        print(f"3 uploads of {length / 1e6:.0f} MB in {took:.1f} s; service RSS {before / 2**20:.0f} MiB before, "
+              f"{max(samples) / 2**20:.0f} MiB at most while they arrived (VmHWM {peak / 2**20:.0f} MiB), "
+              f"{len(samples)} samples; address space at most {status['VmPeak'] / 2**20:.0f} MiB of its limit "
+              f"{limit / 2**20:.0f} MiB")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        hub.shutdown()
+        log.close()

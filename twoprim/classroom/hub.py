@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-mb", type=float, default=100.0,
                    help="with the service: the largest notebook (or other file) a student may submit, in MB "
                         "(default 100)")
+    p.add_argument("--max-submissions", type=int, default=50,
+                   help="with the service: how many times each student may submit an assignment (default 50)")
+    p.add_argument("--max-stored-mb", type=float, default=500.0,
+                   help="with the service: MB each student's submissions of an assignment may hold (default 500)")
     p.add_argument("--memory-mb", type=int, default=2048,
                    help="memory of each user's server and kernels together, in MB (default 2048; a control group: "
                         "over it the largest process, their kernel, is stopped; 0: none)")

@@ -59,6 +59,9 @@ class Plan:
     exchange_kind: str = "service"  # the exchange service (twoprim/exchange/service.py), or nbgrader's "filesystem"
     service_port: int = 0           # the exchange service's port, loopback
     max_file_mb: float = 100.0      # the service refuses a submitted file larger than this
+    max_submissions: int = 50       # ... and a student's submission of an assignment past this many
+    max_stored_mb: float = 500.0    # ... or past this many MB of that student's submissions of it together
+    service_memory_mb: int = 512    # the service's address space (RLIMIT_AS), MiB: it streams every upload
     memory_mb: int = 2048           # each user's server and kernels together (limits.py); 0: no control group
     cpus: float = 1.0               # ... and their CPU time, in cores
     cull_idle_s: int = 3600         # a server idle this long is stopped (jupyterhub-idle-culler); 0: never
@@ -170,10 +173,15 @@ def _service(plan: Plan) -> str:
 
     command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(plan.store),
                "--course", COURSE_ID, "--instructor", plan.instructor, "--max-file-mb", f"{plan.max_file_mb:g}",
+               "--max-submissions", str(plan.max_submissions), "--max-stored-mb", f"{plan.max_stored_mb:g}",
+               "--memory-mb", str(plan.service_memory_mb),
                "--gradebook", database_url(plan.course)]  # due dates students see, read at each request
     return f'''# The exchange as a service (twoprim/exchange/service.py): run as the instructor (least privilege: the
 # account that already holds the class's work, and the only one that can open its store, grader/exchange/), on
-# loopback.
+# loopback. Each student may keep {plan.max_submissions} submissions and {plan.max_stored_mb:g} MB of an assignment;
+# the service streams uploads to disk and lowers its own address space to {plan.service_memory_mb} MiB (RLIMIT_AS) as
+# it starts: it peaks near 290 MiB (110 resident), and a fault that held an upload in memory would fail that request,
+# not the machine.
 c.JupyterHub.services = [{{
     "name": {NAME!r},
     "url": "http://127.0.0.1:{plan.service_port}",

@@ -199,5 +199,13 @@ def protected(plan, args):
                           f"at least 256 (2048 is the default)")
     if args.cpus == 0:
         raise CourseError("--cpus 0 would stop every server: give a share of a core, e.g. 0.5, or 1 (the default)")
+    quotas = {}  # the exchange service's, per student and assignment
+    for flag, name in (("--max-submissions", "max_submissions"), ("--max-stored-mb", "max_stored_mb")):
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:
+            raise CourseError(f"{flag} {value:g} is not a positive number: give the most each student may keep of "
+                              f"an assignment")
+        if value is not None:
+            quotas[name] = value
     return dataclasses.replace(plan, memory_mb=args.memory_mb, cpus=args.cpus, cull_idle_s=args.cull_idle,
-                               max_servers=args.max_servers)
+                               max_servers=args.max_servers, **quotas)

@@ -36,8 +36,8 @@ from twoprim.exchange.intake import Submission, admit
 
 __all__ = ["ServiceExchange", "ExchangeFetchAssignment", "ExchangeFetchFeedback", "ExchangeList",
            "ExchangeReleaseAssignment", "ExchangeReleaseFeedback", "ExchangeSubmit", "ExchangeCollect",
-           "select", "configure_from_classroom", "uses_service", "collect_from_service", "newest_submissions", "Remote",
-           "Local", "CLASSES"]
+           "select", "configure_from_classroom", "uses_service", "collect_from_service", "refused_in_service",
+           "newest_submissions", "Remote", "Local", "CLASSES"]
 
 CLASSES = {"exchange": "ServiceExchange", "fetch_assignment": "ExchangeFetchAssignment",
            "fetch_feedback": "ExchangeFetchFeedback", "release_assignment": "ExchangeReleaseAssignment",
@@ -112,6 +112,9 @@ class Remote:
     def release_feedback(self, course, aid, student, files):
         return self._json("POST", f"feedback/{course}/{aid}/{student}", data=svc.pack(files))
 
+    def refusals(self, course, aid=None):
+        return self._json("GET", f"refusals/{course}", params={"assignment": aid} if aid else None)
+
 
 class Local:
     """The service's store itself, for the account that runs the service (the instructor): everything allowed."""
@@ -121,7 +124,8 @@ class Local:
         self.name = pwd.getpwuid(os.getuid()).pw_name
 
     def limits(self):
-        return {"max_file_bytes": svc.DEFAULT_MAX_FILE, "max_submission_bytes": svc.DEFAULT_MAX_SUBMISSION}
+        return {"max_file_bytes": svc.DEFAULT_MAX_FILE, "max_submission_bytes": svc.DEFAULT_MAX_SUBMISSION,
+                "max_submissions": svc.DEFAULT_MAX_SUBMISSIONS, "max_stored_bytes": svc.DEFAULT_MAX_STORED}
 
     def _do(self, call, *args, **kw):
         try:
@@ -141,8 +145,8 @@ class Local:
     def submit(self, course, aid, files, *, claimed=None):
         if claimed and claimed != self.name:
             raise ExchangeError(f"you are {self.name}: you cannot submit as {claimed}")
-        self._do(self.store.release_files, course, aid)
-        return self._do(self.store.submit, course, aid, self.name, files)
+        self._do(self.store.release_notebooks, course, aid)
+        return self._do(self.store.submit, course, aid, self.name, files, max_file=svc.DEFAULT_MAX_FILE)
 
     def submissions(self, course, *, aid=None, student=None, everyone=False):
         return self._do(self.store.submissions, course, aid=aid, student=None if everyone else (student or self.name))
@@ -158,6 +162,9 @@ class Local:
         secret = files.pop(svc.SECRET, b"").decode()
         html = {rel[:-5]: data for rel, data in files.items() if rel.endswith(".html")}
         return {"id": self._do(self.store.set_feedback, course, aid, student, secret, html)}
+
+    def refusals(self, course, aid=None):
+        return self._do(self.store.refusals, course, aid)
 
 
 def _store_readable(store: str) -> bool:
@@ -323,6 +330,8 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
             self.fail(f"{aid} is not released: there is nothing to submit it to")
         self.check_filename_diff([f for f in released["files"] if f.endswith(".ipynb")],
                                  [f for f in files if f.endswith(".ipynb")])
+        # the student's quota and where the notebooks are: the service checks them, says which limit, and records
+        # the refusal for the instructor's collect
         files[svc.SECRET] = secrets.token_hex(64).encode()
         files[svc.CLAIMED] = self.timestamp.encode()  # the student's clock: shown to the instructor, never used
         answer = self.call("submit", course, aid, files, claimed=self.claimed)
@@ -474,7 +483,7 @@ class ExchangeCollect(abc.ExchangeCollect, ServiceExchange):
     def copy_files(self):
         course, aid = self.course_id(), self.coursedir.assignment_id
         subs = newest_submissions(self.exchange, course, aid)
-        report = admit(aid, subs, [], root=Path(self.coursedir.root))
+        report = admit(aid, subs, [], root=Path(self.coursedir.root), refused=self.call("refusals", course, aid))
         for line in str(report).splitlines():
             self.log.info(line)
         self.report = report
@@ -526,6 +535,19 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
     try:
         return newest_submissions(backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
                                    COURSE_ID, aid)
+    except ExchangeError as err:
+        raise CourseError(str(err)) from err
+
+
+def refused_in_service(aid: str, root: Path) -> list[dict]:
+    """Every submission of `aid` the classroom's exchange service refused (over a quota, a size, a misplaced
+    notebook...): student, time, the limit hit and the message the student saw; for collect's report."""
+    from twoprim.config import COURSE_ID
+    from twoprim.grading.nbgrader_cli import CourseError
+
+    room = classroom(root)
+    try:
+        return backend(room.get("exchange_url", ""), room.get("exchange_store", "")).refusals(COURSE_ID, aid)
     except ExchangeError as err:
         raise CourseError(str(err)) from err
 

@@ -25,7 +25,8 @@ from pathlib import Path, PurePosixPath
 
 from twoprim.core.notebooks import answers
 
-__all__ = ["Submission", "SetAside", "Flag", "CollectReport", "admit", "check_name", "stamp", "MAX_BYTES"]
+__all__ = ["Submission", "SetAside", "Flag", "CollectReport", "admit", "check_name", "stamp", "MAX_BYTES",
+           "misplaced", "release_notebooks"]
 
 STAMP = "%Y-%m-%d %H:%M:%S.%f UTC"  # nbgrader's timestamp.txt format
 MAX_BYTES = 100 * 1024 * 1024        # one file of a submission, as the service exchange's default limit
@@ -51,6 +52,7 @@ class SetAside:
     named: str    # the student it says it is from
     path: str
     reason: str
+    within: bool = False  # one file (or folder) set aside from a student's submission, the rest taken as usual
 
     def __str__(self) -> str:
         return f"{self.account}: {self.reason} [{self.path}]"
@@ -69,13 +71,16 @@ class Flag:
 
 @dataclass
 class CollectReport:
-    """What a collect took in, found unchanged, set aside and flagged, said in lines."""
+    """What a collect took in, found unchanged, set aside, left as older and flagged, and what the exchange service
+    refused, said in lines."""
 
     aid: str
     new: list[dict] = field(default_factory=list)        # {student, arrived, source, claimed, replaced}
     unchanged: list[str] = field(default_factory=list)   # students whose newest submission was already collected
     set_aside: list[SetAside] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
+    skipped: list[SetAside] = field(default_factory=list)  # a student's older submissions: their newest counts
+    refused: list[dict] = field(default_factory=list)      # the service's refusals: {student, at, limit, message}
 
     def lines(self) -> list[str]:
         out = [f"{len(self.new)} new submission(s) of {self.aid} collected"
@@ -86,9 +91,20 @@ class CollectReport:
             if r["claimed"] is not None and _claim_differs(r["claimed"], r["arrived"]):
                 out.append(f"  {r['student']}: submission time is the arrival, {r['arrived']}; the student's own "
                            f"timestamp.txt said {r['claimed'][:40]!r} (not used)")
-        if self.set_aside:
-            out.append(f"{len(self.set_aside)} submission(s) set aside, not collected (left in the exchange):")
-            out += [f"  {s}" for s in self.set_aside]
+        whole = [s for s in self.set_aside if not s.within]
+        parts = [s for s in self.set_aside if s.within]
+        if whole:
+            out.append(f"{len(whole)} submission(s) set aside, not collected (left in the exchange):")
+            out += [f"  {s}" for s in whole]
+        if parts:
+            out.append(f"{len(parts)} file(s) set aside from a student's submission, the rest of it taken as usual "
+                       f"(left in the exchange):")
+            out += [f"  {s}" for s in parts]
+        if self.skipped:
+            out.append(f"{len(self.skipped)} older submission(s) not collected (each student's newest counts; left "
+                       f"in the exchange):")
+            out += [f"  {s}" for s in self.skipped]
+        out += refusal_lines(self.refused)
         if self.flags:
             out.append(f"{len(self.flags)} flagged for you to look at (collected and graded as usual):")
             out += [f"  {f}" for f in self.flags]
@@ -96,6 +112,31 @@ class CollectReport:
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+LIMITS = {"submissions": "over the quota of submissions", "stored": "over the quota of stored bytes",
+          "upload": "an upload over the size limit", "file": "a file over the size limit",
+          "notebook": "a notebook not where the release put it"}
+
+
+def refusal_lines(refused: list[dict]) -> list[str]:
+    """The exchange service's refusals, one line per student: how often, which limits, and the last message."""
+    by: dict[str, list[dict]] = {}
+    for r in refused:
+        by.setdefault(r["student"], []).append(r)
+    if not by:
+        return []
+    out = [f"{len(refused)} submission(s) refused by the exchange service, from {len(by)} student(s) (each was told "
+           f"why; what they handed in before stands):"]
+    for student, theirs in sorted(by.items()):
+        kinds: dict[str, int] = {}
+        for r in theirs:
+            label = LIMITS.get(r.get("limit"), "refused for another reason")
+            kinds[label] = kinds.get(label, 0) + 1
+        last = theirs[-1]
+        out.append(f"  {student}: {len(theirs)} time(s) ({', '.join(f'{n} {k}' for k, n in kinds.items())}); the "
+                   f"last, {last['at'][:19].replace('T', ' ')} UTC: {last['message']}")
+    return out
 
 
 def stamp(when: datetime.datetime) -> str:
@@ -117,11 +158,41 @@ def check_name(rel: str) -> str | None:
     return None
 
 
-def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path) -> CollectReport:
+def release_notebooks(root: Path, aid: str) -> set[str]:
+    """The notebooks the release of `aid` put in the assignment's folder (exercises/<aid>/), as relative paths."""
+    folder = Path(root) / "exercises" / aid
+    return {str(p.relative_to(folder)) for p in folder.rglob("*.ipynb")
+            if not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+
+
+def misplaced(aid: str, expected, submitted) -> str | None:
+    """Why a submission's notebooks are not where the release put them, naming the expected path, or None: a
+    released notebook's name anywhere else (`sub/ex01_dot.ipynb`), or none of the released notebooks in place."""
+    expected = sorted(set(expected))
+    if not expected:
+        return None
+    notebooks = sorted(rel for rel in submitted if rel.endswith(".ipynb"))
+    where = {PurePosixPath(rel).name: rel for rel in expected}
+    for rel in notebooks:
+        if rel not in expected and PurePosixPath(rel).name in where:
+            right = where[PurePosixPath(rel).name]
+            return (f"{rel} is not where the release put it: the notebook must be {right}, as fetched "
+                    f"({aid}/{right}), not in another folder; move it back and submit again")
+    if not set(expected) & set(notebooks):
+        return (f"none of the released notebooks is where the release put it: expected {aid}/{expected[0]}"
+                + (f" (and {len(expected) - 1} more)" if len(expected) > 1 else "")
+                + f"; this submission has {', '.join(notebooks) or 'no notebook'}")
+    return None
+
+
+def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path,
+          refused: list[dict] = ()) -> CollectReport:
     """Write each student's newest submission of `aid` into grader/submitted/ (timestamp.txt = its arrival),
-    keeping any version it replaces under grader/archive/; flag copies; write the collect report."""
-    report = CollectReport(aid, set_aside=list(set_aside))
-    newest: dict[str, Submission] = {}
+    keeping any version it replaces under grader/archive/; flag copies; write the collect report, which names every
+    submission set aside or left as older, and `refused`, the exchange service's refusals."""
+    report = CollectReport(aid, set_aside=list(set_aside), refused=list(refused))
+    expected = release_notebooks(root, aid)
+    valid: dict[str, list[Submission]] = {}
     for sub in submissions:
         bad = next((why for why in map(check_name, sub.files) if why), None)
         if bad is None:
@@ -130,11 +201,21 @@ def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *,
         if bad is None and (check_name(sub.student) is not None or "/" in sub.student or sub.student.startswith(".")
                             or "+" in sub.student):
             bad = f"{sub.student!r} cannot be a student's folder name"
+        if bad is None:
+            bad = misplaced(aid, expected, sub.files)
         if bad is not None:
             report.set_aside.append(SetAside(sub.student, sub.student, sub.source, bad))
             continue
-        if sub.student not in newest or sub.arrived > newest[sub.student].arrived:
-            newest[sub.student] = sub
+        valid.setdefault(sub.student, []).append(sub)
+    newest: dict[str, Submission] = {}
+    for student, theirs in valid.items():
+        theirs.sort(key=lambda s: s.arrived)
+        newest[student] = last = theirs[-1]
+        for older in theirs[:-1]:
+            said = (f"; its own timestamp.txt says {older.claimed.strip()[:40]!r} (not used)"
+                    if older.claimed is not None and _claim_differs(older.claimed, stamp(older.arrived)) else "")
+            report.skipped.append(SetAside(student, student, older.source, f"arrived {stamp(older.arrived)}, before "
+                                           f"{student}'s newest ({last.source}, arrived {stamp(last.arrived)}){said}"))
     grader = root / "grader"
     submitted = grader / "submitted"
     submitted.mkdir(parents=True, exist_ok=True)
@@ -170,6 +251,7 @@ def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *,
     (reports / f"{aid}-collect.json").write_text(json.dumps(
         {"assignment": aid, "collected_at": stamp(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
          "new": report.new, "unchanged": report.unchanged, "set_aside": [asdict(s) for s in report.set_aside],
+         "skipped": [asdict(s) for s in report.skipped], "refused": report.refused,
          "flags": [asdict(f) for f in report.flags]}, indent=1) + "\n")
     return report
 

@@ -90,8 +90,10 @@ def release(aid: str, *, root: Path = ROOT, due: str | None = None):
 
 
 def _seal_inbound(exchange: Path) -> None:
-    """The sticky bit on the exchange's inbound folder (nbgrader makes it 0733, writable by every student): a
-    student may still hand in, but only the owner of a submission may rename or delete it."""
+    """The sticky and set-group-ID bits on the exchange's inbound folder (nbgrader makes it 0733, writable by every
+    student): a student may still hand in, but only the owner of a submission may rename or delete it (sticky), and
+    each submission's folder belongs to the inbound folder's group, the instructor's (set-group-ID), so the course's
+    submit (`filesystem.ExchangeSubmit`) can make it readable by the instructor and no other student."""
     import stat
 
     from twoprim.config import COURSE_ID
@@ -99,8 +101,9 @@ def _seal_inbound(exchange: Path) -> None:
     inbound = exchange / COURSE_ID / "inbound"
     with contextlib.suppress(OSError):
         st = inbound.lstat()
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
-            inbound.chmod(stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+        bits = stat.S_ISVTX | stat.S_ISGID
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & bits != bits:
+            inbound.chmod(stat.S_IMODE(st.st_mode) | bits)
 
 
 def collect(aid: str, *, root: Path = ROOT) -> str:
@@ -110,11 +113,13 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
     the formgrader since the release reaches the students' deadlines file here too."""
     from twoprim.exchange import client, filesystem, intake
 
+    refused: list[dict] = []
     if client.uses_service(root):  # the classroom's exchange service: the hub said who sent each one
         submissions, set_aside = client.collect_from_service(aid, root), []
+        refused = client.refused_in_service(aid, root)  # over a quota or a limit: the service recorded each
     else:
         submissions, set_aside = filesystem.gather(aid, exchange_root(root))
-    report = intake.admit(aid, submissions, set_aside, root=root)
+    report = intake.admit(aid, submissions, set_aside, root=root, refused=refused)
     _publish_due_date(aid, root)
     return f"{report}\n{collected(aid, root=root)}"
 
@@ -136,8 +141,9 @@ def _publish_due_date(aid: str, root: Path):
 
 
 def collected(aid: str, *, root: Path = ROOT) -> str:
-    """'3 submission(s) of ex01_dot in grader/submitted/; due ... UTC: 1 late (bob 3 h); alice's extension runs to
-    ...': from each submission's timestamp.txt, the gradebook's due date and the extensions (`./course extend`)."""
+    """'3 submission(s) of ex01_dot in grader/submitted/; due ... UTC: 1 late (bob 3 h 0 min 9 s); alice's extension
+    runs to ...': from each submission's timestamp.txt (lateness to the second), the gradebook's due date and the
+    extensions (`./course extend`)."""
     from nbgrader.utils import parse_utc
 
     from twoprim.learner.deadlines import span
@@ -158,7 +164,7 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
             continue
         theirs = max(due, extended.get(student, due))
         if at > theirs:
-            late.append(f"{student} {span((at - theirs).total_seconds())}")
+            late.append(f"{student} {span((at - theirs).total_seconds(), exact=True)}")
     parts = [f"{len(late)} late" + (f" ({', '.join(late)})" if late else "")]
     parts += [f"{s}'s extension runs to {extended[s]:%Y-%m-%d %H:%M} UTC" for s in students if s in extended]
     if unknown:

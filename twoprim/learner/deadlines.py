@@ -62,10 +62,17 @@ def describe(when: datetime.datetime, now: datetime.datetime | None = None) -> s
     return f"due {when:%Y-%m-%d %H:%M} UTC ({tail})"
 
 
-def span(seconds: float) -> str:
-    """'2 days 3 h', '5 h 30 min', '12 min'."""
+def span(seconds: float, *, exact: bool = False) -> str:
+    """'2 days 3 h', '5 h 30 min', '12 min'; `exact`: to the second, '1 h 0 min 9 s', '9 s', '30 min'."""
     days, rest = divmod(int(seconds), 86400)
     hours, rest = divmod(rest, 3600)
+    if exact and 0 < seconds < 1:
+        return f"{seconds:.1f} s"
+    if exact:
+        units = [(days, " day" + ("s" if days != 1 else "")), (hours, " h"), (rest // 60, " min"), (rest % 60, " s")]
+        first = next((i for i, (n, _) in enumerate(units) if n), 3)  # the largest unit present to the smallest,
+        last = max((i for i, (n, _) in enumerate(units) if n), default=3)  # none skipped between them
+        return " ".join(f"{n}{unit}" for n, unit in units[first:last + 1])
     if days:
         return f"{days} day{'s' if days > 1 else ''}" + (f" {hours} h" if hours else "")
     if hours:
