@@ -6,7 +6,10 @@ instructor's solution through a link, to hand in ann's file as their own, and to
 and eve backdate or garble the timestamp.txt their own clock wrote. `./course collect` takes only what each
 student's own account made, names every other submission with the account that made it and why, and times every
 submission by its arrival; autograde then gives ann her own grade and dan and eve the late penalty of their real
-arrival.
+arrival. Then, in an exchange of their own, submissions made with the course's configuration: sealed as they are
+made (ben can change nothing of ann's), a classmate's file in a folder nbgrader's own submit left open set aside
+alone, a backdated older folder named, a notebook in a subfolder refused with its expected path, lateness to the
+second.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import os
 import pwd
 import re
 import secrets
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -28,7 +32,7 @@ from twoprim import course as course_cli
 from twoprim import grading
 from twoprim.exchange import intake
 
-from .accounts import delete_account, shared_tmp
+from .accounts import delete_account, python_as, shared_tmp
 from .classroom import answered, course_copy, solution_code
 
 AID = "ex01_dot"
@@ -237,3 +241,201 @@ def test_names_no_exchange_could_have_made_are_set_aside(tmp_path):
     assert sorted(p.name for p in (course / "grader" / "submitted").iterdir()) == ["cy"]
     assert (course / "grader" / "submitted" / "cy" / AID / "sub" / "data.csv").read_bytes() == b"1,2\n"
     assert not (tmp_path / "escape.ipynb").exists() and not list(tmp_path.rglob("escape.ipynb"))
+
+
+# --- submissions sealed at submit; what collect names ---------------------------------------------------------
+
+SUBMIT = '''
+import os, sys
+from traitlets.config import Config
+from nbgrader.auth import Authenticator
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange import ExchangeFactory
+from nbgrader.exchange.abc.exchange import ExchangeError
+
+c = Config()
+c.CourseDirectory.course_id = {course_id!r}
+c.CourseDirectory.assignment_id = {aid!r}
+c.Exchange.root = {exchange!r}
+c.Exchange.assignment_dir = {work!r}
+c.Exchange.cache = {cache!r}
+if {course_config!r}:  # what the course's nbgrader configuration selects: the sealed submit
+    from twoprim.exchange.client import configure_from_classroom
+
+    configure_from_classroom(c, {grader!r})
+submit = ExchangeFactory(config=c).Submit(coursedir=CourseDirectory(config=c), authenticator=Authenticator(config=c),
+                                          config=c)
+try:
+    submit.start()
+except ExchangeError as err:
+    print("refused:", err)
+    sys.exit(3)
+print("submitted:", os.path.join(submit.inbound_path, submit.assignment_filename))
+'''
+
+
+def _nbgrader_submit(c: dict, user: str, notebooks: dict[str, Path], *, course_config: bool = True) -> Path:
+    """`nbgrader submit` as `user`, from a folder of theirs holding `notebooks` (path in the assignment -> file),
+    with the course's configuration (the sealed submit) or nbgrader's own; the folder it made in inbound/."""
+    status, out = _submit_as(c, user, notebooks, course_config=course_config)
+    assert status == 0 and "submitted: " in out, out
+    return Path(out.split("submitted: ")[-1].strip())
+
+
+def _submit_as(c: dict, user: str, notebooks: dict[str, Path], *, course_config: bool = True) -> tuple[int, str]:
+    """`nbgrader submit` as `user` (see `_nbgrader_submit`): its exit status (3: refused) and output."""
+    pw = pwd.getpwnam(user)
+    home = c["base"] / f"home-{user}"
+    subprocess.run(["rm", "-rf", str(home)], check=True, timeout=60)
+    for rel, source in notebooks.items():
+        (home / "exercises" / AID / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / "exercises" / AID / rel).write_bytes(source.read_bytes())
+    subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(home)], check=True, timeout=60)
+    home.chmod(0o700)
+    code = SUBMIT.format(course_id=grading.COURSE_ID, aid=AID, exchange=str(c["exchange"]),
+                         work=str(home / "exercises"), cache=str(home / "cache"), course_config=course_config,
+                         grader=str(c["course"] / "grader"))
+    return python_as(user, code, cwd=str(home))
+
+
+def _try_as(user: str, script: str) -> subprocess.CompletedProcess:
+    """`script` in sh as `user`, its result whatever it is (what the file system let them do)."""
+    pw = pwd.getpwnam(user)
+    return subprocess.run(["sh", "-c", script], user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/"}, capture_output=True, text=True, timeout=30)
+
+
+def _collect(c: dict) -> str:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TWOPRIM_EXCHANGE", str(c["exchange"]))
+    try:
+        return course_cli.collect(AID, root=c["course"])
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def sealed_class(tmp_path_factory):
+    """A fresh exchange (released by ./course release: inbound/ sticky and set-group-ID) and four students."""
+    tag = secrets.token_hex(2)
+    names = {k: f"tp{tag}{k}" for k in ("ann", "ben", "cat", "dan")}
+    made = []
+    base = shared_tmp("twoprim-sealed-test-")
+    try:
+        for name in names.values():
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
+                           timeout=60)
+            made.append(name)
+        course = course_copy(tmp_path_factory.mktemp("sealed") / "course", AID)
+        exchange = base / "exchange"
+        exchange.mkdir(mode=0o755)
+        mp = pytest.MonkeyPatch()
+        mp.setenv("TWOPRIM_EXCHANGE", str(exchange))
+        try:
+            course_cli.release(AID, root=course)
+        finally:
+            mp.undo()
+        inbound = exchange / grading.COURSE_ID / "inbound"
+        assert inbound.stat().st_mode & 0o7777 == 0o3733, oct(inbound.stat().st_mode)  # sticky, set-group-ID
+        work = base / "work"
+        work.mkdir(mode=0o755)
+        for key, nb in {"ann": answered(AID, {f"{AID}-dot-solution": ANN_DOT}), "right": answered(AID)}.items():
+            nbformat.write(nb, str(work / f"{key}.ipynb"))
+            (work / f"{key}.ipynb").chmod(0o644)
+        yield {"course": course, "exchange": exchange, "inbound": inbound, "names": names, "base": base,
+               "work": work}
+    finally:
+        for name in made:
+            delete_account(name)
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
+
+
+def test_a_classmate_cannot_change_a_submission_and_an_intruders_file_is_set_aside_alone(sealed_class):
+    """ann submits with the course's configuration: her folder is 0750 in the instructor's group, her files 0640,
+    and ben, who knows its name, can neither list, read, add, rename, remove nor chmod anything in it (the file
+    system refuses). A submission made by nbgrader's own submit is 0777: ben adds a file and a folder to it; collect
+    takes ann's notebook from it and sets aside only ben's two entries, named with his account; ann's earlier,
+    sealed submission is named as older."""
+    c = sealed_class
+    ann, ben = c["names"]["ann"], c["names"]["ben"]
+    inbound = c["inbound"]
+    sealed = _nbgrader_submit(c, ann, {f"{AID}.ipynb": c["work"] / "ann.ipynb"})
+    notebook = sealed / f"{AID}.ipynb"
+    st = sealed.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, pwd.getpwnam(ann).pw_uid,
+                                                                inbound.stat().st_gid), oct(st.st_mode)
+    assert stat.S_IMODE(notebook.stat().st_mode) == 0o640 and notebook.read_bytes() == \
+        (c["work"] / "ann.ipynb").read_bytes()
+    assert not [p for p in inbound.iterdir() if p.name.startswith(".submitting-")]  # nothing left half-made
+    before = {p.name: p.read_bytes() for p in sealed.iterdir()}
+    for attempt in (f"ls '{sealed}'", f"cat '{notebook}'", f"echo mine > '{sealed}/extra.txt'",
+                    f"mv '{notebook}' '{sealed}/renamed.ipynb'", f"rm -f '{notebook}'", f"chmod 777 '{sealed}'",
+                    f"mv '{sealed}' '{inbound}/{ben}+{AID}+taken'"):
+        tried = _try_as(ben, attempt)
+        assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "not permitted" in tried.stderr), \
+            (attempt, tried.returncode, tried.stderr)
+    assert {p.name: p.read_bytes() for p in sealed.iterdir()} == before
+
+    time.sleep(0.05)  # a later arrival, to the kernel's clock
+    plain = _nbgrader_submit(c, ann, {f"{AID}.ipynb": c["work"] / "ann.ipynb"}, course_config=False)
+    assert stat.S_IMODE(plain.stat().st_mode) == 0o777  # what nbgrader's own submit leaves
+    done = _try_as(ben, f"echo mine > '{plain}/extra.txt' && mkdir '{plain}/more' && echo x > '{plain}/more/x.txt'")
+    assert done.returncode == 0, done.stderr
+    text = _collect(c)
+    held = c["course"] / "grader" / "submitted" / ann / AID
+    assert (held / f"{AID}.ipynb").read_bytes() == (c["work"] / "ann.ipynb").read_bytes(), text
+    assert not (held / "extra.txt").exists() and not (held / "more").exists()
+    report = json.loads((c["course"] / "grader" / "reports" / f"{AID}-collect.json").read_text())
+    within = {Path(s["path"]).name: s for s in report["set_aside"] if s["within"]}
+    assert sorted(within) == ["extra.txt", "more"], report["set_aside"]
+    for name, s in within.items():
+        assert (s["account"], s["named"]) == (ben, ann) and f"belongs to account {ben}: set aside, {ann}'s own " \
+            f"files collected without it" in s["reason"] and "mode 0777" in s["reason"], s
+        line = [l for l in text.splitlines() if s["path"] in l]
+        assert len(line) == 1 and line[0].startswith(f"  {ben}: "), (name, text)
+    assert "2 file(s) set aside from a student's submission, the rest of it taken as usual" in text, text
+    older = [l for l in text.splitlines() if sealed.name in l]
+    assert len(older) == 1 and older[0].startswith(f"  {ann}: arrived ") and f"before {ann}'s newest " \
+        f"(inbound/{plain.name}" in older[0], text
+
+
+def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_lateness_to_the_second(
+        sealed_class):
+    """ben's backdated folder (an old time in its name, its timestamp.txt and its files' times), then his real
+    submission: the backdated one is named, with his account, as older. cat's only notebook in sub/: the course's
+    submit refuses it naming the expected path, and a folder made by hand with it is set aside naming that path.
+    dan's submission 9 s after the due date is reported 9 s late."""
+    from twoprim.grading.gradebook import database_url, gradebook
+
+    c = sealed_class
+    ben, cat, dan = c["names"]["ben"], c["names"]["cat"], c["names"]["dan"]
+    old = "2026-01-01 00:00:00.000000 UTC"
+    backdated = _submit(c["inbound"], ben, ben, c["work"] / "right.ipynb", stamp=old,
+                        then="touch -d '2026-01-01 00:00' \"$NB\" \"$(dirname \"$NB\")\"")
+    time.sleep(0.05)
+    real = _nbgrader_submit(c, ben, {f"{AID}.ipynb": c["work"] / "right.ipynb"})
+
+    status, out = _submit_as(c, cat, {f"sub/{AID}.ipynb": c["work"] / "right.ipynb"})
+    assert status == 3 and f"sub/{AID}.ipynb is not where the release put it: the notebook must be {AID}.ipynb, " \
+        f"as fetched ({AID}/{AID}.ipynb)" in out, out
+    nested = _submit(c["inbound"], cat, cat, c["work"] / "right.ipynb",
+                     then=f"mkdir \"$(dirname \"$NB\")/sub\" && mv \"$NB\" \"$(dirname \"$NB\")/sub/{AID}.ipynb\"")
+    _nbgrader_submit(c, dan, {f"{AID}.ipynb": c["work"] / "right.ipynb"})
+
+    text = _collect(c)
+    lines = text.splitlines()
+    named = [l for l in lines if backdated.name in l]
+    assert len(named) == 1 and named[0].startswith(f"  {ben}: arrived ") and f"before {ben}'s newest " \
+        f"(inbound/{real.name}" in named[0] and f"its own timestamp.txt says {old!r} (not used)" in named[0], text
+    assert (c["course"] / "grader" / "submitted" / ben / AID / "timestamp.txt").read_text() > "2026-01-02"
+    aside = [l for l in lines if nested.name in l]
+    assert len(aside) == 1 and aside[0].startswith(f"  {cat}: sub/{AID}.ipynb is not where the release put it: "
+                                                   f"the notebook must be {AID}.ipynb"), text
+    assert not (c["course"] / "grader" / "submitted" / cat).exists()
+
+    arrived = datetime.datetime.strptime(
+        (c["course"] / "grader" / "submitted" / dan / AID / "timestamp.txt").read_text(), intake.STAMP)
+    with gradebook(database_url(c["course"])) as gb:  # what ./course release --due writes
+        gb.update_or_create_assignment(AID, duedate=arrived - datetime.timedelta(seconds=9.4))
+    text = _collect(c)
+    assert re.search(rf"late \([^)]*\b{dan} 9 s\b", text), text

@@ -370,7 +370,9 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     assert svc.NAME not in [s["name"] for s in (services if isinstance(services, list) else services.get_value([]))]
     assert "server_token_scopes" not in hub.Spawner
     student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run-fs" / "student")).load_config()
-    assert "ExchangeFactory" not in student and student.Exchange.root == str(tmp_path / "exchange")
+    assert student.Exchange.root == str(tmp_path / "exchange")
+    # the shared folder's submit seals each submission's folder (only its owner may change it)
+    assert dict(student.ExchangeFactory) == {"submit": "twoprim.exchange.filesystem.ExchangeSubmit"}
 
 
 def _gradebook_with_due_dates(folder: Path, due: dict):

@@ -160,6 +160,11 @@ def _student_nbgrader_config(plan: Plan) -> str:
         text += ("# The exchange is the classroom's service: fetch, submit, list and feedback go over HTTP with this\n"
                  "# server's JUPYTERHUB_API_TOKEN, and the hub tells the service who is asking.\n"
                  + config_text(plan.service_url))
+    else:
+        from twoprim.exchange.filesystem import config_text as sealed
+
+        text += ("# nbgrader's shared folder: submit leaves each submission's folder changeable by its owner only\n"
+                 + sealed())
     return text
 
 

@@ -44,6 +44,7 @@ CLASSES = {"exchange": "ServiceExchange", "fetch_assignment": "ExchangeFetchAssi
            "release_feedback": "ExchangeReleaseFeedback", "list": "ExchangeList", "submit": "ExchangeSubmit",
            "collect": "ExchangeCollect"}
 CLASSROOM_FILE = "classroom.json"
+SEALED_SUBMIT = "twoprim.exchange.filesystem.ExchangeSubmit"  # nbgrader's submit, the folder then only its owner's
 TIMEOUT = (10, 900)  # connect, then read: a 100 MB upload on a busy machine
 
 
@@ -569,9 +570,11 @@ def config_text(url: str) -> str:
 
 def configure_from_classroom(c, grader: str | os.PathLike) -> bool:
     """In the course's nbgrader configuration: when grader/classroom.json says the classroom uses the exchange
-    service, select it (with its store, which only the instructor's account can open). True when it did."""
+    service, select it (with its store, which only the instructor's account can open). True when it did. Otherwise
+    (nbgrader's shared folder) submit seals each submission's folder (`filesystem.ExchangeSubmit`)."""
     room = classroom(Path(grader).parent)
     if room.get("exchange_kind") != "service":
+        c.ExchangeFactory.submit = SEALED_SUBMIT
         return False
     select(c, url=room.get("exchange_url", ""), store=room.get("exchange_store", ""))
     return True
