@@ -30,6 +30,8 @@ import requests
 
 from twoprim.exchange import service as svc
 
+from .servers import free_port
+
 COURSE = "two-primitives"
 AID = "ex01_dot"
 TOKENS = {"t-teach": "teach", "t-ann": "ann", "t-ben": "ben"}
@@ -614,12 +616,6 @@ class _StubHub(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(120)
 def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arrive(tmp_path):
     """`python -m twoprim.exchange.service` as the hub starts it (its defaults, a gradebook; a stub in place of the
@@ -631,7 +627,7 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
 
     hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StubHub)
     threading.Thread(target=hub.serve_forever, daemon=True).start()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/services/{svc.NAME}/api/"
     env = {**os.environ, "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api",
            "JUPYTERHUB_API_TOKEN": "the-service's-own", "JUPYTERHUB_SERVICE_NAME": svc.NAME}

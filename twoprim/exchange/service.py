@@ -90,6 +90,7 @@ DEFAULT_MEMORY_MB = 512                   # the service's address space (RLIMIT_
 SECRET = "submission_secret.txt"          # nbgrader's per-submission secret (feedback is matched by it)
 CLAIMED = "timestamp.txt"                 # the student's own clock: kept to show, never used
 CHUNK = 1 << 20                           # what a download sends at a time
+SEND_TIMEOUT_S = 300                      # the longest a download waits for its client to take a piece
 
 
 class ExchangeRefusal(Exception):
@@ -609,11 +610,20 @@ class _Base(web.RequestHandler):
         self.finish(pack(files))
 
     async def send_file(self, f) -> None:
-        """An open tar, sent a piece at a time (each written to the socket before the next is read)."""
+        """An open tar, sent a piece at a time (each written to the socket before the next is read); a client that
+        takes no piece for SEND_TIMEOUT_S is dropped."""
+        import asyncio
+
         self.set_header("Content-Type", "application/x-tar")
         while chunk := f.read(CHUNK):
             self.write(chunk)
-            await self.flush()
+            try:
+                await asyncio.wait_for(self.flush(), SEND_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                logging.getLogger(NAME).warning("%s took no data for %d s: download dropped", self.request.uri,
+                                                SEND_TIMEOUT_S)
+                self.request.connection.close()
+                return
         self.finish()
 
     def _handle_request_exception(self, e):
