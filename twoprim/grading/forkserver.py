@@ -17,11 +17,23 @@ is left of its uid; when the grader is not root (every kernel is the same mapped
 process in its namespace but itself once no kernel is running: a worker grades one submission at a time, so
 nothing one submission starts survives into the next.
 
+Whose a kernel's death is (`kernel_death`): the launcher notes, in a file of the grader's that no kernel reaches
+($TWOPRIM_KERNEL_END), that it started, the kernel's pid, and how the kernel ended as the forkserver reported it
+(its exit status from wait4, with its CPU seconds, peak memory and the system's count of out-of-memory kills over
+its life), or that the forkserver went away first. A kernel that died in a cell is the student's only when that
+report came and names something of the student's doing: an exit of its own, a crash signal, its CPU or file-size
+limit, the out-of-memory killer. Anything else is the grader's, never a grade: no report (the forkserver, its
+sandbox or the launcher killed; a kernel that never answered, before any of the notebook's code ran), or a signal
+with nothing of the student's behind it (the grader cannot tell who sent it). When the grader runs as root each
+kernel has a uid of its own and cannot signal the forkserver; otherwise they share one (user namespaces map a single
+uid), and a submission's code could kill it: that submission is then not graded, on every run, and the reason says
+to read it.
+
 Two commands, both run with `python -I -m twoprim.grading.forkserver` and importing no torch unless serving:
 - `serve SOCKET MODULE...`: the forkserver (started by the grading worker, `Forkserver`);
 - `launch CONNECTION_FILE`: the kernelspec's argv (`sandbox.kernelspec`): asks the forkserver named by
-  $TWOPRIM_FORKSERVER for a kernel in the box $TWOPRIM_SANDBOX_BOX as $TWOPRIM_SANDBOX_UID, then waits for it to end;
-  killed, it takes the kernel with it.
+  $TWOPRIM_FORKSERVER for a kernel in the box $TWOPRIM_SANDBOX_BOX as $TWOPRIM_SANDBOX_UID, then waits for it to end,
+  noting what it sees ($TWOPRIM_KERNEL_END); killed, it takes the kernel with it.
 """
 from __future__ import annotations
 
@@ -450,7 +462,10 @@ def launch(connection_file: str) -> int:
         else:
             lost = "its connection closed"
         if message is None:
-            _note({"lost": f"the grading forkserver went away before it reported the kernel's end ({lost})"})
+            shared = "" if os.geteuid() == 0 else (
+                "; the grader does not run as root, so the kernel runs as the forkserver's own user and could kill "
+                "it: a submission never graded on every run is one to read")
+            _note({"lost": f"the grading forkserver went away before it reported the kernel's end ({lost}){shared}"})
             return 1
         if "pid" in message:
             _note({"kernel": message["pid"]})

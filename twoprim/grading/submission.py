@@ -7,6 +7,12 @@ notebooks, the course's nbgrader configuration and an assignment-only SQLite gra
 worker on another machine needs the course's environment and the sandbox's tools, and nothing of the course
 folder: not the gradebook, not the other students' work. `grade_task` returns an `Outcome` (with the autograded
 notebooks as bytes) and never raises for a bad submission; only the instructor's process writes the results.
+
+What is the student's and what is the grader's: nbgrader failing because of the notebook (a cell past its limit
+whose kernel would not stop, a kernel that died of the student's doing, which `forkserver.kernel_death` decides from
+what the forkserver reported) fails the submission with that reason; anything else (a grader process that died
+under the kernel, a kernel that never answered, an error of the grader's own) is `NOT_GRADED`, with nbgrader's log
+kept in `Outcome.log` for the instructor, and graded again by the next run.
 """
 from __future__ import annotations
 
