@@ -377,6 +377,33 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
     assert dict(student.ExchangeFactory) == {"submit": "twoprim.exchange.filesystem.ExchangeSubmit"}
 
 
+def test_the_hubs_quota_options_reach_the_service_and_nonsense_is_refused(tmp_path):
+    """./course hub --max-submissions/--max-stored-mb: defaults 50 and 500, given to the service's command; 0 or less
+    refused, saying what to give."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from twoprim.classroom.hub import _parser
+    from twoprim.classroom.hub_config import Plan, write_run_folder
+    from twoprim.classroom.limits import protected
+    from twoprim.grading.nbgrader_cli import CourseError
+
+    plan = Plan(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp", exchange=tmp_path / "x",
+                instructor="teach", students=("ann",), port=8000, hub_port=8001, proxy_api_port=8002, service_port=8003)
+    defaults = _parser().parse_args([])
+    assert (defaults.max_submissions, defaults.max_stored_mb) == (50, 500.0)
+    given = protected(plan, _parser().parse_args(["--max-submissions", "20", "--max-stored-mb", "250"]))
+    (tmp_path / "run").mkdir()
+    config = write_run_folder(given, tmp_path / "run")
+    [service] = [s for s in PyFileConfigLoader(config.name, path=str(config.parent)).load_config().JupyterHub.services
+                 if s["name"] == svc.NAME]
+    command = service["command"]
+    assert command[command.index("--max-submissions") + 1] == "20" and \
+        command[command.index("--max-stored-mb") + 1] == "250"
+    for flag in ("--max-submissions", "--max-stored-mb"):
+        with pytest.raises(CourseError, match=f"{flag} 0 is not a positive number: give the most each student"):
+            protected(plan, _parser().parse_args([flag, "0"]))
+
+
 def _gradebook_with_due_dates(folder: Path, due: dict):
     """An nbgrader gradebook with these due dates (naive UTC): what the formgrader or ./course release writes."""
     from nbgrader.api import Gradebook
