@@ -725,7 +725,11 @@ def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_an
     assert "  NOT GRADED ann: " in printed, printed
     url = database_url(course)
     reason = not_graded(AID, url)["ann"]["reason"]
-    assert f"while the kernel ran {AID}-dot-solution (cell 9); not counted against the student" in reason, reason
+    why = ("the kernel's launcher (a grader process) was killed, taking the kernel with it" if process == "launcher"
+           else "the grading forkserver died under the kernel (")  # (its connection closed, or how the read failed)
+    assert reason.startswith(why) and reason.endswith(
+        f", while the kernel ran {AID}-dot-solution (cell 9); not counted against the student; the grader's log and "
+        f"traceback: grader/reports/{AID}-not-graded/ann.log"), reason
     assert "ann" not in committed(AID, url) and _rows(course)["ann"]["status"] == "not graded"
     assert (course / "grader" / "reports" / f"{AID}-not-graded" / "ann.log").is_file()
 
@@ -752,11 +756,12 @@ def _exit(code: int, **usage) -> list[dict]:
     (_exit(-9), "grader", "the kernel was killed by SIGKILL from outside, not by one of its limits or the "
                           "out-of-memory killer (the grader cannot tell who sent it)"),
     (_exit(-15), "grader", "the kernel was killed by SIGTERM from outside"),
-    ([{"launcher": 10}, {"kernel": 11}, {"lost": "the grading forkserver went away before it reported the kernel's "
-                                                 "end (its connection closed)"}], "grader", "the grading forkserver went"),
-    ([{"launcher": 10}, {"kernel": 11}], "grader", "the kernel's launcher, a process of the grader's, was killed"),
-    ([{"launcher": 10}], "grader", "the kernel's launcher, a process of the grader's, died before the forkserver"),
-    ([], "grader", "the kernel's launcher, a process of the grader's, died before it could start the kernel"),
+    ([{"launcher": 10}, {"kernel": 11}, {"lost": "the grading forkserver died under the kernel (its connection "
+                                                 "closed)"}], "grader", "the grading forkserver died under the kernel"),
+    ([{"launcher": 10}, {"kernel": 11}], "grader", "the kernel's launcher (a grader process) was killed, taking the "
+                                                   "kernel with it"),
+    ([{"launcher": 10}], "grader", "the kernel's launcher (a grader process) died before the kernel started"),
+    ([], "grader", "the kernel's launcher (a grader process) died before it could start the kernel"),
     (_exit(0) + [{"launcher": 12}, {"kernel": 13}], "grader", "the kernel's launcher"),  # the second notebook's kernel
 ])
 def test_whose_a_dead_kernel_is_follows_what_the_forkserver_reported(records, whose, words):

@@ -465,7 +465,7 @@ def launch(connection_file: str) -> int:
             shared = "" if os.geteuid() == 0 else (
                 "; the grader does not run as root, so the kernel runs as the forkserver's own user and could kill "
                 "it: a submission never graded on every run is one to read")
-            _note({"lost": f"the grading forkserver went away before it reported the kernel's end ({lost}){shared}"})
+            _note({"lost": f"the grading forkserver died under the kernel ({lost}){shared}"})
             return 1
         if "pid" in message:
             _note({"kernel": message["pid"]})
@@ -492,15 +492,14 @@ def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, fi
     starts = [i for i, r in enumerate(records) if "launcher" in r]
     records = records[starts[-1]:] if starts else records  # the last kernel's: the one that died
     if not records:
-        return "grader", "the kernel's launcher, a process of the grader's, died before it could start the kernel"
+        return "grader", "the kernel's launcher (a grader process) died before it could start the kernel"
     last = records[-1]
     if "lost" in last:
         return "grader", last["lost"]
     if "exit" not in last:
         if "kernel" not in last:
-            return "grader", ("the kernel's launcher, a process of the grader's, died before the forkserver had "
-                              "started the kernel")
-        return "grader", "the kernel's launcher, a process of the grader's, was killed (and the forkserver stopped its kernel)"
+            return "grader", "the kernel's launcher (a grader process) died before the kernel started"
+        return "grader", "the kernel's launcher (a grader process) was killed, taking the kernel with it"
     code = int(last["exit"])
     if code >= 0:
         return "student", (f"the student's code ended the kernel's process (exit status {code}, as os._exit({code}) "
