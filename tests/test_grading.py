@@ -748,8 +748,9 @@ def _exit(code: int, **usage) -> list[dict]:
     (_exit(-11), "student", "the kernel crashed in the student's code (SIGSEGV, a segmentation fault"),
     (_exit(-6), "student", "the kernel crashed in the student's code (SIGABRT, aborted by its code or a library it "
                            "called, e.g. on an allocation that failed under the address-space limit of 8 GiB)"),
-    (_exit(-9, oom_kills=1, maxrss=6 * 2**30), "student", "the machine ran out of memory and its out-of-memory killer "
-                                                          "stopped the kernel (it held 6.0 GiB at its peak)"),
+    (_exit(-9, oom_kills=1, maxrss=6 * 2**30), "grader", "the machine ran out of memory and its out-of-memory killer "
+                                                         "stopped the kernel (it held 6.0 GiB at its peak, within its "
+                                                         "own limit of 8 GiB)"),
     (_exit(-9, cpu_s=600.2), "student", "the kernel used up its CPU limit of 600 s (SIGKILL)"),
     (_exit(-24), "student", "the kernel used up its CPU limit of 600 s (SIGXCPU)"),
     (_exit(-25), "student", "the student's code wrote a file past the limit of 256 MiB (SIGXFSZ)"),

@@ -22,9 +22,10 @@ Whose a kernel's death is (`kernel_death`): the launcher notes, in a file of the
 (its exit status from wait4, with its CPU seconds, peak memory and the system's count of out-of-memory kills over
 its life), or that the forkserver went away first. A kernel that died in a cell is the student's only when that
 report came and names something of the student's doing: an exit of its own, a crash signal, its CPU or file-size
-limit, the out-of-memory killer. Anything else is the grader's, never a grade: no report (the forkserver, its
-sandbox or the launcher killed; a kernel that never answered, before any of the notebook's code ran), or a signal
-with nothing of the student's behind it (the grader cannot tell who sent it). When the grader runs as root each
+limit (its memory limit is the address space: an allocation past it fails with MemoryError, or aborts). Anything else
+is the grader's, never a grade: no report (the forkserver, its sandbox or the launcher killed; a kernel that never
+answered, before any of the notebook's code ran), the machine's out-of-memory killer (counted in /proc/vmstat over
+the kernel's life), or a signal with nothing of the student's behind it (the grader cannot tell who sent it). When the grader runs as root each
 kernel has a uid of its own and cannot signal the forkserver; otherwise they share one (user namespaces map a single
 uid), and a submission's code could kill it: that submission is then not graded, on every run, and the reason says
 to read it.
@@ -486,9 +487,10 @@ _CRASHES = {"SIGSEGV": "a segmentation fault: memory read or written where there
 def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, file_limit: int) -> tuple[str, str]:
     """Whose fault a kernel that died in the middle of a cell was, from what its launcher noted (`_note`): ("student",
     why) only when the forkserver, alive, reported the kernel's own end and that end is the student's code's doing
-    (an exit of its own, a crash, one of its limits, the out-of-memory killer); else ("grader", why): the forkserver
-    or the launcher died first (nothing reported the kernel's end), or a signal with nothing of the student's behind
-    it killed the kernel (the grader cannot tell who sent it, so it never counts against the student)."""
+    (an exit of its own, a crash, its CPU or file-size limit); else ("grader", why): the forkserver or the launcher
+    died first (nothing reported the kernel's end), the machine's out-of-memory killer chose it (the student's memory
+    limit is the address space, which fails an allocation with MemoryError instead), or a signal with nothing of the
+    student's behind it killed the kernel (the grader cannot tell who sent it, so it never counts against them)."""
     starts = [i for i, r in enumerate(records) if "launcher" in r]
     records = records[starts[-1]:] if starts else records  # the last kernel's: the one that died
     if not records:
@@ -516,9 +518,10 @@ def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, fi
         return "student", f"the kernel used up its CPU limit of {cpu_limit:.0f} s ({name})"
     if name == "SIGXFSZ":
         return "student", f"the student's code wrote a file past the limit of {file_limit / 2**20:.0f} MiB ({name})"
-    if name == "SIGKILL" and oom:
-        held = f" (it held {rss / 2**30:.1f} GiB at its peak)" if rss else ""
-        return "student", f"the machine ran out of memory and its out-of-memory killer stopped the kernel{held}"
+    if name == "SIGKILL" and oom:  # the student's limit is the address space (a MemoryError); the machine's is not
+        held = f"{rss / 2**30:.1f} GiB at its peak, " if rss else ""
+        return "grader", (f"the machine ran out of memory and its out-of-memory killer stopped the kernel (it held "
+                          f"{held}within its own limit of {memory_limit / 2**30:.0f} GiB)")
     return "grader", (f"the kernel was killed by {name} from outside, not by one of its limits or the out-of-memory "
                       f"killer (the grader cannot tell who sent it)")
 
