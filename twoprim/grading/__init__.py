@@ -6,7 +6,7 @@
 - each submission is one task carrying its files, graded in a throw-away course folder on a worker (a copy of the
   source and an assignment-only gradebook; only the assignment's notebooks from the submission: a stray `numpy.py`
   is never importable) (`submission`);
-- its notebook repaired first where students break nbgrader's cells (`realign`), its code audited before anything
+- its notebook graded by the assignment's own cells, whatever its nbgrader metadata says (`realign`), its code audited before anything
   runs (`twoprim.grading.audit`), its kernel sandboxed (`twoprim.grading.sandbox`) under resource limits, every cell under the same
   time limit and the whole submission under a wall-clock limit, so an infinite loop, a memory bomb or a crashed
   kernel ends that submission only;
@@ -17,15 +17,16 @@
   again gives the same grades, finishes a run that stopped, and never touches grader/submitted/.
 
 Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor), `failed` (with a
-reason in words) or, when the grader itself failed it (a worker or the scheduler lost, the grader's own error, after
-retries), `not graded`: no grade is written or changed for it, and the next run grades it. The batch always
+reason in words) or, when the grader itself failed it (a worker or the scheduler lost, a grader process such as the
+forkserver dying under its kernel, the grader's own error, after retries), `not graded`: no grade is written or
+changed for it, the grader's log is kept in grader/reports/<aid>-not-graded/, and the next run grades it. The batch always
 finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner grades their own notebook the same way with `selfgrade`,
 through a warm grader of their own (`warm`) that keeps all this loaded between self-grades.
 
 | module | what it holds |
 | --- | --- |
 | `preprocessors` | the nbgrader preprocessors and hooks named in grader/nbgrader_config.py |
-| `realign` | repairing a submission's nbgrader cells against the released notebook |
+| `realign` | a submission's nbgrader cells put back as the released notebook has them, what was changed in words |
 | `submitted` | reading grader/submitted/ (regular files only, never through a link) and why a file is no notebook |
 | `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
 | `execute` | the cell time limit, judged on the graded kernel's CPU time (`CpuTimedExecute`) |
