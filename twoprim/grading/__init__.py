@@ -6,10 +6,10 @@
 - each submission is one task carrying its files, graded in a throw-away course folder on a worker (a copy of the
   source and an assignment-only gradebook; only the assignment's notebooks from the submission: a stray `numpy.py`
   is never importable) (`submission`);
-- its notebook graded by the assignment's own cells, whatever its nbgrader metadata says (`realign`), its code audited before anything
-  runs (`twoprim.grading.audit`), its kernel sandboxed (`twoprim.grading.sandbox`) under resource limits, every cell under the same
-  time limit and the whole submission under a wall-clock limit, so an infinite loop, a memory bomb or a crashed
-  kernel ends that submission only;
+- its notebook graded by the assignment's own cells, whatever its nbgrader metadata says (`realign`), its code
+  audited before anything runs (`twoprim.grading.audit`), its kernel sandboxed (`twoprim.grading.sandbox`) under
+  resource limits, every cell under the same time limit and the whole submission under a wall-clock limit, so an
+  infinite loop, a memory bomb or a crashed kernel ends that submission only;
 - every test cell scored in the grader from what the kernel recorded (`twoprim.core.verdicts`), never by the kernel,
   against expected values the run computes once for all its workers (`oracle`);
 - then, as results arrive, merged by the instructor's process alone into the gradebook (SQLite or PostgreSQL) and
