@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "Specialization", "specialize", "compile_kernel",
-           "compile_launch", "Compiled", "Dot", "Occupancy", "occupancy"]
+           "compile_launch", "Compiled", "Dot", "MemoryOp", "Reduction", "PtxLoop", "Occupancy", "occupancy"]
 
 ENV_CACHE = "TWOPRIM_TRITON_CACHE"
 TARGETS = {"sm_90": 90, "sm_80": 80}  # compute capability of each target: H100/H200 (Hopper) and A100 (Ampere)
@@ -135,10 +135,62 @@ class Dot:
     regions: list[str]
     line: int | None
     accumulator_from_loop: bool  # its accumulator operand is a value the enclosing loop carries
+    loop: int | None = None      # which scf.for of the TTIR holds it, innermost (0 the first in the text); None: none
+    k: int | None = None         # the extent it sums over: a's columns (M×K · K×N -> M×N)
+
+    @property
+    def macs(self) -> int:
+        """Its multiply-adds: M·N·K."""
+        m, n = (int(x) for x in self.shape.split("x")[-2:])
+        return m * n * (self.k or 0)
 
     @property
     def in_loop(self) -> bool:
         return "scf.for" in self.regions or "scf.while" in self.regions
+
+
+@dataclass
+class MemoryOp:
+    """One `tt.load` or `tt.store` of the TTIR: which of the kernel's pointer arguments its addresses derive from
+    (followed back through `tt.addptr`, `tt.splat`, `tt.broadcast` and the values loops carry), the tile it moves
+    (shape and element type), the regions around it (innermost last), which scf.for holds it and the learner's
+    line."""
+
+    kind: str                    # "load" or "store"
+    arguments: list[str]         # the kernel's pointer parameters the addresses come from ("o_ptr")
+    shape: tuple[int, ...]       # () for one scalar
+    element: str                 # f16, bf16, f32, ...
+    regions: list[str]
+    loop: int | None
+    line: int | None
+
+    @property
+    def in_loop(self) -> bool:
+        return self.loop is not None
+
+
+@dataclass
+class Reduction:
+    """One `tt.reduce` of the TTIR (`tl.sum`, `tl.max`, ...): the shape it reduces, the axis, its combining op
+    (arith.addf, arith.maxnumf), which scf.for holds it and the learner's line."""
+
+    shape: tuple[int, ...]
+    axis: int
+    combine: str
+    loop: int | None
+    line: int | None
+
+
+@dataclass
+class PtxLoop:
+    """One loop of the PTX (a label and the backward branch to it): its tensor-core instructions, the wgmma groups
+    it commits, and the multiply-adds one pass through it performs on the tensor cores (m·n·k of each instruction,
+    times the warps issuing an `mma.sync` or the warpgroups issuing a `wgmma.mma_async`)."""
+
+    label: str
+    counts: dict[str, int]
+    wgmma_groups: int            # `wgmma.commit_group` in the body: one per tl.dot the compiler issued as wgmma
+    macs: int                    # tensor-core multiply-adds per iteration, the whole program's
 
 
 @dataclass
@@ -167,6 +219,28 @@ class Compiled:
     # ---- what the IR holds ----
     def dots(self) -> list[Dot]:
         return _dots(self.ttir)
+
+    def memory_ops(self) -> list[MemoryOp]:
+        """Every tt.load and tt.store of the TTIR, with the pointer arguments its addresses come from."""
+        return _memory_ops(self.ttir)
+
+    def reductions(self) -> list[Reduction]:
+        """Every tt.reduce of the TTIR: what `tl.sum`, `tl.max` and the like compiled to."""
+        return _reductions(self.ttir)
+
+    def loops_carry(self) -> list[list[str]]:
+        """Per scf.for of the TTIR, in the order of the text: the types of the values it carries."""
+        return [[t.strip() for t in _split_types(m.group(1))]
+                for m in re.finditer(r"scf\.for .*iter_args\(.*\) -> \((.*)\)", self.ttir)]
+
+    def tensor_core_macs(self) -> int:
+        """Multiply-adds of every tensor-core instruction of the PTX, each counted once as written (`PtxLoop.macs`'s
+        rule): what one program does on the tensor cores when no loop repeats them."""
+        return _tensor_core_work(self.ptx.splitlines(), self.num_warps)[1]
+
+    def ptx_loops(self) -> list[PtxLoop]:
+        """The loops of the PTX, in the order of their labels, with the tensor-core work of one pass through each."""
+        return _ptx_loops(self.ptx, self.num_warps)
 
     def loop_carried(self) -> list[str]:
         """The types of the values every scf.for of the TTIR carries from one iteration to the next."""
@@ -315,16 +389,18 @@ def _split_types(text: str) -> list[str]:
 
 def _dots(ttir: str) -> list[Dot]:
     locs = _locations(ttir)
-    found, stack, carried = [], [], []
+    found, stack, carried, loops, count = [], [], [], [], 0
     for line in ttir.splitlines():
         text = line.strip()
         if text.startswith("}"):
             if stack:
                 stack.pop()
                 carried.pop()
+                loops.pop()
             if text.endswith("{"):  # } else {
                 stack.append("scf.if")
                 carried.append(carried[-1] if carried else set())
+                loops.append(loops[-1] if loops else None)
             continue
         if text.endswith("{"):
             m = re.match(r'(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?([\w.]+)"?', text)
@@ -333,6 +409,8 @@ def _dots(ttir: str) -> list[Dot]:
                 if "iter_args(" in text else set()
             stack.append(op)
             carried.append({n.split("=")[0] for n in names} | (carried[-1] if carried else set()))
+            loops.append(count if op in ("scf.for", "scf.while") else (loops[-1] if loops else None))
+            count += op in ("scf.for", "scf.while")
             continue
         m = re.search(r"= tt\.dot (%[\w#]+), (%[\w#]+), (%[\w#]+)(?:, inputPrecision = (\w+))?.*: (tensor<[^>]*>) \* "
                       r"(tensor<[^>]*>) -> (tensor<[^>]*>)", text)
@@ -340,8 +418,163 @@ def _dots(ttir: str) -> list[Dot]:
             shape = re.match(r"tensor<((?:\d+x)+)", m.group(7)).group(1).rstrip("x")
             found.append(Dot(_element(m.group(5)), _element(m.group(6)), _element(m.group(7)), shape,
                              m.group(4) or "ieee", list(stack), _line_of(line, locs),
-                             m.group(3) in (carried[-1] if carried else set())))
+                             m.group(3) in (carried[-1] if carried else set()), loops[-1] if loops else None,
+                             (_shape_of(m.group(5)) or (None,))[-1]))
     return found
+
+
+_SSA = r"%[\w$.-]+"  # an SSA value's name in the TTIR (`%q_ptr`, `%acc_27`); `#N` picks a result of a multi-result op
+
+
+def _scopes(ttir: str):
+    """Each line of the TTIR with the regions around it (innermost last) and the index of the innermost scf.for or
+    scf.while that holds it (None outside every loop; loops numbered in the order of the text)."""
+    stack, loops, count = [], [], 0
+    for line in ttir.splitlines():
+        text = line.strip()
+        if text.startswith("}"):  # the end of a region (`}) : (tensor<...>) -> ...` ends a tt.reduce's)
+            if stack:
+                stack.pop()
+                loops.pop()
+            yield line, list(stack), loops[-1] if loops else None
+            if text.endswith("{"):
+                stack.append("scf.if")
+                loops.append(loops[-1] if loops else None)
+            continue
+        yield line, list(stack), loops[-1] if loops else None
+        if text.endswith("{"):
+            m = re.match(r'(?:%[\w#:$.-]+(?:, %[\w#:$.-]+)* = )?"?([\w.]+)"?', text)
+            op = m.group(1) if m else "?"
+            stack.append(op)
+            loops.append(count if op in ("scf.for", "scf.while") else (loops[-1] if loops else None))
+            count += op in ("scf.for", "scf.while")
+
+
+def _code(line: str) -> str:
+    """A TTIR line without its location and its attribute dictionaries."""
+    return re.sub(r"\s+loc\(.*$", "", line)
+
+
+def _definitions(ttir: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(value -> the values it is computed from, kernel argument -> its type): the TTIR's def-use chains, as far as
+    following a pointer back to the kernel's arguments needs. A loop's iteration argument stands for its initial
+    value, a loop's results for everything the loop line names."""
+    uses: dict[str, list[str]] = {}
+    args: dict[str, str] = {}
+    for line in ttir.splitlines():
+        if line.strip().startswith("tt.func"):  # its arguments carry locations of their own: read it whole
+            for name, typ in re.findall(r"(" + _SSA + r"): (!tt\.ptr<[^>]*>|[\w<>]+)", line):
+                args[name] = typ
+            continue
+        code = _code(line).strip()
+        m = re.match(r"(" + _SSA + r")(?::\d+)?(?:, (?:" + _SSA + r"))* = (.*)$", code)
+        if not m:
+            continue
+        lhs = re.findall(_SSA, code.split(" = ", 1)[0])
+        rhs = m.group(2)
+        for inner, init in re.findall(r"(" + _SSA + r") = (" + _SSA + r")", rhs):  # scf.for iter_args(%a = %b, ...)
+            uses[inner] = [init.split("#")[0]]
+        operands = [v.split("#")[0] for v in re.findall(_SSA + r"(?:#\d+)?", rhs)]
+        for name in lhs:
+            uses[name] = operands
+    return uses, args
+
+
+def _pointer_arguments(value: str, uses: dict, args: dict, memo: dict) -> frozenset:
+    """The kernel's pointer arguments `value` is computed from."""
+    found: set[str] = set()
+    todo, seen = [value.split("#")[0]], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in memo:
+            found |= memo[v]
+        elif v in args:
+            if args[v].startswith("!tt.ptr"):
+                found.add(v)
+        else:
+            todo.extend(uses.get(v, ()))
+    memo[value] = frozenset(found)
+    return memo[value]
+
+
+def _shape_of(type_text: str) -> tuple[int, ...]:
+    m = re.match(r"tensor<((?:\d+x)+)", type_text.strip())
+    return tuple(int(n) for n in m.group(1).rstrip("x").split("x")) if m else ()
+
+
+def _memory_ops(ttir: str) -> list[MemoryOp]:
+    locs = _locations(ttir)
+    uses, args = _definitions(ttir)
+    memo: dict = {}
+    found = []
+    for line, regions, loop in _scopes(ttir):
+        code = _code(line)
+        m = re.search(r"(?:= )?tt\.(load|store) (" + _SSA + r"(?:#\d+)?)(?:, (" + _SSA + r"(?:#\d+)?))?[^:]*: "
+                      r"(tensor<[^>]*>>|!tt\.ptr<[^>]*>)", code)
+        if not m or re.match(r"\s*\^", code):
+            continue
+        pointer_type = m.group(4)
+        element = re.search(r"!tt\.ptr<(\w+)>", pointer_type)
+        found.append(MemoryOp(m.group(1), sorted(a.lstrip("%") for a in _pointer_arguments(m.group(2), uses, args,
+                                                                                             memo)),
+                              _shape_of(pointer_type), element.group(1) if element else "?", regions, loop,
+                              _line_of(line, locs)))
+    return found
+
+
+def _reductions(ttir: str) -> list[Reduction]:
+    locs = _locations(ttir)
+    found, pending = [], None
+    for line, _, loop in _scopes(ttir):
+        code = line.strip()
+        m = re.search(r'"tt\.reduce"\(' + _SSA + r"\) <\{axis = (\d+)", code)
+        if m:
+            pending = [int(m.group(1)), "?", loop, _line_of(line, locs)]
+            continue
+        if pending is not None:
+            op = re.search(r"= (arith\.\w+|math\.\w+)", code)
+            if op and pending[1] == "?":
+                pending[1] = op.group(1)
+            shape = re.search(r"\}\) : \((tensor<[^>]*>)", code)
+            if shape:
+                found.append(Reduction(_shape_of(shape.group(1)), pending[0], pending[1], pending[2],
+                                       pending[3] or _line_of(line, locs)))  # the location ends the region
+                pending = None
+    return found
+
+
+def _tensor_core_work(lines: list[str], num_warps: int) -> tuple[dict[str, int], int]:
+    """Tensor-core instructions among PTX `lines` and their multiply-adds: m·n·k of each, times the warps issuing an
+    `mma.sync` or the warpgroups (4 warps) issuing a `wgmma.mma_async`."""
+    counts = {name: 0 for name in TENSOR_CORE_PTX}
+    macs = 0
+    for text in lines:
+        instr = text.strip().split(None, 1)[-1] if text.strip().startswith("@") else text.strip()
+        for name in TENSOR_CORE_PTX:
+            if instr.startswith(name + "."):
+                counts[name] += 1
+                shape = re.search(r"\.m(\d+)n(\d+)k(\d+)\.", instr)
+                issuers = max(1, num_warps // 4) if name == "wgmma.mma_async" else num_warps
+                if shape:
+                    macs += int(shape.group(1)) * int(shape.group(2)) * int(shape.group(3)) * issuers
+    return counts, macs
+
+
+def _ptx_loops(ptx: str, num_warps: int) -> list[PtxLoop]:
+    lines = ptx.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\$L__\w+):", line))}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$L__\w+);", line)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            counts, macs = _tensor_core_work(body, num_warps)
+            groups = sum(1 for text in body if "wgmma.commit_group" in text)
+            loops.append(PtxLoop(m.group(1), counts, groups, macs))
+    return loops
 
 
 # ----------------------------------------------------------------------------------------------------------------
