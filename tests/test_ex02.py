@@ -463,3 +463,18 @@ def test_gemm_meets_a_c_full_of_inf_with_beta_zero_in_its_visible_check():
     msg = assert_rule_is_visible(ex02.check_gemm, named("gemm", _gemm_nan_only), lambda c: "full of inf" in c.label,
                                  "0·NaN is NaN in floating point, so beta * C spreads it", "do not read C at all")
     assert "C full of inf" in msg
+
+
+# ---- the rule "your own code": lesson 02's loops are matmul_loops, flop_counter is gemm_flops's oracle
+
+@pytest.mark.parametrize("check, cheat, called", [
+    (ex02.check_matmul_loops, lambda A, B: gemm.matmul_spec(A, B), "twoprim.gemm.matmul_spec"),
+    (ex02.check_matmul_loops, lambda A, B: torch.tensor(gemm.python_loop_order("ikj")(A.tolist(), B.tolist()),
+                                                        dtype=A.dtype).reshape(A.shape[0], B.shape[1]),
+     "twoprim.gemm.matmul_ikj"),
+    (ex02.check_gemm_flops, lambda M, N, K: ex02.flop_counter(M, N, K), "twoprim.ex02.flop_counter"),
+], ids=["matmul_spec", "python_loop_order", "flop_counter"])
+def test_calling_the_lessons_loops_or_the_oracle_is_refused(check, cheat, called):
+    msg = fails(check, named(check.__name__.removeprefix("check_"), cheat))
+    assert "breaks a rule of this exercise: your own code: no calls to lesson 02's loops" in msg, msg
+    assert f"found:    it called {called} ×1" in msg and "next:" in msg, msg

@@ -3,6 +3,8 @@ lets the allowed alternatives through); bad input gets F.conv2d's refusals with 
 specs, reference, measurements and figure do what they say."""
 from __future__ import annotations
 
+import inspect
+
 import matplotlib
 import pytest
 import torch
@@ -508,3 +510,33 @@ def test_im2col_meets_non_contiguous_inputs_in_its_visible_check():
 def test_conv2d_gemm_meets_non_contiguous_inputs_in_its_visible_check(sol04):
     assert_rule_is_visible(ex04.check_conv2d_gemm, ignores_strides(sol04["conv2d_gemm"], 0),
                            lambda c: "non-contiguous" in c.label, "`x` read as if it were contiguous")
+
+
+# ---- the rule "your own code": the reference convolution is the grader's, not the learner's
+
+def _shape_from_reference(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
+    (_, ((M, K), (_, N))) = conv.recorded_gemms(x_shape, w_shape, stride, padding, dilation, groups)[0]
+    return (M, N, K)
+
+
+@pytest.mark.parametrize("check, cheat, called", [
+    (ex04.check_im2col, lambda x, k, stride=1, padding=0, dilation=1: conv.im2col_spec(x, k, stride, padding, dilation),
+     "twoprim.conv.im2col_spec"),
+    (ex04.check_conv_gemm_shape, _shape_from_reference, "twoprim.conv.recorded_gemms"),
+    (ex04.check_conv2d_gemm, lambda x, w, bias=None, stride=1, padding=0, dilation=1, groups=1:
+     conv.conv2d_im2col(x, w, bias, stride, padding, dilation, groups), "twoprim.conv.conv2d_im2col"),
+], ids=["im2col_spec", "recorded_gemms", "conv2d_im2col"])
+def test_calling_the_reference_convolution_is_refused(check, cheat, called):
+    """Each of these passed its visible check before: the spec copies exactly with few ATen ops, the reference runs
+    one GEMM per group, and recorded_gemms is what conv_gemm_shape's check compares with."""
+    msg = fails(check, named(check.__name__.removeprefix("check_"), cheat))
+    assert "breaks a rule of this exercise: your own code: no calls to the reference code the grader" in msg, msg
+    assert "found:    it called twoprim.conv." in msg and f"{called} ×1" in msg and "next:" in msg, msg
+
+
+def test_the_spec_compared_outside_the_function_is_fine_and_prints_as_written(sol04):
+    x = torch.randn(1, 2, 5, 6)
+    assert torch.equal(sol04["im2col"](x, 3, padding=1), conv.im2col_spec(x, 3, padding=1))  # as the task suggests
+    ex04.check_im2col(sol04["im2col"])
+    source = inspect.getsource(conv.im2col_spec)  # the exercise prints it: the spec's own code, nothing of the guard
+    assert source.startswith("def im2col_spec(") and "_USES" not in source

@@ -430,3 +430,25 @@ def _tiled_square_causal_mask(q, k, v, block_size, causal=False):
 ], ids=["softmax-neg-inf", "layer-norm-centred", "attention-no-key", "tiled-causal-ragged"])
 def test_each_stated_rule_of_ex05_has_a_visible_case(check, wrong, rule, says):
     assert_rule_is_visible(check, wrong, rule, *says)
+
+
+# ---- the rule "your own code": the course's attention is the grader's ground truth, not the learner's
+
+def _mha_on_the_course_attention(x, W_qkv, W_o, n_heads, causal=False):
+    B, S, E = x.shape
+    heads = lambda t: t.reshape(B, S, n_heads, E // n_heads).transpose(1, 2)  # noqa: E731 - (B, S, E) -> (B, H, S, D)
+    q, k, v = (x @ W_qkv.T).split(E, dim=-1)
+    out = attention.two_gemm_attention(heads(q), heads(k), heads(v), None, causal)
+    return out.transpose(1, 2).reshape(B, S, E) @ W_o.T
+
+
+@pytest.mark.parametrize("check, cheat", [
+    # NaN rows (every key masked) set to SDPA's zeros: this passed the visible check before the rule
+    (ex05.check_attention, lambda q, k, v, mask=None, causal=False:
+     torch.nan_to_num(attention.two_gemm_attention(q, k, v, mask, causal), nan=0.0)),
+    (ex05.check_multi_head_attention, _mha_on_the_course_attention),
+], ids=["attention", "multi_head_attention"])
+def test_calling_the_courses_attention_is_refused(check, cheat):
+    msg = fails(check, named(check.__name__.removeprefix("check_"), cheat))
+    assert "breaks a rule of this exercise: your own code: no calls to the course's attention" in msg, msg
+    assert "found:    it called twoprim.attention.two_gemm_attention ×1" in msg and "next:" in msg, msg

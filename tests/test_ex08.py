@@ -143,7 +143,9 @@ def test_wave_efficiency_names_the_cause(wrong, cause):
 
 
 def _effs(rows, t):
-    return [ex08.reference_tile_efficiency(M, N, K, tuple(t)) for _, _, M, N, K in rows]
+    """Each row's tile efficiency, by the solution's function (a wrong answer built on a right one, as a learner's
+    would be; calling the reference formulas is refused by a rule of its own)."""
+    return [sol()["tile_efficiency"](M, N, K, tuple(t)) for _, _, M, N, K in rows]
 
 
 @pytest.mark.parametrize("wrong, cause", [
@@ -152,7 +154,7 @@ def _effs(rows, t):
         _ceil_to(M, t[0]) * _ceil_to(N, t[1]) * _ceil_to(K, t[2]) for _, _, M, N, K in rows), "leaves out count"),
     (lambda rows, t=(128, 128, 64): sum(c * M * N * K * e for (_, c, M, N, K), e in zip(rows, _effs(rows, t))) / sum(
         c * M * N * K for _, c, M, N, K in rows), "weights the efficiencies by useful FLOPs"),
-    (lambda rows, t=(128, 128, 64): 1 / ex08.reference_block_tile_efficiency(rows, t), "the inverse"),
+    (lambda rows, t=(128, 128, 64): 1 / sol()["block_tile_efficiency"](rows, t), "the inverse"),
 ])
 def test_block_tile_efficiency_names_the_cause(wrong, cause):
     cases = ex08.block_cases([((8, 1024, 768, 16, 16, 3072, 50257), (128, 128, 64))])
@@ -160,9 +162,10 @@ def test_block_tile_efficiency_names_the_cause(wrong, cause):
 
 
 def _heads_from(pick):
-    """A better_head_count that measures both blocks with the reference and answers through `pick(heads, effs)`."""
+    """A better_head_count that measures both blocks with the solution's functions and answers through
+    `pick(heads, effs)`."""
     def fn(batch, seq, d_model, d_ff, vocab, heads, tile=(128, 128, 64)):
-        effs = [ex08.reference_block_tile_efficiency(ex08.reference_llama_block_gemms(
+        effs = [sol()["block_tile_efficiency"](sol()["llama_block_gemms"](
             batch, seq, d_model, h, h, d_ff, vocab), tile) for h in heads]
         return pick(heads, effs)
     fn.__name__ = "better_head_count"
@@ -245,3 +248,26 @@ def test_better_head_count_tie_rule_is_in_its_visible_check():
     later_on_a_tie = _heads_from(lambda h, e: (h[0], e[0] / e[1]) if e[0] > e[1] else (h[1], e[1] / e[0]))
     assert_rule_is_visible(ex08.check_better_head_count, later_on_a_tie, lambda c: "a tie" in c.label,
                            "on a tie return the first head count")
+
+
+# ---- the rule "your own code": the reference formulas are public, and the lesson's explorer has a padded
+
+_REFERENCES = ["llama_block_gemms", "padded", "tile_efficiency", "wave_efficiency", "block_tile_efficiency",
+               "better_head_count"]
+
+
+@pytest.mark.parametrize("name", _REFERENCES)
+def test_calling_a_reference_formula_is_refused(name):
+    reference = getattr(ex08, f"reference_{name}")
+    msg = fails(getattr(ex08, f"check_{name}"), named(name, lambda *args, **kwargs: reference(*args, **kwargs)))
+    assert "breaks a rule of this exercise: your own code: no calls to the reference formulas" in msg, msg
+    assert "found:    it called twoprim.ex08." in msg and f"twoprim.ex08.reference_{name} ×" in msg, msg
+
+
+def test_calling_the_lessons_padded_is_refused_and_the_solution_passes():
+    from twoprim.topics.gemm_shapes import padded as lessons_padded
+
+    msg = fails(ex08.check_padded, named("padded", lambda n, multiple: lessons_padded(n, multiple)))
+    assert "found:    it called twoprim.topics.gemm_shapes.padded ×1" in msg, msg
+    for name in _REFERENCES:
+        getattr(ex08, f"check_{name}")(sol()[name])

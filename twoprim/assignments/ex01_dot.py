@@ -1,7 +1,8 @@
 """Checks for assignment ex01_dot: the dot product, a neuron, cosine similarity and top-k search.
 
 Visible checks run with the default cases below; the hidden checks in the solution notebook pass their own cases
-(built with the same builders) and `hidden=0`. Oracles compute in float64 with torch.
+(built with the same builders) and `hidden=0`. Oracles compute in float64 with torch. `twoprim.reference.dot_spec`,
+the lesson's loop, is `dot_loop` itself: an answer that calls it is refused (`no_grader_calls`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, ErrorSummary, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, reduction_tolerance, run_check
+from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, ErrorSummary, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, no_grader_calls, reduction_tolerance, run_check
+from twoprim.topics import dot_product
 
 __all__ = [
     "vector_cases", "neuron_cases", "search_cases", "tie_cases",
@@ -170,6 +172,13 @@ _NO_BUILTIN_COSINE = forbid("no torch.nn.functional.cosine_similarity", {"cosine
                             next_step="divide the dot products by the product of the norms yourself")
 
 
+def _own(fn: Callable) -> tuple[Callable, Rule]:
+    """`fn` watched for calls to the lesson's loop `twoprim.reference.dot_spec`, and the rule that refuses them."""
+    return no_grader_calls(fn, {"twoprim.reference": dot_product.uses}, why="dot_spec, the lesson's loop, which is this answer",
+                           next_step="write the loop (or the vectorised product) yourself; dot_spec is the answer "
+                                     "the check compares with, not a building block")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Judges
 # ----------------------------------------------------------------------------------------------------------------
@@ -257,7 +266,9 @@ def _judge_top_k(got, want, case: Case) -> str:
 def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `dot_loop`: a Python loop of multiply-adds equals x·w and returns a float."""
     cases = cases if cases is not None else vector_cases([1, 3, 10], [torch.float32, torch.float64])
-    return run_check(f"{TASK}-dot_loop", fn, cases, expected=_dot64, judge=_judge_float, rules=[_NO_VECTOR_REDUCTION],
+    fn, own = _own(fn)
+    return run_check(f"{TASK}-dot_loop", fn, cases, expected=_dot64, judge=_judge_float,
+              rules=[_NO_VECTOR_REDUCTION, own],
               proves="a Python loop of multiply-adds equals x·w and returns a float", hidden=hidden,
               next_step="multiply x[i] by w[i] for every i and add the products")
 
@@ -267,7 +278,9 @@ def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int 
     if cases is None:  # the rules stated, each in a case: float16 keeps its dtype too; a non-contiguous view
         cases = (vector_cases([3, 64, 1000], [torch.float32, torch.float64])
                  + vector_cases([33], [torch.float16], seed=3) + vector_cases([31], noncontiguous=True, seed=4))
-    return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot, rules=[_NO_GEMM, _vectorised()],
+    fn, own = _own(fn)
+    return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot,
+              rules=[_NO_GEMM, _vectorised(), own],
               proves="a vectorised x·w without built-in dot products, in the input's dtype", hidden=hidden,
               next_step="(x * w) is the element-wise product; its sum over all elements is the dot product")
 
@@ -276,7 +289,9 @@ def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
     """Check `neuron`: a neuron's pre-activation x·w + b, with b a number or a 0-d tensor."""
     if cases is None:  # float16 too: x·w + b keeps x's dtype whatever b is (a number or a 0-d tensor)
         cases = neuron_cases([4, 100], [torch.float32, torch.float64]) + neuron_cases([20], [torch.float16], seed=3)
-    return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype), judge=_judge_neuron,
+    fn, own = _own(fn)
+    return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype),
+              judge=_judge_neuron, rules=[own],
               proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor", hidden=hidden,
               next_step="reuse your dot(x, w) and add b")
 

@@ -7,11 +7,14 @@ with what `torch.utils.flop_counter.FlopCounterMode` counts at check time. Shape
 A is M×K, B is K×N, C is M×N.
 
 The rules each exercise states are checked on what ran: every dot/GEMV/GEMM ATen op is recorded with its operands'
-shapes (in-place and `out=` forms included) while the learner's function runs.
+shapes (in-place and `out=` forms included) while the learner's function runs. Lesson 02's loops
+(`twoprim.gemm.matmul_spec`, `python_loop_order`) are `matmul_loops` itself and `flop_counter` is `gemm_flops`'s
+oracle: an answer that calls them is refused (`no_grader_calls`).
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Callable, Sequence
@@ -20,15 +23,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim.core import guards
+from twoprim.topics import gemm as gemm_topic
 from twoprim.topics.gemm import LAYOUT_NOTES, shape_label, matmul_cases  # noqa: F401 (lesson 02's cases, ex09's too)
 from twoprim.core.cases import dtype_name, matrix
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, reduction_tolerance, run_check
+from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, CallLog, CheckResult, Mismatch, Rule, counted, describe, forbid, judge_tensor, no_grader_calls, reduction_tolerance, run_check
 from twoprim.core.record import gemm_flops
 
 __all__ = [
     "matmul_cases", "tiled_cases", "gemm_cases", "flops_cases",
     "check_matmul_loops", "check_matmul_dots", "check_matmul_outer", "check_gemm", "check_matmul_tiled",
-    "check_gemm_flops", "guard_matmul", "guard_gemm", "guard_tile", "guard_sizes", "flop_counter",
+    "check_gemm_flops", "guard_matmul", "guard_gemm", "guard_tile", "guard_sizes", "flop_counter", "uses",
 ]
 
 TASK = "ex02_gemm"
@@ -315,6 +319,15 @@ def flop_counter(M: int, N: int, K: int) -> int:
     return int(counter.get_total_flops())
 
 
+_USES: Counter = Counter()
+flop_counter = counted(flop_counter, _USES)
+
+
+def uses() -> Counter:
+    """How many times `flop_counter`, gemm_flops's oracle, has been called (a copy)."""
+    return Counter(_USES)
+
+
 def _judge_flops(got, want, case: Case) -> str:
     M, N, K = case.args
     if isinstance(got, bool) or not isinstance(got, Integral):
@@ -343,6 +356,12 @@ def _judge_flops(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+def _own(fn: Callable, next_step: str) -> tuple[Callable, Rule]:
+    """`fn` watched for calls to lesson 02's loops and to gemm_flops's oracle, and the rule that refuses them."""
+    return no_grader_calls(fn, {"twoprim.gemm": gemm_topic.uses, "twoprim.ex02": uses}, next_step=next_step,
+                           why="lesson 02's loops (matmul_spec, python_loop_order) or flop_counter, this check's oracle")
+
+
 def _strided_matmul_cases() -> list[Case]:
     """The rule "any strides" in visible cases: A and B transposed (column-major), and every other column."""
     return (matmul_cases([(3, 4, 5)], [torch.float32], layout="transposed", seed=1)
@@ -352,8 +371,9 @@ def _strided_matmul_cases() -> list[Case]:
 def check_matmul_loops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `matmul_loops`: three Python loops compute C[i, j] = Σₖ A[i, k]·B[k, j], in the input's dtype."""
     cases = cases if cases is not None else matmul_cases([(2, 3, 4), (4, 5, 3)]) + _strided_matmul_cases()
+    fn, own = _own(fn, "write the three loops yourself; matmul_spec is the answer the lesson times, not a building block")
     return run_check(f"{TASK}-matmul_loops", fn, cases, expected=_matmul_expected, judge=_judge_matmul,
-                     rules=[_PYTHON_LOOPS],
+                     rules=[_PYTHON_LOOPS, own],
                      proves="three Python loops compute C[i, j] = Σₖ A[i, k]·B[k, j], in the input's dtype",
                      hidden=hidden, next_step="C[i, j] is the sum over k of A[i, k] * B[k, j], for every i and j")
 
@@ -406,7 +426,8 @@ def check_matmul_tiled(fn: Callable, cases: Sequence[Case] | None = None, *, hid
 def check_gemm_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `gemm_flops`: 2·M·N·K, the FLOP count FlopCounterMode measures for an (M, K) @ (K, N) product."""
     cases = cases if cases is not None else flops_cases([(3, 4, 5), (1, 4096, 4096), (4096, 4096, 4096)])
-    return run_check(f"{TASK}-gemm_flops", fn, cases, expected=flop_counter, judge=_judge_flops,
+    fn, own = _own(fn, "count with arithmetic on M, N and K: flop_counter is the oracle this check compares with")
+    return run_check(f"{TASK}-gemm_flops", fn, cases, expected=flop_counter, judge=_judge_flops, rules=[own],
                      proves="2·M·N·K, the FLOP count FlopCounterMode measures for an (M, K) @ (K, N) product",
                      hidden=hidden, next_step="count the multiplies and adds: M·N elements, K of each per element")
 

@@ -16,6 +16,8 @@ What the rules allow, precisely:
   `mkldnn_convolution`, ...: every op whose name contains "conv" but not "convert"). Its dot/GEMM ops must do
   exactly the convolution's 2·N·O·Hout·Wout·(C/groups)·kh·kw FLOPs, in either `groups` GEMM ops (one per group)
   or one batched GEMM op (`bmm`, a 3-D `matmul` or `einsum`) that does them all.
+- No graded function may call the course's reference code in `twoprim.conv` (`im2col_spec`, `conv2d_im2col`,
+  `recorded_gemms`): the grader's ground truth (`no_grader_calls`).
 
 Why this module is long: three graded functions, each with its guard, case builders for every argument and memory
 layout (every rule the exercise states has a visible case), an oracle and a judge that names the likely mistake.
@@ -31,7 +33,8 @@ import torch.nn.functional as F
 
 from twoprim.core import guards
 from twoprim.core.cases import dtype_name
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, run_check
+from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, no_grader_calls, run_check
+from twoprim.topics import convolution
 from twoprim.topics.convolution import conv_flops, out_size, pair, recorded_gemms
 
 __all__ = [
@@ -413,6 +416,12 @@ def _judge_gemm_shape(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+def _own(fn: Callable, next_step: str) -> tuple[Callable, Rule]:
+    """`fn` watched for calls to the course's reference convolution code, and the rule that refuses them."""
+    return no_grader_calls(fn, {"twoprim.conv": convolution.uses}, next_step=next_step,
+                           why="the reference code the grader compares with (im2col_spec, conv2d_im2col, recorded_gemms)")
+
+
 def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `im2col`: the columns of every receptive field, exactly as F.unfold, with stride, padding and dilation."""
     if cases is None:
@@ -425,9 +434,11 @@ def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
                  + im2col_cases([((1, 3, 6, 7), 3, {"padding": 1})], [torch.float32], layout="channels_last", seed=3)
                  + im2col_cases([((2, 2, 7, 5), (2, 3), {"stride": 2})], [torch.float64], layout="sliced", seed=4)
                  + im2col_cases([((1, 2, 5, 6), 2, {"dilation": 2})], [torch.float32], layout="transposed", seed=5))
+    fn, own = _own(fn, "build the columns yourself with F.pad and Tensor.unfold or slices; compare with "
+                       "conv.im2col_spec outside your function, never call it inside")
     return run_check(f"{TASK}-im2col", fn, cases, expected=_im2col_expected, judge=_judge_im2col,
                      rules=[_no_unfold(), _no_conv("select the windows with slicing or Tensor.unfold"),
-                            _no_gemm_in_im2col(), _im2col_vectorised()],
+                            _no_gemm_in_im2col(), _im2col_vectorised(), own],
                      proves="the columns of every receptive field, exactly as F.unfold, with stride, padding and "
                             "dilation", hidden=hidden,
                      next_step="compare with twoprim.topics.convolution.im2col_spec on a tiny input: row c·kh·kw + p·kw + q, "
@@ -440,7 +451,9 @@ def check_conv_gemm_shape(fn: Callable, cases: Sequence[Case] | None = None, *, 
         cases = shape_cases([((2, 3, 8, 8), (4, 3, 3, 3), 1, 1, 1, 1),
                              ((1, 4, 9, 7), (6, 2, 3, 2), 2, (1, 0), 1, 2),
                              ((2, 4, 10, 10), (4, 1, 3, 3), 1, 2, 2, 4)])
+    fn, own = _own(fn, "compute Hout and Wout from the shapes with the output-size formula, then M, N and K")
     return run_check(f"{TASK}-conv_gemm_shape", fn, cases, expected=_gemm_shape_expected, judge=_judge_gemm_shape,
+                     rules=[own],
                      proves="(M, N, K) of one group's GEMM, equal to the shapes the reference conv multiplies",
                      hidden=hidden, next_step="M = O/groups, N = N·Hout·Wout, K = C/groups·kh·kw")
 
@@ -462,9 +475,10 @@ def check_conv2d_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
                               bias=False, seed=8)
                  + conv_cases([((2, 2, 5, 7), (3, 2, 3, 2), {"padding": (1, 0)})], [torch.float32],
                               layout="transposed", seed=9))
+    fn, own = _own(fn, "build it from your im2col (or F.unfold) and W_g @ cols_g for each group, yourself")
     return run_check(f"{TASK}-conv2d_gemm", fn, cases, expected=_conv_expected, judge=_judge_conv,
                      rules=[_no_conv("build the output from im2col and a GEMM: W_g @ cols_g for each group"),
-                            _gemms_do_the_flops()],
+                            _gemms_do_the_flops(), own],
                      proves="F.conv2d (float64 oracle) with bias, stride, padding, dilation and groups, from im2col "
                             "and one GEMM per group", hidden=hidden,
                      next_step="check the shape of every step on a tiny case: cols (N, C·kh·kw, L) -> per group "

@@ -18,6 +18,8 @@ The rules each exercise states are checked on what ran (`twoprim.core.record.rec
   once (GEMM FLOPs <= 4·B·H·S²·D), and no ATen op returns a tensor whose storage holds S² or more elements (checked
   on the cases where every honest tiling stays below that: S > B·H·max(min(block_size, S), D)).
 - `attention_flops`: arithmetic on the four sizes, no tensor ops.
+- `attention`, `multi_head_attention`, `tiled_attention`: no calls to the course's attention
+  (`twoprim.attention.two_gemm_attention`, `attention_spec`), the grader's ground truth (`no_grader_calls`).
 
 Why this module is long: one assignment's checks (six graded functions, including the tiled-attention memory rules
 and the FLOP count), each with its case builders, judge, rules and messages, its guard and its hints; split further,
@@ -32,9 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from twoprim.core import guards
+from twoprim.topics import attention as attention_topic
 from twoprim.topics.attention import count_flops, gemm_and_other, two_gemm_attention
 from twoprim.core.cases import dtype_name
-from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check
+from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, no_grader_calls, run_check
 from twoprim.core.record import gemm_flops, record_allocations
 
 __all__ = [
@@ -732,6 +735,14 @@ def check_layer_norm(fn: Callable, cases: Sequence[Case] | None = None, *, hidde
                                "dim with keepdim=True")
 
 
+def _own(fn: Callable) -> tuple[Callable, Rule]:
+    """`fn` watched for calls to the course's own attention, and the rule that refuses them."""
+    return no_grader_calls(fn, {"twoprim.attention": attention_topic.uses},
+                           why="the course's attention (two_gemm_attention, attention_spec)",
+                           next_step="write the scores, the mask, the softmax and the two products yourself, as "
+                                     "lesson 05 builds them")
+
+
 def check_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `attention`: softmax(q·kᵀ/√D + mask)·v with two batched GEMMs, equal to F.scaled_dot_product_attention
     (causal, boolean and additive masks)."""
@@ -743,8 +754,9 @@ def check_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden
                  # the rules stated, each in a case: a query that sees no key gets zeros; a key-padding mask broadcasts
                  + attention_cases([(1, 2, 5, 4)], [torch.float32], mask="bool", fully_masked=True, seed=4)
                  + attention_cases([(2, 1, 6, 3)], [torch.float64], mask="padding", fully_masked=True, seed=5))
+    fn, own = _own(fn)
     return run_check(f"{TASK}-attention", fn, cases, expected=_attention_expected, judge=_judge_attention,
-                     rules=[_NO_FUSED_ATTENTION, _two_gemms()],
+                     rules=[_NO_FUSED_ATTENTION, _two_gemms(), own],
                      proves="softmax(q·kᵀ/√D + mask)·v with two batched GEMMs, equal to "
                             "F.scaled_dot_product_attention (causal, boolean and additive masks)", hidden=hidden,
                      next_step="scores = q @ kᵀ / √D; hide masked keys with -inf (or add the float mask); softmax "
@@ -757,8 +769,9 @@ def check_multi_head_attention(fn: Callable, cases: Sequence[Case] | None = None
     if cases is None:
         cases = (mha_cases([(1, 5, 8, 2), (2, 7, 12, 3)], [torch.float32, torch.float64])
                  + mha_cases([(2, 6, 16, 4)], [torch.float32], causal=True, seed=1))
+    fn, own = _own(fn)
     return run_check(f"{TASK}-multi_head_attention", fn, cases, expected=lambda *a, **kw: _mha64(*a, **kw).to(a[0].dtype),
-                     judge=_judge_mha, rules=[_NO_FUSED_ATTENTION, _four_gemms()],
+                     judge=_judge_mha, rules=[_NO_FUSED_ATTENTION, _four_gemms(), own],
                      proves="multi-head self-attention equal to nn.MultiheadAttention(bias=False, batch_first=True), "
                             "as four GEMMs and reshapes", hidden=hidden,
                      next_step="split E into n_heads heads of D = E / n_heads: (B, S, E) -> (B, S, H, D) -> (B, H, S, D); "
@@ -775,13 +788,14 @@ def check_tiled_attention(fn: Callable, cases: Sequence[Case] | None = None, *, 
                  # the rules stated, each in a case: causal with a last block shorter than block_size; block_size > S
                  + tiled_cases([(1, 1, 50, 4, 16)], [torch.float64], causal=True, seed=3)
                  + tiled_cases([(1, 2, 9, 4, 16)], [torch.float32], seed=4))
+    fn, own = _own(fn)
     recorded = _with_allocations(fn) if callable(fn) else fn
     holder = getattr(recorded, "holder", {})
     return run_check(f"{TASK}-tiled_attention", recorded, cases, expected=lambda q, k, v, block, causal=False:
                      _attention64(q, k, v, causal=causal).to(q.dtype),
                      judge=_judge_attention,
                      rules=[_NO_FUSED_ATTENTION, _NO_BUILTIN_SOFTMAX, _alloc_rule(_no_square(), holder),
-                            _each_score_once()],
+                            _each_score_once(), own],
                      proves="attention tile by tile with an online softmax (running max and sum), equal to "
                             "F.scaled_dot_product_attention, never holding an S×S tensor", hidden=hidden,
                      next_step="for each block of queries, loop over blocks of keys: tile scores, new max m, rescale the "

@@ -8,7 +8,9 @@ gives a block the better shapes, by the learner's own functions (the hidden chec
 
 Everything here is exact arithmetic: the oracles below are the reference formulas, computed when the check runs
 (in the grader, at grading time), never a timing of this machine. Visible checks run the default cases; the hidden
-checks in the solution notebook pass their own cases (built with the same builders) and `hidden=0`.
+checks in the solution notebook pass their own cases (built with the same builders) and `hidden=0`. The oracles are
+public (`ex08.reference_*`), as is the lesson's `twoprim.topics.gemm_shapes.padded`: an answer that calls them is
+refused (`no_grader_calls`).
 
 Why this module is long: each of six graded functions has its reference, case builder, guard, a judge that names
 the cause of each likely mistake, its check and its hints; apart, a message would sit away from the judge deciding it.
@@ -16,11 +18,13 @@ the cause of each likely mistake, its check and its hints; apart, a message woul
 from __future__ import annotations
 
 import math
+import sys
+from collections import Counter
 from fractions import Fraction
 from numbers import Integral, Real
 from typing import Callable, Sequence
 
-from twoprim.core.checks import Case, CheckResult, Mismatch, describe, run_check
+from twoprim.core.checks import Case, CheckResult, Mismatch, counted, describe, no_grader_calls, run_check
 
 __all__ = [
     "H200_SMS", "reference_llama_block_gemms", "reference_padded", "reference_tile_efficiency",
@@ -28,7 +32,7 @@ __all__ = [
     "guard_config", "guard_positive", "guard_heads", "guard_tile", "guard_rows",
     "llama_cases", "padded_cases", "tile_cases", "wave_cases", "block_cases", "heads_cases",
     "check_llama_block_gemms", "check_padded", "check_tile_efficiency", "check_wave_efficiency",
-    "check_block_tile_efficiency", "check_better_head_count",
+    "check_block_tile_efficiency", "check_better_head_count", "uses",
 ]
 
 TASK = "ex08_shapes"
@@ -138,6 +142,34 @@ def reference_better_head_count(batch, seq, d_model, d_ff, vocab, heads, tile=(1
                                                                                  vocab), tile)) for h in heads]
     best = 0 if effs[0] >= effs[1] else 1
     return heads[best], float(effs[best] / effs[1 - best])
+
+
+_USES: Counter = Counter()
+reference_llama_block_gemms = counted(reference_llama_block_gemms, _USES)
+reference_padded = counted(reference_padded, _USES)
+reference_tile_efficiency = counted(reference_tile_efficiency, _USES)
+reference_wave_efficiency = counted(reference_wave_efficiency, _USES)
+reference_block_tile_efficiency = counted(reference_block_tile_efficiency, _USES)
+reference_better_head_count = counted(reference_better_head_count, _USES)
+
+
+def uses() -> Counter:
+    """How many times each reference formula has been called (a copy)."""
+    return Counter(_USES)
+
+
+def _lesson_padded_uses() -> Counter:
+    """Calls of lesson 08's `padded` (twoprim.topics.gemm_shapes), loaded only if something imported it."""
+    module = sys.modules.get("twoprim.topics.gemm_shapes")
+    return module.uses() if module is not None else Counter()
+
+
+def _run(task: str, fn: Callable, cases: Sequence[Case], **kwargs) -> CheckResult:
+    """run_check with the rule "your own code": no calls to the reference formulas."""
+    fn, own = no_grader_calls(fn, {"twoprim.ex08": uses, "twoprim.topics.gemm_shapes": _lesson_padded_uses},
+                              why="the reference formulas this check compares with (ex08.reference_*, padded)",
+                              next_step="write the arithmetic yourself, from the formula in the task")
+    return run_check(task, fn, cases, rules=[own], **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -412,11 +444,11 @@ def check_llama_block_gemms(fn: Callable, cases: Sequence[Case] | None = None, *
     cases = cases if cases is not None else llama_cases([
         (1, 8, 64, 4, 2, 96, "small GQA: 2 K/V heads for 4 query heads"),
         (2, 2048, 4096, 32, 8, 14336, 128256, "LLaMA-3-8B's shapes, batch 2, with the LM head")])
-    return run_check(f"{TASK}-llama_block_gemms", fn, cases, expected=reference_llama_block_gemms,
-                     judge=_judge_rows,
-                     proves="every forward GEMM of a LLaMA-style block (GQA, SwiGLU, LM head) as (name, count, M, N, "
-                            "K), in order",
-                     hidden=hidden, next_step="derive each row from the configuration")
+    return _run(f"{TASK}-llama_block_gemms", fn, cases, expected=reference_llama_block_gemms,
+                judge=_judge_rows,
+                proves="every forward GEMM of a LLaMA-style block (GQA, SwiGLU, LM head) as (name, count, M, N, "
+                       "K), in order",
+                hidden=hidden, next_step="derive each row from the configuration")
 
 
 def check_padded(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -425,9 +457,9 @@ def check_padded(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
         (50257, 64, "GPT-2's vocabulary"), (4095, 8),
         (4096, 8, "already a multiple: it stays as it is"),
         (2**60 + 3, 8, "2⁶⁰ + 3: beyond the integers a float holds exactly")])
-    return run_check(f"{TASK}-padded", fn, cases, expected=reference_padded, judge=_judge_padded,
-                     proves="the smallest multiple of `multiple` that is ≥ n, as an exact int", hidden=hidden,
-                     next_step="round n up to a multiple")
+    return _run(f"{TASK}-padded", fn, cases, expected=reference_padded, judge=_judge_padded,
+                proves="the smallest multiple of `multiple` that is ≥ n, as an exact int", hidden=hidden,
+                next_step="round n up to a multiple")
 
 
 def check_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -435,9 +467,9 @@ def check_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, 
     cases = cases if cases is not None else tile_cases([
         (4096, 4096, 4096, (128, 128, 64), "every size a multiple of its tile"),
         (4095, 4095, 4095, (128, 128, 64)), (1000, 200, 100, (128, 64, 32))])
-    return run_check(f"{TASK}-tile_efficiency", fn, cases, expected=reference_tile_efficiency, judge=_judge_tile,
-                     proves="useful ÷ computed work when a GEMM is computed in whole (tm, tn, tk) tiles",
-                     hidden=hidden, next_step="useful M·N·K over the work of whole tiles")
+    return _run(f"{TASK}-tile_efficiency", fn, cases, expected=reference_tile_efficiency, judge=_judge_tile,
+                proves="useful ÷ computed work when a GEMM is computed in whole (tm, tn, tk) tiles",
+                hidden=hidden, next_step="useful M·N·K over the work of whole tiles")
 
 
 def check_wave_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -445,9 +477,9 @@ def check_wave_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, 
     cases = cases if cases is not None else wave_cases([
         (4096, 4096, (128, 128), H200_SMS, "1024 tiles on the H200's 132 SMs"),
         (1536, 1408, (128, 128), H200_SMS, "132 tiles: exactly one wave"), (300, 300, (64, 64), 8)])
-    return run_check(f"{TASK}-wave_efficiency", fn, cases, expected=reference_wave_efficiency, judge=_judge_wave,
-                     proves="tiles ÷ (waves·sms): how full the SMs are when the tiles run in whole waves",
-                     hidden=hidden, next_step="count tiles, then whole waves")
+    return _run(f"{TASK}-wave_efficiency", fn, cases, expected=reference_wave_efficiency, judge=_judge_wave,
+                proves="tiles ÷ (waves·sms): how full the SMs are when the tiles run in whole waves",
+                hidden=hidden, next_step="count tiles, then whole waves")
 
 
 def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *,
@@ -455,10 +487,10 @@ def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = Non
     """Check `block_tile_efficiency`: the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed work."""
     cases = cases if cases is not None else block_cases([
         ((1, 8, 64, 4, 2, 96, None), (16, 16, 16)), ((8, 1024, 768, 12, 12, 2048, 50257), (128, 128, 64))])
-    return run_check(f"{TASK}-block_tile_efficiency", fn, cases, expected=reference_block_tile_efficiency,
-                     judge=_judge_block,
-                     proves="the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed work",
-                     hidden=hidden, next_step="sum useful and computed work over all rows, each count times")
+    return _run(f"{TASK}-block_tile_efficiency", fn, cases, expected=reference_block_tile_efficiency,
+                judge=_judge_block,
+                proves="the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed work",
+                hidden=hidden, next_step="sum useful and computed work over all rows, each count times")
 
 
 def check_better_head_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -467,10 +499,10 @@ def check_better_head_count(fn: Callable, cases: Sequence[Case] | None = None, *
     cases = cases if cases is not None else heads_cases([
         (4, 512, 512, 2048, None, (8, 16), (128, 128, 64), "head sizes 64 and 32"),
         (1, 128, 512, 1024, 1000, (8, 4), (64, 64, 64), "a tie: head sizes 64 and 128 both fill 64-wide tiles")])
-    return run_check(f"{TASK}-better_head_count", fn, cases, expected=reference_better_head_count,
-                     judge=_judge_heads,
-                     proves="which of two head counts gives the block the better tile efficiency, and by what ratio",
-                     hidden=hidden, next_step="compare the two blocks' FLOP-weighted tile efficiencies")
+    return _run(f"{TASK}-better_head_count", fn, cases, expected=reference_better_head_count,
+                judge=_judge_heads,
+                proves="which of two head counts gives the block the better tile efficiency, and by what ratio",
+                hidden=hidden, next_step="compare the two blocks' FLOP-weighted tile efficiencies")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ whose); split further, a message would sit apart from the judge that decides it.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 
 import inspect
@@ -41,7 +42,7 @@ from twoprim.core.record import GEMM_ATEN, GEMM_FUNCTIONS, CallLog, record_calls
 __all__ = [
     "Case", "CheckFailure", "Mismatch", "Rule", "Axis", "CallLog", "record_calls", "run_check", "describe",
     "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN", "ANSWERED",
-    "expected_values", "keep_expected",
+    "expected_values", "keep_expected", "no_grader_calls", "counted",
 ]
 
 
@@ -77,6 +78,49 @@ def forbid(what: str, functions: Iterable[str] = (), aten: Iterable[str] = (), *
         return None
 
     return Rule(what, test, next_step)
+
+
+def counted(fn: Callable, counter: collections.Counter) -> Callable:
+    """`fn`, counting each call in `counter` under its name: how a module marks its ground-truth functions for
+    `no_grader_calls`. Wrapped rather than edited, so `inspect.getsource` still shows `fn`'s own code."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        counter[fn.__name__] += 1
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def no_grader_calls(fn: Callable, uses: dict[str, Callable[[], collections.Counter]], *, next_step: str,
+                    call: Callable[..., Any] | None = None,
+                    why: str = "the grader's ground truth") -> tuple[Callable, Rule]:
+    """The rule "your own code": a check's reference functions are the grader's ground truth, and an answer that
+    calls them proves nothing. `uses` maps each module holding such functions to its counter of their calls
+    (`twoprim.topics.convolution.uses`, ...). Returns `fn` wrapped so that each call notes which of them it used,
+    and the `Rule` that fails when the last call used any; `why` names those functions in the rule.
+    `call(fn, *args, **kwargs)` runs `fn` (its default calls it as it is)."""
+    used: collections.Counter = collections.Counter()
+    name = f"your own code: no calls to {why}, in {', '.join(uses)}"
+    if not callable(fn):  # run_check says what was passed instead
+        return fn, Rule(name, lambda log, case: None, next_step)
+
+    @functools.wraps(fn)
+    def watched(*args, **kwargs):
+        before = {module: count() for module, count in uses.items()}
+        try:
+            return call(fn, *args, **kwargs) if call is not None else fn(*args, **kwargs)
+        finally:
+            used.clear()
+            for module, count in uses.items():
+                used.update({f"{module}.{called}": n for called, n in (count() - before[module]).items()})
+
+    def test(log: CallLog, case: Case) -> str | None:
+        if used:
+            return "it called " + ", ".join(f"{called} ×{n}" for called, n in sorted(used.items()))
+        return None
+
+    return watched, Rule(name, test, next_step)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -7,6 +7,9 @@
 - `record_allocations`, `track_memory` / `peak_memory` (from `twoprim.core.record`): every tensor a block of code
   creates, and the peak of live tensor bytes, tracked op by op.
 - `heatmap`, `share_bars`: the lesson's figures (same style as `twoprim.topics.plots`).
+
+`attention_spec` and `two_gemm_attention` are ex05_attention's ground truth: they count their calls (`uses`), so a
+check can tell when an answer calls them instead of doing the work.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from matplotlib.patches import Rectangle
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from twoprim.core.checks import counted
 from twoprim.core.record import GEMM_ATEN, Allocation, FlopRule, count_other_flops, peak_memory, record_allocations, track_memory
 
 if TYPE_CHECKING:  # the explorer's widget layer is imported when an explorer is made
@@ -27,8 +31,15 @@ if TYPE_CHECKING:  # the explorer's widget layer is imported when an explorer is
 
 __all__ = [
     "attention_spec", "two_gemm_attention", "count_flops", "gemm_and_other", "record_allocations", "Allocation",
-    "track_memory", "peak_memory", "scores_bytes", "heatmap", "share_bars",
+    "track_memory", "peak_memory", "scores_bytes", "heatmap", "share_bars", "uses",
 ]
+
+_USES: Counter = Counter()
+
+
+def uses() -> Counter:
+    """How many times `attention_spec` and `two_gemm_attention` have been called (a copy)."""
+    return Counter(_USES)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -97,6 +108,10 @@ def two_gemm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     e = (scores - top).exp()                    # (B, H, S, S)
     p = e / e.sum(dim=-1, keepdim=True)         # (B, H, S, S), rows sum to 1
     return p @ v                                # (B, H, S, S) @ (B, H, S, D) -> (B, H, S, D)
+
+
+attention_spec = counted(attention_spec, _USES)
+two_gemm_attention = counted(two_gemm_attention, _USES)
 
 
 # ----------------------------------------------------------------------------------------------------------------

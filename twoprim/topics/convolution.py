@@ -5,16 +5,21 @@ memory, and the figure of a receptive field beside the column it becomes.
 Notation: x is (N, C, H, W), weight (O, C/groups, kh, kw), the output (N, O, Hout, Wout), L = Hout·Wout output
 positions per sample. For one group the GEMM is W_g (M × K) @ cols_g (K × N'), with M = O/groups,
 K = C/groups·kh·kw and N' = N·Hout·Wout.
+
+`im2col_spec`, `conv2d_im2col` and `recorded_gemms` are ex04_conv's ground truth: each counts its calls (`uses`), so
+a check can tell when an answer calls them instead of doing the work.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from twoprim.core.checks import counted
 from twoprim.core.record import record_allocations, record_calls
 from twoprim.config import DATA
 
@@ -24,8 +29,15 @@ if TYPE_CHECKING:  # the explorer's widget layer (and pyplot) is imported when a
 __all__ = [
     "pair", "out_size", "conv2d_spec", "im2col_spec", "conv2d_im2col", "conv_flops", "recorded_gemms", "LAYERS",
     "allocations", "receptive_field_figure", "h200_conv_fact",
-    "IM2COL_X", "Im2colView", "im2col_view", "im2col_explorer",
+    "IM2COL_X", "Im2colView", "im2col_view", "im2col_explorer", "uses",
 ]
+
+_USES: Counter = Counter()
+
+
+def uses() -> Counter:
+    """How many times each of ex04_conv's ground-truth functions here has been called (a copy)."""
+    return Counter(_USES)
 
 
 def pair(value: Any) -> tuple[int, int]:
@@ -128,6 +140,11 @@ def recorded_gemms(x_shape, w_shape, stride=1, padding=0, dilation=1, groups: in
     with record_calls() as log:
         conv2d_im2col(x, w, None, stride, padding, dilation, groups)
     return log.gemms
+
+
+im2col_spec = counted(im2col_spec, _USES)
+conv2d_im2col = counted(conv2d_im2col, _USES)
+recorded_gemms = counted(recorded_gemms, _USES)
 
 
 # Real layers at batch 32: (x shape, weight shape, stride, padding, dilation, groups).

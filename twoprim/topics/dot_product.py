@@ -1,9 +1,24 @@
-"""Reference kernels: the slow, obviously correct loop versions ("specs") that lessons time and exercises mirror."""
+"""Reference kernels: the slow, obviously correct loop versions ("specs") that lessons time and exercises mirror.
+
+`dot_spec` is ex01_dot's `dot_loop` itself, so it counts its calls (`uses`): a check can tell when an answer calls it
+instead of writing the loop.
+"""
 from __future__ import annotations
+
+from collections import Counter
 
 import torch
 
-__all__ = ["dot_spec"]
+from twoprim.core.checks import counted
+
+__all__ = ["dot_spec", "uses"]
+
+_USES: Counter = Counter()
+
+
+def uses() -> Counter:
+    """How many times `dot_spec` has been called (a copy)."""
+    return Counter(_USES)
 
 
 def dot_spec(x: torch.Tensor, w: torch.Tensor) -> float:
@@ -12,3 +27,6 @@ def dot_spec(x: torch.Tensor, w: torch.Tensor) -> float:
     for xi, wi in zip(x.tolist(), w.tolist()):  # (n,), (n,) -> n Python floats each
         total += xi * wi
     return total
+
+
+dot_spec = counted(dot_spec, _USES)

@@ -2,7 +2,8 @@
 estimated from what the platform reports, memory bandwidth measured with a large copy, and the roofline.
 
 Lesson 02 imports this module; every number it prints is measured here or estimated from `/proc/cpuinfo`, and an
-estimate always says which factor came from where.
+estimate always says which factor came from where. `matmul_spec` and the Python loop orders are ex02_gemm's
+`matmul_loops` itself, so they count their calls (`uses`): a check can tell when an answer calls them.
 
 Why this module is long: lesson 02's measured speed ladder needs its loop kernels, the compiled C loop orders, the
 peak estimate and the roofline together; each is one section.
@@ -18,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -30,7 +32,7 @@ from twoprim.topics import plots
 from twoprim.core import timing
 from twoprim.core.timing import warn_if_busy  # noqa: F401 - lesson 02's cells call gemm.warn_if_busy
 from twoprim.core.cases import dtype_name, matrix
-from twoprim.core.checks import Case
+from twoprim.core.checks import Case, counted
 from twoprim.core.notebooks import ROOT
 
 __all__ = [
@@ -39,10 +41,18 @@ __all__ = [
     "compiled_loop_orders", "order_bars", "cpu_flags",
     "PeakEstimate", "peak_estimate", "warn_if_busy", "bandwidth", "gemm_intensity",
     "gemv_intensity", "elementwise_intensity",
-    "ladder_plot", "roofline", "H200_PROBE", "h200_probe",
+    "ladder_plot", "roofline", "H200_PROBE", "h200_probe", "uses",
 ]
 
 H200_PROBE = ROOT / "data" / "h200_gemm_probe_2026-11-30.json"
+
+
+_USES: Counter = Counter()
+
+
+def uses() -> Counter:
+    """How many times `matmul_spec` and the Python loop orders have been called (a copy)."""
+    return Counter(_USES)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -61,6 +71,9 @@ def matmul_spec(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
                 total += a[i][k] * b[k][j]
             c[i][j] = total
     return torch.tensor(c, dtype=A.dtype).reshape(M, N)
+
+
+matmul_spec = counted(matmul_spec, _USES)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -126,7 +139,7 @@ def python_loop_order(order: str) -> Callable[[list, list], list]:
             return c
 
         run.__name__ = f"matmul_{order}"
-        _PYTHON_ORDERS[order] = run
+        _PYTHON_ORDERS[order] = counted(run, _USES)
     return _PYTHON_ORDERS[order]
 
 

@@ -1,25 +1,28 @@
 """GEMM shapes (lesson 08): arithmetic intensity, the H200 figures measured for this course, GEMM speed measured
 across shapes (`gemm_sweep`, `device_tflops`), mantissa rounding (TF32, bfloat16), and the explorer that puts a
-measured shape on this machine's roofline (`shape_explorer`).
+measured shape on this machine's roofline (`shape_explorer`). `padded` is ex08_shapes' `padded` itself, so it counts
+its calls (`uses`): a check can tell when an answer calls it.
 """
 from __future__ import annotations
 
 import math
 import threading
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from twoprim.core import timing
+from twoprim.core.checks import counted
 from twoprim.topics import gemm
 from twoprim.topics.explorers import DRAW, Explorer, figure_png, int_slider
 
 __all__ = [
     "h200", "arithmetic_intensity", "device_tflops", "gemm_sweep", "round_mantissa", "relative_error",
     "Measurement", "measure_gemm", "ShapePoint", "shape_point", "padded", "shape_figure", "ShapeExplorer",
-    "shape_explorer",
+    "shape_explorer", "uses",
 ]
 
 
@@ -134,6 +137,15 @@ def measure_gemm(M: int, N: int, K: int, *, budget: float = 0.2, min_calls: int 
 def padded(size: int, multiple: int) -> int:
     """The smallest multiple of `multiple` that is at least `size`: ⌈size / multiple⌉ · multiple."""
     return -(-size // multiple) * multiple
+
+
+_USES: Counter = Counter()
+padded = counted(padded, _USES)
+
+
+def uses() -> Counter:
+    """How many times `padded` has been called (a copy)."""
+    return Counter(_USES)
 
 
 @dataclass(frozen=True)
