@@ -17,7 +17,7 @@ NODE_STAMP := node_modules/.installed
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help lab hub test test-fast setup exercises bench-lessons
+.PHONY: help lab hub test test-fast setup exercises bench-lessons docs
 
 help:
 	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
@@ -26,6 +26,7 @@ help:
 	@echo "make hub            (instructors, as root) the classroom on JupyterHub: HUB_ARGS=\"--students alice,bob\""
 	@echo "make exercises      (instructors) regenerate exercises/ from solutions/ with nbgrader"
 	@echo "make bench-lessons  time every lesson notebook against the 60 s budget"
+	@echo "make docs           the course's site into docs/_build/html: every lesson with its outputs, the guides"
 
 setup: $(STAMP)
 
@@ -42,7 +43,7 @@ $(STAMP): pyproject.toml
 	  && $$py -m venv $(VENV); }
 	@$(CURDIR)/course --check-venv   # a .venv copied or moved here from another folder: pointed here first
 	$(VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
-	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
+	$(VENV)/bin/python -m pip install --quiet -e ".[test,docs]"
 	$(VENV)/bin/python -m twoprim.course install-config
 	@touch $(STAMP)
 
@@ -76,3 +77,9 @@ exercises: $(STAMP)
 
 bench-lessons: $(STAMP)
 	$(CURDIR)/course bench-lessons
+
+# The site: the lessons rendered from their executed copies (.artifacts/executed/, which `make test` writes; a lesson
+# without a current copy is executed first), the guides, the benchmarks and the API reference; sphinx -W -n
+docs: $(STAMP)
+	@$(CURDIR)/course --check-venv
+	$(BIN)/python docs/build.py --out docs/_build

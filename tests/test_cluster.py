@@ -381,18 +381,18 @@ def test_db_init_creates_the_schema_and_a_bad_url_says_what_to_pass(servers, tmp
     assert "hunter2" not in str(info.value)
 
 
-def test_the_readmes_cluster_commands_run_as_written_with_the_dashboard_on_loopback():
-    """The README's `dask scheduler` and `dask worker` lines name the environment's own executable (a fresh shell
-    has no `dask` on PATH), and neither leaves Dask's plain-HTTP dashboard open on the network: the scheduler's
-    listens on loopback, the workers have none. Every option they pass is one this Dask accepts."""
+def test_the_guides_cluster_commands_run_as_written_with_the_dashboard_on_loopback():
+    """The cluster guide's (docs/guides/cluster.md) `dask scheduler` and `dask worker` lines name the environment's
+    own executable (a fresh shell has no `dask` on PATH), and neither leaves Dask's plain-HTTP dashboard open on the
+    network: the scheduler's listens on loopback, the workers have none. Every option they pass is one this Dask
+    accepts."""
     import re
     import shlex
     import subprocess
 
     from twoprim.core.notebooks import ROOT
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Grading on many machines", 1)[1].split("\n### ", 1)[0]
+    section = (ROOT / "docs" / "guides" / "cluster.md").read_text()  # the page "Grading on many machines"
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     lines = [line.split("  #")[0].strip() for line in block.splitlines() if "dask " in line.split("#")[0]]
     assert [shlex.split(line)[:2] for line in lines] == [[".venv/bin/dask", "scheduler"], [".venv/bin/dask", "worker"]]

@@ -1,7 +1,8 @@
-"""An assignment is added by the README's "Writing an assignment" alone, and the course's own tests accept it.
+"""An assignment is added by the guide "Writing an assignment" (docs/guides/authors.md) alone, and the course's own
+tests accept it.
 
 A throw-away `ex98_axpy` is written in a copy of the course by those steps and nothing else: its checks module with
-its hints (step 1); its nbgrader source, whose cells, grade ids and nbgrader metadata are read from the README's two
+its hints (step 1); its nbgrader source, whose cells, grade ids and nbgrader metadata are read from the guide's two
 tables (step 2); a row in the README's lesson table, as lesson 01's second assignment, and lesson 00's outline
 rewritten (step 3); `./course generate` (step 4); a self-grade of the solution and of the blank student version
 (step 5). Then, with the copy's own package, the very test functions of tests/test_outline.py, test_hints.py and
@@ -24,7 +25,8 @@ from .accounts import clone_for
 AID, MODULE, FN = "ex98_axpy", "ex98", "axpy"
 CELLS_TABLE = "| cell | kind | grade id | nbgrader cell type | what it holds |"
 METADATA_TABLE = "| nbgrader cell type | the cell's `metadata.nbgrader` |"
-POINTS = {"V": 1, "H": 1}  # the visible and the hidden check's points, as the README's table names them
+POINTS = {"V": 1, "H": 1}  # the visible and the hidden check's points, as the guide's table names them
+GUIDE = ROOT / "docs" / "guides" / "authors.md"  # "Writing an assignment"
 
 CHECKS = textwrap.dedent('''
     """Checks for assignment ex98_axpy: a·x + y (a throw-away assignment built by tests/test_new_assignment.py)."""
@@ -58,7 +60,7 @@ CHECKS = textwrap.dedent('''
     }
 ''')
 
-# What the author writes in each cell the README's table lists (`{fn}`: the graded function)
+# What the author writes in each cell the guide's table lists (`{fn}`: the graded function)
 SOURCES = {
     "intro": "# Assignment ex98_axpy: a·x + y\n\nBLAS's axpy: scale one vector and add another.",
     "setup": "import torch\n\nfrom twoprim import ex98, guards",
@@ -74,10 +76,10 @@ SOURCES = {
 }
 
 
-def readme_table(header: str) -> list[list[str]]:
-    """The rows of the README's markdown table under `header` (indented in a list or not), as stripped cells."""
-    lines = [line.strip() for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()]
-    assert header in lines, f"README.md has no table headed {header!r}: 'Writing an assignment' step 2 lists the cells"
+def guide_table(header: str) -> list[list[str]]:
+    """The rows of the guide's markdown table under `header` (indented in a list or not), as stripped cells."""
+    lines = [line.strip() for line in GUIDE.read_text(encoding="utf-8").splitlines()]
+    assert header in lines, f"{GUIDE.relative_to(ROOT)} has no table headed {header!r}: its step 2 lists the cells"
     rows = []
     for line in lines[lines.index(header) + 2:]:
         if not line.startswith("|"):
@@ -87,11 +89,11 @@ def readme_table(header: str) -> list[list[str]]:
 
 
 def author_cells() -> list[dict]:
-    """The cells of an assignment's source notebook as the README lists them: role, kind, grade id (a template in
+    """The cells of an assignment's source notebook as the guide lists them: role, kind, grade id (a template in
     `<aid>` and `<fn>`, or None), nbgrader metadata (a template in `<ID>` and `<P>`, or None), points, per function."""
-    metadata = {kind: text.strip("`") for kind, text in readme_table(METADATA_TABLE)}
+    metadata = {kind: text.strip("`") for kind, text in guide_table(METADATA_TABLE)}
     cells = []
-    for role, kind, gid, nbtype, _ in readme_table(CELLS_TABLE):
+    for role, kind, gid, nbtype, _ in guide_table(CELLS_TABLE):
         typed = re.fullmatch(r"(.+?)(?: \((\w) points\))?", nbtype)
         cells.append({"role": role.split(",")[0], "per_function": "*per function*" in role, "kind": kind,
                       "gid": None if gid == "(none)" else gid.strip("`"),
@@ -100,7 +102,7 @@ def author_cells() -> list[dict]:
 
 
 def source_notebook() -> nbformat.NotebookNode:
-    """solutions/ex98_axpy/ex98_axpy.ipynb from the README's tables and the author's SOURCES."""
+    """solutions/ex98_axpy/ex98_axpy.ipynb from the guide's tables and the author's SOURCES."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
                    "language_info": {"name": "python"}}
@@ -198,7 +200,7 @@ def _shape(cell, aid: str, fn: str) -> tuple:
 
 
 def conforms(aid: str) -> list[str]:
-    """Where solutions/<aid>'s first and last cells differ from the README's table (its first function's cells)."""
+    """Where solutions/<aid>'s first and last cells differ from the guide's table (its first function's cells)."""
     real = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4).cells
     cells, expected = author_cells(), source_notebook().cells
     ids = {c["gid"] for c in cells}
@@ -208,23 +210,23 @@ def conforms(aid: str) -> list[str]:
     head = next(i for i, c in enumerate(cells) if c["per_function"]) + sum(c["per_function"] for c in cells)
     tail = len(cells) - head
     pairs = list(zip(expected[:head], real[:head])) + list(zip(expected[-tail:], real[-tail:]))
-    return [f"{_shape(have, aid, fn)} where the README has {_shape(want, AID, FN)}" for want, have in pairs
+    return [f"{_shape(have, aid, fn)} where the guide has {_shape(want, AID, FN)}" for want, have in pairs
             if _shape(want, AID, FN) != _shape(have, aid, fn)]
 
 
-# Assignments whose notebook does not have the README's cells yet, and why (each is checked to be still so)
+# Assignments whose notebook does not have the guide's cells yet, and why (each is checked to be still so)
 NOT_YET = {"ex06_compile": "its introduction (the first cell) has no grade id ex06_compile-intro"}
 
 
-def test_the_readme_lists_every_cell_this_test_writes():
-    assert {c["role"] for c in author_cells()} == set(SOURCES), "the README lists a cell this test does not write"
+def test_the_guide_lists_every_cell_this_test_writes():
+    assert {c["role"] for c in author_cells()} == set(SOURCES), "the guide lists a cell this test does not write"
 
 
 @pytest.mark.parametrize("aid", assignments())
-def test_every_assignment_has_the_cells_the_readme_lists(aid):
+def test_every_assignment_has_the_cells_the_guide_lists(aid):
     wrong = conforms(aid)
     if aid in NOT_YET:
-        assert wrong, f"{aid} has the README's cells now: remove it from NOT_YET"
+        assert wrong, f"{aid} has the guide's cells now: remove it from NOT_YET"
     else:
         assert wrong == [], f"solutions/{aid}: " + "; ".join(wrong)
 

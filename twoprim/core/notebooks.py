@@ -54,7 +54,7 @@ OUTLINE_LESSON = Path("lessons") / "00_start_here.ipynb"
 
 
 def outline(root: Path = ROOT) -> list[OutlineRow]:
-    """The course outline: every row of the `| lesson | assignment |` table in README.md ("How the course works").
+    """The course outline: every row of the `| lesson | assignment |` table in README.md ("The course").
     A row whose lesson cell is empty holds another assignment of the lesson above it (one row per assignment).
     Empty when this copy of the course has no README.md."""
     readme = Path(root) / "README.md"
