@@ -103,6 +103,9 @@ def test_lesson_runs_top_to_bottom(path: Path, record_property):
 HTML_PRIORITY = ("application/javascript", "text/html", "image/svg+xml", "image/png", "image/gif", "image/jpeg",
                  "text/markdown", "text/latex", "text/plain")
 WIDGET = "application/vnd.jupyter.widget-view+json"
+# The first site test to run builds the site in its setup (~6 s in `make test`); run alone, it executes the lessons
+# first (100-300 s on 2 cores). Each step has its own bound too: a cell 300 s, sphinx 600 s, a page 30 s.
+SITE_TIMEOUT = pytest.mark.timeout(900)
 
 
 def _shown(output) -> str | None:
@@ -159,6 +162,7 @@ def site(tmp_path_factory) -> Path:
     return out / "html"
 
 
+@SITE_TIMEOUT
 def test_the_site_builds_without_warnings_with_a_page_per_lesson(site: Path):
     for page in ("index.html", "api.html", "benchmarks.html", *(f"lessons/{p.stem}.html" for p in lessons())):
         assert (site / page).is_file(), f"the site has no {page}"
@@ -170,6 +174,7 @@ def test_the_site_builds_without_warnings_with_a_page_per_lesson(site: Path):
     assert not missing, f"the API reference does not document {missing}"
 
 
+@SITE_TIMEOUT
 @pytest.mark.parametrize("lesson", lessons(), ids=lambda p: p.stem)
 def test_every_lesson_page_of_the_site_shows_each_figure_of_its_notebook(site: Path, lesson: Path):
     nb = nbformat.read(str(docs.current_copy(lesson)), as_version=4)
@@ -181,6 +186,7 @@ def test_every_lesson_page_of_the_site_shows_each_figure_of_its_notebook(site: P
     assert len(files) == pngs, f"{len(files)} PNG files on the page for {pngs} image/png outputs"
 
 
+@SITE_TIMEOUT
 def test_the_explorers_show_their_first_picture_on_the_site(site: Path):
     """An explorer's output is its widget and a PNG of its first picture: the page shows the picture."""
     explorers = {}
@@ -196,6 +202,7 @@ def test_the_explorers_show_their_first_picture_on_the_site(site: Path):
             f"lessons/{stem}.html loads a widget script (the site shows pictures; it loads nothing from a CDN)")
 
 
+@SITE_TIMEOUT
 def test_every_local_link_and_image_of_the_site_resolves(site: Path):
     """Every href and src of every built page that stays on the site names a file of it, and every #anchor an id on
     that page. Links to other sites (http, https) are not followed: the build runs offline."""
@@ -238,7 +245,7 @@ def _serve(folder: Path):
 
 
 @pytest.mark.servers
-@pytest.mark.timeout(180)
+@SITE_TIMEOUT
 def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path):
     """Debian's Chromium (through Playwright) loads three pages from a loopback web server: each gets every file it
     asks for, and every image on it has rendered (a natural width)."""
