@@ -35,6 +35,7 @@ PUBLIC = {
     "reference": "topics.dot_product", "gemm": "topics.gemm", "layers": "topics.layers_as_gemms",
     "conv": "topics.convolution", "attention": "topics.attention", "compiler": "topics.inside_torch_compile",
     "mlx_tools": "topics.mlx", "triton_tools": "topics.triton_gemm", "triton_compile": "topics.triton_compiled",
+    "flash_tools": "topics.flash_attention",
     "xla_tools": "topics.xla", "explorers": "topics.explorers", "plots": "topics.plots",
     "hints": "learner.hints", "progress": "learner.progress", "state": "learner.state",
     "selfcheck": "learner.selfcheck", "deadlines": "learner.deadlines", "selfgrade": "learner.selfgrade",
