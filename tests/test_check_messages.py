@@ -23,7 +23,8 @@ from .test_autograde import graded_functions
 # files drive those checks with wrong answers of their kind
 OWN_DRIVERS = {"ex06_compile": "a model compiled with torch.compile, judged by its captured graphs",
                "ex07_mlx": "functions returning MLX arrays",
-               "ex09_triton": "a Triton kernel and the wrapper that launches it"}
+               "ex09_triton": "a Triton kernel and the wrapper that launches it",
+               "ex11_flash_attention": "a Triton kernel and the wrapper that launches it (tests/test_ex11.py)"}
 AIDS = [aid for aid in catalog.assignment_ids() if aid not in OWN_DRIVERS]
 FUNCTIONS = [(aid, fn) for aid in AIDS for fn in graded_functions(aid)]
 solutions = functools.cache(solution_namespace)
