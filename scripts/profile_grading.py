@@ -70,7 +70,7 @@ def profile(aid: str) -> tuple[dict, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assignments", nargs="+", default=assignments())
-    parser.add_argument("--markdown", action="store_true", help="print the README's table")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/guides/development.md)")
     args = parser.parse_args()
     nbgrader_import = min(float(subprocess.run(
         [sys.executable, "-c", "import time;t=time.perf_counter();import nbgrader.apps.api;print(time.perf_counter()-t)"],

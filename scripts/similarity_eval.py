@@ -1,6 +1,6 @@
 """Precision and recall of `./course similarity` on the synthetic class of tests/similar_class.py (six students
 who wrote ex01_dot independently, five planted copies: renamed, reordered, recommented, all three, and a partial
-copy of two answers), at several thresholds; the numbers the README states.
+copy of two answers), at several thresholds (the benchmark data and docs render what it measures).
 
     .venv/bin/python scripts/similarity_eval.py
 """

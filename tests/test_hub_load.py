@@ -52,7 +52,7 @@ MEMORY_MB = 2048
 # first to finish is culled about CULL_S + 10 s after their Submit, while the tests after the load run
 CULL_S = 100
 # Bounds on each step's p95, seconds, for 8 students at once on 2 cores shared with other tests (measured: see the
-# README's capacity table; these leave about twice the measured p95)
+# capacity data (data/capacity/, the docs' Benchmarks page); these leave about twice the measured p95)
 P95_BOUND_S = {"login": 20, "spawn": 150, "fetch": 60, "open": 20, "kernel": 90, "cells": 90, "validate": 150,
                "submit": 30}
 

@@ -1,4 +1,4 @@
-"""Two Primitives: the course package, laid out by who runs the code (the README's "Module map").
+"""Two Primitives: the course package, laid out by who runs the code (docs/guides/architecture.md, "Module map").
 
     config                       the course's one configuration: COURSE_ID, the repository root, its folders
     core/        layer 1         recording, checks, verdicts, guards, cases, timing, notebooks and the catalog

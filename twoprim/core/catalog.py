@@ -55,7 +55,7 @@ def checks_module(aid: str) -> ModuleType:
     """The imported checks module of assignment `aid` (`twoprim.assignments.ex01_dot` for `ex01_dot`)."""
     if not checks_module_path(aid).is_file():
         raise LookupError(f"assignment {aid} has no checks module: create twoprim/assignments/{aid}.py (see the "
-                          f"README's 'Writing an assignment')")
+                          f"guide docs/guides/authors.md)")
     return importlib.import_module(f"twoprim.assignments.{aid}")
 
 
