@@ -42,8 +42,16 @@ whose body is the answer's (same function, names aside). An expression evaluated
 inline lambda is the formula; a function the learner could paste is the answer.
 
 What this cannot see: a lesson's own rewrite of an answer (another spelling of the same algorithm, say layer norm
-with `** 2` for `x * x`) shares few fingerprints, and a package function the lesson calls shows no code at all.
-Read the lessons beside the solutions too; the detector catches what is copied.
+with `** 2` for `x * x`) shares few fingerprints, and a package function the lesson calls shows no code at all. Read
+the lessons beside the solutions too; the detector catches what is copied. A reading found give-aways in four
+lessons after the detector passed (cosine similarity and a ranking inline in lesson 01, fused Q/K/V, a one-hot GEMM
+and a fused RNN cell in lesson 03, tile and wave efficiency in lesson 08, ex10's four functions called from the
+package in lesson 10). No rule added here would have found them, measured before deciding: flagging an inline
+expression equal to a one-line answer's body with the answer's parameter names as its free names matches 11
+expressions in the lessons (`(x * w).sum()`, `2 * M * N * K`, `mx.inner(x, w)`: the formulas they teach) and none of
+those, which renamed their variables (`E`, `q` for `keys`, `query`), spelled a call another way (`norm`, `argsort`,
+`math.ceil`) or spread an answer over statements. An answer the package holds is kept from learners by the checks
+instead (`twoprim.core.checks.no_grader_calls`: calling it fails the visible check).
 """
 from __future__ import annotations
 
