@@ -3,8 +3,6 @@ function that calls it is refused by the visible checks, while the solutions, an
 function, pass. (The rest of ex01's checks are tested in tests/test_checks.py.) About 1 s."""
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 
@@ -32,7 +30,3 @@ def test_dot_spec_called_outside_the_function_is_not_held_against_it(sol01):
     ex01.check_dot_loop(sol01["dot_loop"])
     ex01.check_neuron(sol01["neuron"])
 
-
-def test_the_spec_the_lesson_shows_is_its_own_code():
-    source = inspect.getsource(reference.dot_spec)
-    assert source.startswith("def dot_spec(") and "_USES" not in source

@@ -9,8 +9,6 @@ from collections import Counter
 
 import torch
 
-from twoprim.core.checks import counted
-
 __all__ = ["dot_spec", "uses"]
 
 _USES: Counter = Counter()
@@ -23,10 +21,9 @@ def uses() -> Counter:
 
 def dot_spec(x: torch.Tensor, w: torch.Tensor) -> float:
     """x·w = Σᵢ xᵢ wᵢ, one multiply-add per element, in Python floats."""
+    _USES["dot_spec"] += 1  # counted in the function, not by a wrapper: lesson 01 times it on 10 elements
     total = 0.0
     for xi, wi in zip(x.tolist(), w.tolist()):  # (n,), (n,) -> n Python floats each
         total += xi * wi
     return total
 
-
-dot_spec = counted(dot_spec, _USES)
