@@ -17,7 +17,7 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course cluster-certs FOLDER        TLS certificates for a grading cluster's scheduler, workers and client
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
-    ./course similarity ASSIGNMENT       pairs of students ranked by how alike their answers are (--threshold)
+    ./course similarity ASSIGNMENT       pairs and groups of students whose answers match, whole or in part
     ./course analysis ASSIGNMENT         item analysis of every test: difficulty, discrimination, broken tests
     ./course export ASSIGNMENT=ID ... --roster R --canvas   grades out to Canvas (or a plain CSV without --canvas)
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
@@ -365,11 +365,14 @@ COMMANDS: dict[str, Command] = {
     "progress": Command("your progress: lessons run, checks passing, self-grades, what next", _run_progress, LEARNER, (
         arg("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)"),
         arg("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)"))),
-    "similarity": Command("rank pairs of students by how alike their answers are (copydetect)", _run_analytics,
-                          INSTRUCTOR, (ASSIGNMENT, arg(
-                              "--threshold", type=float, default=None,
-                              help="pairs at or above this similarity (0-1) are shown in the HTML report (default "
-                                   "0.5)"))),
+    "similarity": Command("pairs and groups of students whose answers match, whole or in part (copydetect)",
+                          _run_analytics, INSTRUCTOR, (
+        ASSIGNMENT,
+        arg("--threshold", type=float, default=None,
+            help="flag pairs whose overall similarity (0-1, weighted by rarity) reaches this (default 0.5)"),
+        arg("--answers-threshold", type=float, default=None,
+            help="flag pairs whose two most similar near-identical answers (0-1, weighted by rarity) reach this "
+                 "(default 0.7)"))),
     "analysis": Command("item analysis of every test cell: difficulty, discrimination, flags", _run_analytics,
                         INSTRUCTOR, (ASSIGNMENT, DB)),
     "export": Command("grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV", _run_analytics,

@@ -17,8 +17,10 @@ def run(args: argparse.Namespace, root: Path) -> int:
     if args.command == "similarity":
         from twoprim.analytics import similarity
 
+        overall, answers = getattr(args, "threshold", None), getattr(args, "answers_threshold", None)
         result = similarity.compare(args.assignment, root=root,
-                                    threshold=similarity.THRESHOLD if args.threshold is None else args.threshold)
+                                    threshold=similarity.THRESHOLD if overall is None else overall,
+                                    answers_threshold=similarity.ANSWERS_THRESHOLD if answers is None else answers)
         print(result.describe())
         for path in similarity.write_report(result, reports):
             print(f"wrote {path}")
