@@ -543,16 +543,14 @@ def _rescale_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | No
                     (False, False): "neither the accumulator nor l is"}[(acc_ok, l_ok)]
             grew = flash.max_growths(q, k, bn, causal)
             err = (g - want).abs().amax(-1)
-            by = []
-            for n in range(int(grew.max()) + 1):
-                chosen = grew == n
-                if chosen.any():
-                    by.append(f"{_count(n, 'time')}: {float(err[chosen].max()):.2g}")
-            blocks = -(-S // bn)
-            return (f"O matches the loop over blocks of {bn} keys ({blocks} blocks for S = {S}) in which {what} "
-                    f"rescaled by exp(m_old − m_new) when the running max grows; the error grows with the "
-                    f"number of key blocks that raised a row's max (largest error of the rows whose max grew "
-                    f"{'; '.join(by)})",
+            by = [f"{_count(n, 'time')}: {float(err[grew == n].max()):.2g}"
+                  for n in range(1, int(grew.max()) + 1) if (grew == n).any()]
+            right = f"largest error {float(err[grew == 0].max()):.2g}" if (grew == 0).any() else "none in this case"
+            return (f"O matches the loop over blocks of {bn} keys ({-(-S // bn)} blocks for S = {S}) in which {what} "
+                    f"rescaled by exp(m_old − m_new) when the running max grows: the queries whose max never grew "
+                    f"after the first block are right ({right}), those whose max grew are wrong (largest error by how "
+                    f"often it grew, {'; '.join(by)}); with one block of keys nothing needs the rescale, and the more "
+                    f"key blocks, the more queries it spoils",
                     "when a block raises the running max from m to m_new, every term summed so far was exp(s − m): "
                     "multiply both l and the accumulator by alpha = exp(m − m_new) before adding the new block's "
                     "rowsum(p) and p·v")
@@ -618,15 +616,16 @@ def _where_cause(g, want, atol, rtol, S: int) -> tuple[str, str] | None:
     if wrong:
         ok = [s for s in range(S) if _near(g[:, :, s:s + 1], want[:, :, s:s + 1], atol, rtol)]
         for bm in BLOCKS:
-            if bm < S and ok == list(range(bm)):
-                return (f"queries 0–{bm - 1} are right in every head and every query from {bm} on is wrong: only the "
-                        f"first block of {bm} queries was computed", "launch triton.cdiv(S, BLOCK_M) programs along "
-                        "the first axis of the grid, program_id(0) picking the block of queries")
             last = (S // bm) * bm
             if S % bm and last and ok == list(range(last)):
                 return (f"queries 0–{last - 1} are right and the ragged last block (queries {last}–{S - 1}) is wrong",
                         "launch triton.cdiv(S, BLOCK_M) programs (not S // BLOCK_M), and mask the rows ≥ S of the "
                         "last block in its loads and its store")
+        for bm in BLOCKS:
+            if bm < S and ok == list(range(bm)):
+                return (f"queries 0–{bm - 1} are right in every head and every query from {bm} on is wrong: only the "
+                        f"first block of {bm} queries was computed", "launch triton.cdiv(S, BLOCK_M) programs along "
+                        "the first axis of the grid, program_id(0) picking the block of queries")
     return None
 
 
