@@ -80,6 +80,6 @@ bench-lessons: $(STAMP)
 
 # The site: the lessons rendered from their executed copies (.artifacts/executed/, which `make test` writes; a lesson
 # without a current copy is executed first), the guides, the benchmarks and the API reference; sphinx -W -n
-docs: $(STAMP)
+docs: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv
 	$(BIN)/python docs/build.py --out docs/_build

@@ -29,6 +29,9 @@ if str(ROOT) not in sys.path:  # run as a script: the course package is importab
 
 from twoprim.core.notebooks import execute, lessons  # noqa: E402
 
+# The lessons' maths is typeset by MathJax, served from the site itself (the site works offline): its SVG build is one
+# self-contained file (no fonts to fetch), installed by `npm ci` from package-lock.json with the classroom's proxy
+MATHJAX = ROOT / "node_modules" / "mathjax" / "es5" / "tex-svg.js"
 SPHINX_TIMEOUT_S = 600  # the build itself takes under a minute on 2 cores; a hung build ends and says so
 KEY = "twoprim"  # the executed copy's metadata: {"lesson_sha256": ...} of the committed lesson it was run from
 
@@ -94,9 +97,13 @@ def stage(src: Path, folder: Path | None = None) -> Path:
     if missing:
         raise FileNotFoundError(f"no current executed copy in {folder or executed_dir()} of: {', '.join(missing)} "
                                 f"(run tests/test_notebooks.py, or docs/build.py, which executes them)")
+    if not MATHJAX.is_file():
+        raise FileNotFoundError(f"{MATHJAX.relative_to(ROOT)} is missing: the site typesets its maths with MathJax "
+                                f"from node_modules (run `npm ci`, as `make docs` does)")
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build", "build.py", "__pycache__"))
+    shutil.copy2(MATHJAX, src / "_static" / "mathjax-tex-svg.js")
     (src / "lessons").mkdir(exist_ok=True)
     for lesson in lessons():
         nb = nbformat.read(str(current_copy(lesson, folder)), as_version=4)

@@ -53,4 +53,6 @@ html_theme_options = {
     "use_repository_button": False,
 }
 html_static_path = ["_static"]
+# MathJax from the site itself, not a CDN: docs/build.py copies node_modules' tex-svg.js beside the site's CSS
+mathjax_path = "mathjax-tex-svg.js"
 html_css_files = ["twoprim.css"]

@@ -130,6 +130,7 @@ class _Page(html.parser.HTMLParser):
         self.ids: set[str] = set()
         self.links: list[str] = []
         self.images: list[str] = []
+        self.scripts: list[str] = []
         self._article = 0
         self.feed(text)
 
@@ -137,6 +138,8 @@ class _Page(html.parser.HTMLParser):
         attrs = dict(attrs)
         self.ids.update(v for k, v in attrs.items() if k in ("id", "name") and v)
         self.links += [v for k, v in attrs.items() if k in ("href", "src") and v]
+        if tag == "script" and attrs.get("src"):
+            self.scripts.append(attrs["src"])
         if tag == "article":
             self._article += 1
         elif tag == "img" and self._article:
@@ -222,6 +225,13 @@ def test_every_local_link_and_image_of_the_site_resolves(site: Path):
             elif parts.fragment and target.suffix == ".html" and parts.fragment not in pages[target].ids:
                 broken.append(f"{path.relative_to(site)}: {link} (no id {parts.fragment!r} on that page)")
     assert not broken, f"{len(broken)} broken links:\n" + "\n".join(broken[:40])
+    lesson_pages = [p for p in pages if p.relative_to(site).parts[0] == "lessons"]
+    remote = [f"{p.relative_to(site)}: {src}" for p in pages for src in pages[p].scripts if "://" in src]
+    assert not remote, f"pages load scripts from other sites (the site works offline): {remote}"
+    with_maths = [p for p in lesson_pages if 'class="math' in p.read_text(encoding="utf-8")]
+    without = [str(p.relative_to(site)) for p in with_maths
+               if not any(src.split("?")[0].endswith("_static/mathjax-tex-svg.js") for src in pages[p].scripts)]
+    assert with_maths and not without, f"lesson pages with maths but not the site's own MathJax: {without}"
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -251,7 +261,8 @@ def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path)
     asks for, and every image on it has rendered (a natural width)."""
     from playwright.sync_api import sync_playwright
 
-    lesson = next(p for p in lessons() if _expected_images(nbformat.read(str(docs.current_copy(p)), 4))[1])
+    lesson = next(p for p in lessons() if _expected_images(nbformat.read(str(docs.current_copy(p)), 4))[1]
+                  and "$" in "".join(c.source for c in nbformat.read(str(p), 4).cells if c.cell_type == "markdown"))
     title = nbformat.read(str(lesson), as_version=4).cells[0].source.splitlines()[0].lstrip("# ")
     wanted = {"index.html": "Where to start", f"lessons/{lesson.stem}.html": title, "api.html": "run_check"}
     with _serve(site) as base, sync_playwright() as playwright:
@@ -272,6 +283,13 @@ def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path)
                 assert not blank, f"{path}: images that did not render: {blank}"
                 if path.startswith("lessons/"):
                     assert len(images) == _expected_images(nbformat.read(str(docs.current_copy(lesson)), 4))[0]
+                    # the maths typeset by the site's own MathJax (no CDN): every math element became SVG
+                    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                           timeout=30_000)
+                    page.evaluate("MathJax.startup.promise")
+                    maths = page.evaluate("document.querySelectorAll('article .math').length")
+                    typeset = page.evaluate("document.querySelectorAll('article .math mjx-container svg').length")
+                    assert maths and typeset == maths, f"{path}: {typeset} of {maths} formulas typeset"
             assert not [f for f in failed if f.startswith(base)], f"requests that failed: {failed}"
         finally:
             browser.close()
