@@ -150,25 +150,33 @@ def test_similarity_command_reports_every_flagged_pair_and_group(tmp_path, capsy
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
-    """ex01_dot graded for six students, with the visible top_k test broken: three strong students (every answer
-    right) lose it; three weaker ones (one other answer wrong, and a top_k that ranks the wrong way) pass it."""
+    """ex01_dot graded for a class of eight, with the visible top_k test broken (its oracle ranks the wrong way):
+    three strong students (every answer right) lose it; three weaker ones (one other answer wrong, and a top_k that
+    ranks the wrong way) pass it; `dtype` returns dot in float32 whatever the input (every other answer right); one
+    notebook is handed in blank. weak1's dot returns float64 whatever the input: the same mistake as dtype's, met on
+    another case (float32 where dtype's meets float64)."""
     course = course_copy(tmp_path_factory.mktemp("items") / "course", AID)
     source = course / "solutions" / AID / f"{AID}.ipynb"
     nb = nbformat.read(str(source), as_version=4)
     nb.cells[cell_index(nb, f"{AID}-top_k")].source = BROKEN
     nbformat.write(nb, str(source))
     code = solution_code(AID)
+    dot = code[f"{AID}-dot-solution"]
     backwards = code[f"{AID}-top_k-solution"].replace("descending=True", "descending=False")
-    wrong = {"dot": code[f"{AID}-dot-solution"].replace("(x * w).sum()", "x.sum() * w.sum()"),
+    wrong = {"dot": dot.replace("return (x * w).sum()", "return (x * w).sum().to(torch.float64)"),
              "cosine_similarity": code[f"{AID}-cosine_similarity-solution"].replace(
                  "dots / norms.clamp_min(1e-8)", "2 * dots / norms.clamp_min(1e-8)"),
              "dot_loop": code[f"{AID}-dot_loop-solution"].replace("total += ", "total = ")}
+    assert all(body != code[f"{AID}-{fn}-solution"] for fn, body in wrong.items())
     submitted = course / "grader" / "submitted"
     for n in (1, 2, 3):
         write(submitted, f"strong{n}", AID, answered(AID))
     for n, (fn, body) in enumerate(wrong.items(), 1):
         write(submitted, f"weak{n}", AID, answered(AID, {f"{AID}-{fn}-solution": body,
                                                         f"{AID}-top_k-solution": backwards}))
+    write(submitted, "dtype", AID, answered(AID, {f"{AID}-dot-solution": dot.replace(
+        "return (x * w).sum()", "return (x * w).sum().float()")}))
+    write(submitted, "blank", AID, student_version(AID))
     grading.autograde(AID, root=course, workers=2, progress=False)
     return course
 
@@ -181,16 +189,21 @@ def _grades(course) -> dict[str, dict[str, tuple[float, float]]]:
 
 def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(graded_class):
     course = graded_class
-    analysis = items.analyse(AID, database_url(course))
-    assert analysis.students == ["strong1", "strong2", "strong3", "weak1", "weak2", "weak3"], analysis.left_out
+    analysis = items.analyse(AID, database_url(course), course)
+    # the blank notebook is reported apart and left out of every statistic
+    assert analysis.blank == ["blank"] and "blank" not in analysis.students
+    assert analysis.students == ["dtype", "strong1", "strong2", "strong3", "weak1", "weak2", "weak3"]
     by_name = {i.name: i for i in analysis.items}
     broken = by_name[f"{AID}-top_k"]
     assert broken.discrimination is not None and broken.discrimination < 0, analysis.describe()
     assert any("negative discrimination" in f for f in broken.flags)
-    assert broken.lost == 3 and broken.difficulty == pytest.approx(0.5)
+    # who passed and who lost the flagged test
+    assert broken.passed_by == ["weak1", "weak2", "weak3"] and broken.lost_by == ["dtype", "strong1", "strong2",
+                                                                                   "strong3"]
+    assert broken.lost == 4 and broken.difficulty == pytest.approx(3 / 7)
     # by hand: difficulty = mean fraction of points; discrimination = Pearson's r of the item against the rest
     grades = _grades(course)
-    students = sorted(grades)
+    students = analysis.students
     for name, item in by_name.items():
         frac = [grades[s][name][0] / grades[s][name][1] for s in students]
         rest = [sum(g for g, _ in grades[s].values()) - grades[s][name][0] for s in students]
@@ -200,16 +213,130 @@ def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(grad
         sxy = sum((f - mf) * (r - mr) for f, r in zip(frac, rest))
         sxx, syy = sum((f - mf) ** 2 for f in frac), sum((r - mr) ** 2 for r in rest)
         if sxx == 0 or syy == 0:
-            assert item.discrimination is None, name
+            assert item.discrimination is None and item.interval is None, name
         else:
             assert item.discrimination == pytest.approx(sxy / math.sqrt(sxx * syy)), name
-    # the broken test stands out: the most negative of all, by far (in a class of six a sound test can dip below 0)
+            low, high = item.interval  # the bootstrap interval holds the estimate
+            assert -1 <= low <= item.discrimination <= high <= 1, (name, item.interval)
+        assert item.hidden == name.endswith("-hidden")
+    # the broken test stands out: the most negative of all (in a class of seven a sound test can dip below 0)
     ordered = sorted((i for i in analysis.items if i.discrimination is not None), key=lambda i: i.discrimination)
-    assert ordered[0] is broken and ordered[1].discrimination - broken.discrimination > 0.5, analysis.describe()
-    assert by_name[f"{AID}-top_k-hidden"].discrimination > 0.5  # the sound check of the same function
+    sound = by_name[f"{AID}-top_k-hidden"]  # the sound check of the same function
+    assert ordered[0] is broken and sound.discrimination - broken.discrimination > 0.5, analysis.describe()
+    assert not sound.flags and sound.interval[1] - sound.interval[0] > 0.5  # a small class: a wide interval
+    # a class of eight is small: the report says so, and gives every discrimination its interval
+    assert analysis.small() and any("a small class: 7 students (under 20)" in w for w in analysis.warnings())
+    out = analysis.describe()
+    assert "! a small class" in out and "1 blank notebook(s) (blank): left out of the statistics" in out
+    assert "ex01_dot-top_k: passed by weak1, weak2, weak3; lost by dtype, strong1, strong2, strong3" in out
+    # --with-blank keeps the blank notebook: it loses every test
+    kept = items.analyse(AID, database_url(course), course, with_blank=True)
+    assert "blank" in kept.students and all("blank" in i.lost_by for i in kept.items)
     paths = items.write_report(analysis, course / "grader" / "reports")
-    assert [p.stat().st_size > 0 for p in paths] == [True] * 3
-    assert "negative discrimination" in paths[1].read_text()
+    assert [p.stat().st_size > 0 for p in paths] == [True] * 4
+    page = paths[1].read_text()
+    assert "negative discrimination" in page and "a small class" in page and "95% interval" in page
+    # every test is drawn, visible and hidden told apart, none on top of another
+    points = items.plot_points(analysis)
+    assert sorted(p[0] for p in points) == sorted(by_name)
+    assert len({(round(x, 3), round(y, 3)) for _, x, y, _ in points}) == len(points)
+    assert {h for *_, h in points} == {True, False}
+
+
+def test_misconceptions_count_the_causes_each_students_feedback_names(graded_class):
+    """The checks' messages in each student's autograded notebook (what their feedback shows) grouped by cause: the
+    same mistake met on another case counts once, under one cause; every failed test is under exactly one cause."""
+    from twoprim.analytics import misconceptions
+
+    course = graded_class
+    analysis = items.analyse(AID, database_url(course), course)
+    m = analysis.misconceptions
+    assert m.students == analysis.students and m.blank == ["blank"] and not m.unread
+    feedback = {s: {gid: text for p in (course / "grader" / "autograded" / s / AID).glob("*.ipynb")
+                    for gid, text in misconceptions.messages(nbformat.read(str(p), as_version=4)).items()}
+                for s in m.students}
+    # every failed test of every student is named under one cause of its function, and nothing else is
+    named = [(s, gid) for causes in m.causes.values() for c in causes for s, gids in c.named.items() for gid in gids]
+    assert sorted(named) == sorted((s, gid) for s, tests in feedback.items() for gid in tests)
+    for function, causes in m.causes.items():
+        for c in causes:
+            for s, gids in c.named.items():
+                for gid in gids:
+                    assert gid.split("-")[1] == function
+                    words = c.label.split(" (next: ")[0]
+                    assert words in misconceptions.normalise(feedback[s][gid]) or \
+                        words == f"{misconceptions.NO_CAUSE} ({gid})", (words, feedback[s][gid])
+    # the planted mistakes: dot in the wrong dtype, met by weak1 on float32 and by dtype on float64, is one cause
+    dtype = next(c for c in m.causes["dot"] if c.label.startswith("dtype ‹dtype›, expected ‹dtype›"))
+    assert dtype.students == ["dtype", "weak1"] and dtype.line(len(m.students)).startswith("2 of 7: dtype")
+    assert "dtype float32, expected float64" in feedback["dtype"][f"{AID}-dot"]
+    assert "dtype float64, expected float32" in feedback["weak1"][f"{AID}-dot"]
+    assert set(dtype.tests) >= {f"{AID}-dot", f"{AID}-dot-hidden"}
+    # neuron calls dot: its checks say so for both, one cause
+    assert [(c.students, "fails its check" in c.label) for c in m.causes["neuron"]] == [(["dtype", "weak1"], True)]
+    # top_k: the broken visible check fails every right answer, the hidden one the backwards rankings, neither with
+    # a diagnosis: two causes, one per test; weak2's top_k is blamed on its cosine_similarity
+    top = {tuple(c.students): (c.label, c.tests) for c in m.causes["top_k"]}
+    assert top[("dtype", "strong1", "strong2", "strong3")] == (f"{misconceptions.NO_CAUSE} ({AID}-top_k)", [f"{AID}-top_k"])
+    assert top[("weak1", "weak3")][1] == [f"{AID}-top_k-hidden"]
+    assert "`cosine_similarity` fails its check" in top[("weak2",)][0]
+    assert m.causes["dot_loop"][0].students == ["weak3"] and m.causes["cosine_similarity"][0].students == ["weak2"]
+    assert all("blank" not in c.students for causes in m.causes.values() for c in causes)
+    # in the terminal, the CSV and the HTML
+    out = analysis.describe()
+    assert "What the checks told the class (7 graded notebooks; 1 blank, left out: blank):" in out
+    assert f"    {dtype.line(7)}  (dtype, weak1)" in out
+    paths = items.write_report(analysis, course / "grader" / "reports")
+    with open(paths[3], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {"function": "dot", "students": "2", "of": "7", "cause": dtype.label, "who": "dtype weak1"}.items() <= \
+        next(r for r in rows if r["cause"] == dtype.label).items()
+    assert "What the checks told the class" in paths[1].read_text() and "2 of 7" in paths[1].read_text()
+
+
+def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
+    """Real messages of ex02's visible checks on wrong answers, run here: the same mistake met on different cases
+    has one key; different diagnoses have different keys, told apart in words where the words are the same."""
+    import contextlib
+    import io
+
+    import torch
+
+    from twoprim.analytics import misconceptions
+    from twoprim.assignments import ex02_gemm as ex02
+    from twoprim.core.checks import CheckFailure
+
+    def message(check, fn, cases=None) -> str:
+        with pytest.raises(CheckFailure) as info, contextlib.redirect_stdout(io.StringIO()):
+            check(fn) if cases is None else check(fn, cases)
+        return str(info.value)
+
+    def loops(dtype):  # a triple loop that builds C in a fixed dtype
+        def matmul_loops(A, B):
+            C = torch.zeros(A.shape[0], B.shape[1], dtype=dtype)
+            for i in range(A.shape[0]):
+                for j in range(B.shape[1]):
+                    C[i, j] = sum(float(A[i, k]) * float(B[k, j]) for k in range(A.shape[1]))
+            return C
+        return matmul_loops
+
+    as32 = message(ex02.check_matmul_loops, loops(torch.float32))
+    as64 = message(ex02.check_matmul_loops, loops(torch.float64), ex02.matmul_cases([(3, 4, 5)], [torch.float32]))
+    assert "dtype float32, expected float64" in as32 and "dtype float64, expected float32" in as64
+    assert misconceptions.cause_of(as32) == misconceptions.cause_of(as64)
+    assert misconceptions.cause_of(as32)[1] == "dtype ‹dtype›, expected ‹dtype› (the input's dtype)"
+    # the same wrong count on other sizes: one key; another wrong count: another key (its next step differs)
+    half = [message(ex02.check_gemm_flops, lambda M, N, K: M * N * K, ex02.flops_cases([s])) for s in
+            ((3, 4, 5), (64, 32, 16))]
+    minus = message(ex02.check_gemm_flops, lambda M, N, K: M * N * (2 * K - 1))
+    assert misconceptions.cause_of(half[0]) == misconceptions.cause_of(half[1]) != misconceptions.cause_of(minus)
+    # a rule broken is named with what was found; a wrong value with no diagnosis is said to be one
+    rule = misconceptions.cause_of(message(ex02.check_matmul_outer, lambda A, B: A @ B))[1]
+    assert rule.startswith("no dot, matrix-vector or matrix-matrix product (outer products only): it called aten.mm")
+    outer_short = lambda A, B: sum(torch.outer(A[:, k], B[k]) for k in range(A.shape[1] - 1))  # noqa: E731
+    plain = misconceptions.cause_of(message(ex02.check_matmul_outer, outer_short))
+    assert plain is not None and plain[1] == misconceptions.NO_CAUSE
+    assert misconceptions.cause_of("✔ ex02_gemm-gemm: passed 16 cases") is None
 
 
 def test_canvas_export_has_canvas_columns_and_reports_who_is_missing(graded_class, tmp_path):

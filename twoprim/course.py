@@ -18,8 +18,9 @@ A class, one command per step (the exchange is $TWOPRIM_EXCHANGE, else nbgrader'
     ./course feedback ASSIGNMENT         generate feedback HTML and release it to the exchange
     ./course report ASSIGNMENT           rewrite the reports from the gradebook and print the summary
     ./course similarity ASSIGNMENT       pairs and groups of students whose answers match, whole or in part
-    ./course analysis ASSIGNMENT         item analysis of every test: difficulty, discrimination, broken tests
+    ./course analysis ASSIGNMENT         item analysis of every test, and what the class got wrong, counted
     ./course export ASSIGNMENT=ID ... --roster R --canvas   grades out to Canvas (or a plain CSV without --canvas)
+    ./course lti-grades ASSIGNMENT --lti CONFIG   scores to the LMS over LTI AGS (autograde --lti: after grading)
     ./course hub --students alice,bob    (as root) the classroom on JupyterHub: accounts, exchange, formgrader
                                          (--public HOST --ssl-cert F --ssl-key K: for students on other machines)
     ./course nbgrader ARGS ...           any nbgrader command, with the course configuration and environment
@@ -284,9 +285,21 @@ def _run_cluster_certs(args) -> None:
 def _run_autograde(args) -> int:
     from twoprim import grading
 
-    return run_autograde(args.assignment, workers=args.workers, students=args.student, unisolated=args.unisolated,
+    code = run_autograde(args.assignment, workers=args.workers, students=args.student, unisolated=args.unisolated,
                          trust=args.trust, cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
                          scheduler=args.scheduler, db=args.db, force=args.force)
+    return max(code, _run_lti_grades(args)) if args.lti is not None else code
+
+
+def _run_lti_grades(args) -> int:
+    """./course lti-grades (and autograde --lti): the scores of the gradebook to the LMS over AGS."""
+    from twoprim.classroom import lti_config, lti_grades
+    from twoprim.config import COURSE_ID
+    from twoprim.exchange.client import classroom
+
+    course = classroom(ROOT).get("course_id") or COURSE_ID
+    return lti_grades.send(args.assignment, lti_config.load(args.lti, {course}), root=ROOT, course=course,
+                           db=args.db)
 
 
 def _run_selfgrade(args) -> None:
@@ -358,7 +371,13 @@ COMMANDS: dict[str, Command] = {
         arg("--unisolated", action="store_true",
             help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)"),
         arg("--trust", action="append", default=None, metavar="STUDENT",
-            help="grade this student's code although the audit held it (after reading it; repeatable)"))),
+            help="grade this student's code although the audit held it (after reading it; repeatable)"),
+        arg("--lti", type=Path, default=None, metavar="CONFIG",
+            help="then send the scores to the LMS over LTI AGS (as ./course lti-grades does)"))),
+    "lti-grades": Command("send an assignment's scores to the LMS over LTI AGS (only what changed)", _run_lti_grades,
+                          INSTRUCTOR, (ASSIGNMENT, arg("--lti", type=Path, required=True, metavar="CONFIG",
+                                                       help="the hub's LTI configuration (./course hub --lti)"),
+                                       DB)),
     "selfgrade": Command("grade your own exercises/ASSIGNMENT notebook, hidden checks included", _run_selfgrade,
                          LEARNER, (ASSIGNMENT, arg("--notebook", type=Path, default=None,
                                                    help="grade this notebook instead of exercises/..."))),
@@ -373,8 +392,11 @@ COMMANDS: dict[str, Command] = {
         arg("--answers-threshold", type=float, default=None,
             help="flag pairs whose two most similar near-identical answers (0-1, weighted by rarity) reach this "
                  "(default 0.7)"))),
-    "analysis": Command("item analysis of every test cell: difficulty, discrimination, flags", _run_analytics,
-                        INSTRUCTOR, (ASSIGNMENT, DB)),
+    "analysis": Command("item analysis of every test cell, and the causes the checks named across the class",
+                        _run_analytics, INSTRUCTOR, (
+        ASSIGNMENT, DB,
+        arg("--with-blank", action="store_true",
+            help="keep blank notebooks (nothing written) in the statistics; by default they are reported apart"))),
     "export": Command("grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV", _run_analytics,
                       INSTRUCTOR, (
         arg("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]"),

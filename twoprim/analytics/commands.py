@@ -31,9 +31,11 @@ def run(args: argparse.Namespace, root: Path) -> int:
     if args.command == "analysis":
         from twoprim.analytics import items
 
-        analysis = items.analyse(args.assignment, url)
+        analysis = items.analyse(args.assignment, url, root, with_blank=getattr(args, "with_blank", False))
         if not analysis.students:
-            raise CourseError(f"no graded submission of {args.assignment} in the gradebook: run ./course autograde "
+            raise CourseError(f"every graded notebook of {args.assignment} is blank ({', '.join(analysis.blank)}): "
+                              f"nothing to analyse (--with-blank counts them)" if analysis.blank else
+                              f"no graded submission of {args.assignment} in the gradebook: run ./course autograde "
                               f"{args.assignment} first")
         print(analysis.describe())
         for path in items.write_report(analysis, reports):
