@@ -434,10 +434,10 @@ def test_learner_code_runs_outside_the_recorder(sol06):
     model, x = mlp(), torch.randn(4, 16)
     with checks.record_calls():
         assert sol06["capture"](model, x, "dynamo") == []  # what a learner's code would see without the fix
-    watched, state = ex06._watched(sol06["capture"])
+    watched, own = ex06._own(sol06["capture"])
     with checks.record_calls():
         assert len(watched(model, x, "dynamo")) == 1
-    assert not state["grader"]
+    assert own.test(None, None) is None  # and it called none of the grader's functions
 
 
 # ---- the short answers

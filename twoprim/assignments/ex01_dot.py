@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from twoprim.core.cases import randn
 from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, ErrorSummary, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, no_grader_calls, reduction_tolerance, run_check
 from twoprim.topics import dot_product
 
@@ -27,23 +28,17 @@ TASK = "ex01_dot"
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _randn(shape, dtype, gen, noncontiguous=False):
-    if noncontiguous:  # every other element of a twice-as-long buffer: same values, stride 2
-        full = torch.randn(*shape[:-1], 2 * shape[-1], generator=gen, dtype=torch.float64)
-        return full.to(dtype)[..., ::2]
-    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
-
-
 def vector_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
                  noncontiguous: bool = False, seed: int = 0) -> list[Case]:
     """Pairs (x, w) of random vectors for every length × dtype."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
+    layout = "strided" if noncontiguous else "contiguous"  # strided: every other element, stride 2
     for dtype in dtypes:
         for n in lengths:
-            x, w = _randn((n,), dtype, gen, noncontiguous), _randn((n,), dtype, gen, noncontiguous)
-            layout = ", non-contiguous" if noncontiguous else ""
-            cases.append(Case(f"length {n}, {str(dtype)[6:]}{layout}", (x, w)))
+            x, w = randn((n,), dtype, gen, layout), randn((n,), dtype, gen, layout)
+            note = ", non-contiguous" if noncontiguous else ""
+            cases.append(Case(f"length {n}, {str(dtype)[6:]}{note}", (x, w)))
     return cases
 
 
@@ -66,8 +61,8 @@ def search_cases(shapes: Sequence[tuple[int, int]], dtypes: Sequence[torch.dtype
     cases = []
     for dtype in dtypes:
         for n, d in shapes:
-            query = _randn((d,), dtype, gen)
-            keys = _randn((d, n), dtype, gen).T if noncontiguous else _randn((n, d), dtype, gen)
+            query = randn((d,), dtype, gen)
+            keys = randn((n, d), dtype, gen, "transposed" if noncontiguous else "contiguous")
             notes = [f"N={n} keys of D={d}", str(dtype)[6:]]
             if noncontiguous:
                 notes.append("keys transposed (non-contiguous)")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from twoprim.core import guards
-from twoprim.core.cases import dtype_name
+from twoprim.core.cases import dtype_name, randn
 from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check
 from twoprim.topics.layers_as_gemms import gemms_of
 
@@ -168,7 +168,8 @@ _LAYOUTS = {"": "", "T": "transposed view", "lead": "first two dims swapped, non
 
 
 def _layout(t: torch.Tensor, layout: str = "") -> torch.Tensor:
-    """The same values as `t`, laid out in memory as `layout` says (see _LAYOUTS)."""
+    """The same values as `t`, laid out in memory as `layout` says (see _LAYOUTS): a case's values do not depend on
+    its layout here, unlike `twoprim.core.cases.randn`'s layouts, which draw the larger tensor a view is of."""
     if layout == "T" and t.dim() < 2 or layout == "lead" and t.dim() < 3:
         layout = "stride"
     if layout == "T":
@@ -180,11 +181,6 @@ def _layout(t: torch.Tensor, layout: str = "") -> torch.Tensor:
         full[..., ::2] = t
         return full[..., ::2]
     return t.contiguous()
-
-
-def _randn(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator, layout: str = "") -> torch.Tensor:
-    """A random tensor of `shape` whose memory layout is `layout`; the values do not depend on the layout."""
-    return _layout(torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype), layout)
 
 
 def _note(name: str, t: torch.Tensor, layout: str) -> str:
@@ -200,9 +196,9 @@ def linear_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
     for dtype in dtypes:
         for x_shape, n_out, *layouts in specs:
             x_layout, w_layout = (list(layouts) + ["", ""])[:2]
-            x = _randn(x_shape, dtype, gen, x_layout)
-            W = _randn((n_out, x_shape[-1]), dtype, gen, w_layout)
-            b = _randn((n_out,), dtype, gen)
+            x = _layout(randn(x_shape, dtype, gen), x_layout)
+            W = _layout(randn((n_out, x_shape[-1]), dtype, gen), w_layout)
+            b = randn((n_out,), dtype, gen)
             label = f"{_note('x', x, x_layout)}, {_note('W', W, w_layout)}, b ({n_out},), {dtype_name(dtype)}"
             cases.append(Case(label, (x, W, b)))
     return cases
@@ -216,8 +212,8 @@ def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
     for dtype in dtypes:
         for x_shape, dims, *layouts in specs:
             x_layout, w_layout = (list(layouts) + ["", ""])[:2]
-            x = _randn(x_shape, dtype, gen, x_layout)
-            Ws = [_randn((d, x_shape[-1]), dtype, gen, w_layout) for d in dims]
+            x = _layout(randn(x_shape, dtype, gen), x_layout)
+            Ws = [_layout(randn((d, x_shape[-1]), dtype, gen), w_layout) for d in dims]
             widths = "dq = dk = dv = %d" % dims[0] if len(set(dims)) == 1 else "dq, dk, dv = %d, %d, %d" % tuple(dims)
             w_note = f", weights {_LAYOUTS[w_layout]}" if w_layout and not Ws[0].is_contiguous() else ""
             cases.append(Case(f"{_note('x', x, x_layout)}, {widths}{w_note}, {dtype_name(dtype)}", (x, *Ws)))
@@ -232,9 +228,9 @@ def mlp_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
     for dtype in dtypes:
         for x_shape, hidden, n_out, *layouts in specs:
             x_layout = (list(layouts) + [""])[0]
-            x = _randn(x_shape, dtype, gen, x_layout)
-            W1, b1 = _randn((hidden, x_shape[-1]), dtype, gen), _randn((hidden,), dtype, gen)
-            W2, b2 = _randn((n_out, hidden), dtype, gen), _randn((n_out,), dtype, gen)
+            x = _layout(randn(x_shape, dtype, gen), x_layout)
+            W1, b1 = randn((hidden, x_shape[-1]), dtype, gen), randn((hidden,), dtype, gen)
+            W2, b2 = randn((n_out, hidden), dtype, gen), randn((n_out,), dtype, gen)
             cases.append(Case(f"{_note('x', x, x_layout)}, in {x_shape[-1]} -> hidden {hidden} -> out {n_out}, "
                               f"{dtype_name(dtype)}", (x, W1, b1, W2, b2)))
     return cases
@@ -261,7 +257,7 @@ def embedding_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (tor
             if flat.numel() >= 3:
                 flat[1] = V - 1
             ids = ids.to(ids_dtype)
-            table = _randn((V, D), dtype, gen, t_layout)
+            table = _layout(randn((V, D), dtype, gen), t_layout)
             what = "ids ()" if ids.dim() == 0 else f"ids {tuple(ids.shape)}"
             t_note = f" {_LAYOUTS[t_layout]}" if t_layout and not table.is_contiguous() else ""
             cases.append(Case(f"{what} {dtype_name(ids_dtype)}{', ' + ', '.join(notes) if notes else ''}, "
@@ -277,11 +273,11 @@ def rnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
     for dtype in dtypes:
         for x_shape, hidden, *layouts in specs:
             layout = (list(layouts) + [""])[0]
-            x = _randn(x_shape, dtype, gen, layout)
-            h = _layout(torch.tanh(_randn((*x_shape[:-1], hidden), dtype, gen)), layout)  # a state an RNN holds
-            W_ih = _randn((hidden, x_shape[-1]), dtype, gen) / math.sqrt(x_shape[-1])
-            W_hh = _randn((hidden, hidden), dtype, gen) / math.sqrt(hidden)
-            b = _randn((hidden,), dtype, gen)
+            x = _layout(randn(x_shape, dtype, gen), layout)
+            h = _layout(torch.tanh(randn((*x_shape[:-1], hidden), dtype, gen)), layout)  # a state an RNN holds
+            W_ih = randn((hidden, x_shape[-1]), dtype, gen) / math.sqrt(x_shape[-1])
+            W_hh = randn((hidden, hidden), dtype, gen) / math.sqrt(hidden)
+            b = randn((hidden,), dtype, gen)
             cases.append(Case(f"{_note('x', x, layout)}, {_note('h', h, layout)}, in {x_shape[-1]}, hidden "
                               f"{hidden}, {dtype_name(dtype)}", (x, h, W_ih, W_hh, b)))
     return cases
@@ -304,8 +300,8 @@ def gnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
         for n, f_in, f_out, *layouts in specs:
             a_layout, x_layout = (list(layouts) + ["", ""])[:2]
             adj = _layout(_normalised_adjacency(n, gen).to(dtype), a_layout)
-            X = _randn((n, f_in), dtype, gen, x_layout)
-            W = _randn((f_in, f_out), dtype, gen)
+            X = _layout(randn((n, f_in), dtype, gen), x_layout)
+            W = randn((f_in, f_out), dtype, gen)
             order = ("either order" if f_in == f_out else "cheaper: adj @ (X @ W)" if f_out < f_in
                      else "cheaper: (adj @ X) @ W")
             a_note = f" {_LAYOUTS[a_layout]}" if a_layout and not adj.is_contiguous() else ""

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from twoprim.core import guards
-from twoprim.core.cases import dtype_name
+from twoprim.core.cases import dtype_name, randn
 from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, no_grader_calls, run_check
 from twoprim.topics import convolution
 from twoprim.topics.convolution import conv_flops, out_size, pair, recorded_gemms
@@ -151,9 +151,9 @@ def _input(shape, dtype, gen, layout: str | None) -> torch.Tensor:
     N, C, H, W = shape
     if layout == "sliced":
         return torch.randn(N, C, H + 1, 2 * W + 1, generator=gen, dtype=torch.float64).to(dtype)[:, :, 1:, 1::2]
-    if layout == "transposed":
-        return torch.randn(N, C, W, H, generator=gen, dtype=torch.float64).to(dtype).transpose(2, 3)
-    t = torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+    if layout == "transposed":  # drawn (N, C, W, H), then H and W swapped
+        return randn(shape, dtype, gen, "transposed")
+    t = randn(shape, dtype, gen)
     if layout == "channels_last":
         t = t.contiguous(memory_format=torch.channels_last)
     return t
@@ -189,10 +189,10 @@ def conv_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
     for dtype in dtypes:
         for x_shape, w_shape, kwargs in configs:
             x = _input(x_shape, dtype, gen, layout)
-            w = torch.randn(*w_shape, generator=gen, dtype=torch.float64).to(dtype)
+            w = randn(w_shape, dtype, gen)
             kw = dict(kwargs)
             if bias:
-                kw = {"bias": torch.randn(w_shape[0], generator=gen, dtype=torch.float64).to(dtype), **kw}
+                kw = {"bias": randn((w_shape[0],), dtype, gen), **kw}
             label = (f"x {tuple(x_shape)}, weight {tuple(w_shape)}, {'bias' if bias else 'no bias'}, "
                      f"{_settings(kwargs)}, {dtype_name(dtype)}")
             if layout:

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from twoprim.core import guards
 from twoprim.topics import attention as attention_topic
 from twoprim.topics.attention import count_flops, gemm_and_other, two_gemm_attention
-from twoprim.core.cases import dtype_name
-from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, no_grader_calls, run_check
+from twoprim.core.cases import dtype_name, randn
+from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, eps, forbid, judge_tensor, no_grader_calls, run_check
 from twoprim.core.record import gemm_flops, record_allocations
 
 __all__ = [
@@ -179,10 +179,6 @@ def guard_sizes(fn: str, **sizes: Any) -> None:
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _randn(shape, dtype, gen, scale=1.0) -> torch.Tensor:
-    return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)
-
-
 def softmax_cases(specs: Sequence[tuple[tuple[int, ...], int]], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
                   scale: float = 1.0, neg_inf: bool = False, seed: int = 0) -> list[Case]:
     """(x, dim) for every (shape, dim) × dtype; x ~ N(0, scale²). `neg_inf`: about a quarter of the entries are -inf
@@ -191,7 +187,7 @@ def softmax_cases(specs: Sequence[tuple[tuple[int, ...], int]], dtypes: Sequence
     cases = []
     for dtype in dtypes:
         for shape, dim in specs:
-            x = _randn(shape, dtype, gen, scale)
+            x = randn(shape, dtype, gen, scale=scale)
             notes = [f"x {tuple(shape)}", f"dim={dim}", dtype_name(dtype)]
             if scale >= 50:
                 notes.append(f"values of order ±{scale:g} (exp overflows {dtype_name(dtype)} above "
@@ -218,7 +214,7 @@ def layer_norm_cases(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.d
             E = shape[-1]
             x = (offset + torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)
             w = (1 + 0.5 * torch.randn(E, generator=gen, dtype=torch.float64)).to(dtype)
-            b = (0.5 * torch.randn(E, generator=gen, dtype=torch.float64)).to(dtype)
+            b = randn((E,), dtype, gen, scale=0.5)
             notes = [f"x {tuple(shape)}", f"E={E}", dtype_name(dtype)]
             if offset:
                 notes.append(f"every row near {offset:g} with spread 1")
@@ -231,9 +227,9 @@ def layer_norm_cases(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.d
 
 
 def _qkv_tensors(shape, dtype, gen, scale):
-    q = _randn(shape, dtype, gen, scale)
-    k = _randn(shape, dtype, gen, scale)
-    v = _randn(shape, dtype, gen)
+    q = randn(shape, dtype, gen, scale=scale)
+    k = randn(shape, dtype, gen, scale=scale)
+    v = randn(shape, dtype, gen)
     return q, k, v
 
 
@@ -303,9 +299,9 @@ def mha_cases(specs: Sequence[tuple[int, int, int, int]], dtypes: Sequence[torch
     cases = []
     for dtype in dtypes:
         for B, S, E, H in specs:
-            x = _randn((B, S, E), dtype, gen)
-            W_qkv = _randn((3 * E, E), dtype, gen, 1 / math.sqrt(E))
-            W_o = _randn((E, E), dtype, gen, 1 / math.sqrt(E))
+            x = randn((B, S, E), dtype, gen)
+            W_qkv = randn((3 * E, E), dtype, gen, scale=1 / math.sqrt(E))
+            W_o = randn((E, E), dtype, gen, scale=1 / math.sqrt(E))
             notes = [f"x (B, S, E) = {(B, S, E)}", f"n_heads={H} (D = {E // H})", dtype_name(dtype)]
             kwargs = {"causal": True} if causal else {}
             if causal:
@@ -527,13 +523,9 @@ def _no_tensor_ops() -> Rule:
 # Judges
 # ----------------------------------------------------------------------------------------------------------------
 
-def _eps(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).eps
-
-
 def _judge_softmax(got, want, case: Case) -> str:
     dtype = case.args[0].dtype
-    e = _eps(dtype)
+    e = eps(dtype)
     try:
         return judge_tensor(got, want, atol=8 * e, rtol=64 * e)
     except Mismatch as bad:
@@ -559,7 +551,7 @@ def _judge_softmax(got, want, case: Case) -> str:
 
 def _layer_norm_atol(x, w, b) -> float:
     """Float32 layer norm loses about eps·|x|/σ to rounding in x − mean (σ the row's spread)."""
-    e = _eps(x.dtype)
+    e = eps(x.dtype)
     x64 = x.double()
     sigma = x64.var(dim=-1, unbiased=False).clamp_min(1e-12).sqrt()
     ratio = float((x64.abs().amax(dim=-1) / sigma).max()) if x.shape[-1] > 1 else 1.0
@@ -570,13 +562,13 @@ def _judge_layer_norm(got, want, case: Case) -> str:
     x, w, b = case.args
     atol = _layer_norm_atol(x, w, b)
     try:
-        return judge_tensor(got, want, atol=atol, rtol=16 * _eps(x.dtype))
+        return judge_tensor(got, want, atol=atol, rtol=16 * eps(x.dtype))
     except Mismatch as bad:
         E = x.shape[-1]
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype and E > 1:
-            eps = case.kwargs.get("eps", 1e-5)
+            added = case.kwargs.get("eps", 1e-5)  # layer norm's eps, added to the variance
             x64 = x.double()
-            unbiased = (x64 - x64.mean(-1, keepdim=True)) / (x64.var(-1, keepdim=True, unbiased=True) + eps).sqrt()
+            unbiased = (x64 - x64.mean(-1, keepdim=True)) / (x64.var(-1, keepdim=True, unbiased=True) + added).sqrt()
             unbiased = unbiased * w.double() + b.double()
             if torch.allclose(got.double(), unbiased, atol=10 * atol, rtol=1e-4):
                 raise Mismatch(bad.detail, next_step="layer norm divides the squared deviations by E, not E − 1: use "
@@ -591,7 +583,7 @@ def _judge_layer_norm(got, want, case: Case) -> str:
 def _attention_atol(q, k, v, mask=None) -> float:
     """About eps · (largest |score| the softmax sees) · max|v|: a relative error eps in a score of size s moves the
     weights by about eps·s."""
-    e = _eps(q.dtype)
+    e = eps(q.dtype)
     D = q.shape[-1]
     abs_scores = float((q.double().abs() @ k.double().abs().transpose(-2, -1)).max()) / math.sqrt(D)
     if mask is not None and mask.dtype != torch.bool:
@@ -624,7 +616,7 @@ def _judge_attention(got, want, case: Case) -> str:
                                        "output of zeros, e.g. torch.where on the row max being -inf; the softmax "
                                        "there is 0/0")
     try:
-        return judge_tensor(got, want, atol=_attention_atol(q, k, v, case.kwargs.get("mask")), rtol=16 * _eps(q.dtype))
+        return judge_tensor(got, want, atol=_attention_atol(q, k, v, case.kwargs.get("mask")), rtol=16 * eps(q.dtype))
     except Mismatch as bad:
         if isinstance(got, torch.Tensor) and torch.isnan(got).any() and not torch.isnan(want).any():
             raise Mismatch(bad.detail, next_step="exp overflowed or a row was all -inf: subtract each row's max "
@@ -644,8 +636,8 @@ def _judge_mha(got, want, case: Case) -> str:
     q, k = (t.reshape(B, S, n_heads, D).transpose(1, 2) for t in (q, k))
     abs_scores = float((q.abs() @ k.abs().transpose(-2, -1)).max()) / math.sqrt(D)
     w_o = float(W_o.double().abs().sum(dim=1).max())
-    atol = 16 * _eps(x.dtype) * (1 + abs_scores) * max(abs_qkv, 1e-30) * max(w_o, 1e-30)
-    return judge_tensor(got, want, atol=atol, rtol=16 * _eps(x.dtype))
+    atol = 16 * eps(x.dtype) * (1 + abs_scores) * max(abs_qkv, 1e-30) * max(w_o, 1e-30)
+    return judge_tensor(got, want, atol=atol, rtol=16 * eps(x.dtype))
 
 
 def _judge_flops(got, want, case: Case) -> str:

@@ -30,7 +30,8 @@ from torch import nn
 
 from twoprim.topics import inside_torch_compile as compiler
 from twoprim.core import guards, verdicts
-from twoprim.core.checks import Case, CheckResult, Mismatch, Rule, run_check
+from twoprim.core.checks import Case, CheckResult, Mismatch, Rule, no_grader_calls, run_check
+from twoprim.core.counting import as_counter, difference
 
 __all__ = [
     "GEMM_OPS", "MLP", "MatmulMLP", "EinsumMLP", "EinsumAttention", "MLPWithBreak", "LoggedMLP", "Spec",
@@ -345,59 +346,24 @@ def _outside_recording():
             torch._C._push_on_torch_function_stack(mode)
 
 
-def _watched(fn: Callable) -> tuple[Callable, dict]:
-    """`fn`, run outside the recorder; `state["grader"]` says which twoprim.topics.inside_torch_compile functions its last call used."""
-    state: dict = {"grader": Counter()}
-    if not callable(fn):
-        return fn, state
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        before = compiler.uses()
-        try:
-            with _outside_recording():
-                return fn(*args, **kwargs)
-        finally:
-            state["grader"] = compiler.uses() - before
-
-    return call, state
+def _outside(fn: Callable, *args, **kwargs) -> Any:
+    """`fn(*args, **kwargs)` run outside the recorder (`no_grader_calls`' `call`)."""
+    with _outside_recording():
+        return fn(*args, **kwargs)
 
 
-def _no_grader(state: dict) -> Rule:
-    def test(log, case: Case) -> str | None:
-        used = state["grader"]
-        if used:
-            return "it called " + ", ".join(f"twoprim.topics.inside_torch_compile.{name} ×{n}" for name, n in sorted(used.items()))
-        return None
-
-    return Rule("your own code: no calls to twoprim.topics.inside_torch_compile (the grader's ground truth)", test,
-                "write it with a backend of your own (Dynamo) or aot_autograd with your own forward and backward "
-                "compilers (ATen), and count graph.nodes yourself, as lesson 06 shows")
+def _own(fn: Callable) -> tuple[Callable, Rule]:
+    """`fn`, run outside the recorder, and the rule that it calls no twoprim.topics.inside_torch_compile function."""
+    return no_grader_calls(
+        fn, {"twoprim.topics.inside_torch_compile": compiler.uses}, call=_outside,
+        rule="your own code: no calls to twoprim.topics.inside_torch_compile (the grader's ground truth)",
+        next_step="write it with a backend of your own (Dynamo) or aot_autograd with your own forward and backward "
+                  "compilers (ATen), and count graph.nodes yourself, as lesson 06 shows")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Judges
 # ----------------------------------------------------------------------------------------------------------------
-
-def _as_counter(got: Any, what: str) -> Counter:
-    if not isinstance(got, Mapping):
-        raise Mismatch(f"{type(got).__name__} {got!r}"[:300] + f", but {what} returns a Counter of op names",
-                       next_step="build a collections.Counter: counts[name] += 1 for every op node")
-    bad = [(k, v) for k, v in got.items() if not isinstance(k, str) or isinstance(v, bool)
-           or not isinstance(v, numbers.Integral)]
-    if bad:
-        k, v = bad[0]
-        raise Mismatch(f"{dict(got)!r}"[:300] + f": the entry {k!r}: {v!r} is not (str name: int count)",
-                       next_step="key the counter by the op's name as a string (e.g. 'addmm'), not by the node or "
-                                 "its target object; the value is how many nodes run that op")
-    return Counter({k: int(v) for k, v in got.items() if v})
-
-
-def _difference(expected: Counter, got: Counter) -> str:
-    rows = [f"{name}: expected {expected[name]}, got {got[name]}" for name in sorted(set(expected) | set(got))
-            if expected[name] != got[name]]
-    return "; ".join(rows[:8]) + ("; ..." if len(rows) > 8 else "")
-
 
 def _counts_hint(expected: Counter, got: Counter, gm: torch.fx.GraphModule | None = None) -> str:
     keys = set(got)
@@ -426,9 +392,11 @@ def _counts_hint(expected: Counter, got: Counter, gm: torch.fx.GraphModule | Non
 
 
 def _judge_counts(got, want: Counter, case: Case) -> str:
-    counts = _as_counter(got, "count_ops")
+    counts = as_counter(got, "count_ops", build="build a collections.Counter: counts[name] += 1 for every op node",
+                        key="key the counter by the op's name as a string (e.g. 'addmm'), not by the node or its "
+                            "target object; the value is how many nodes run that op")
     if counts != want:
-        raise Mismatch(f"{dict(counts)!r}\n  differs:  {_difference(want, counts)}",
+        raise Mismatch(f"{dict(counts)!r}\n  differs:  {difference(want, counts)}",
                        next_step=_counts_hint(want, counts, case.args[0]))
     return ""
 
@@ -470,7 +438,7 @@ def _judge_capture(got, want: compiler.Capture, case: Case) -> str:
                        next_step=hint)
     for i in range(n_fw):
         if counts[i] != want_counts[i]:
-            diff = _difference(want_counts[i], counts[i])
+            diff = difference(want_counts[i], counts[i])
             hint = "compare graph.code of your graph with what the lesson shows for this level"
             if set(counts[i] - want_counts[i]) == {"detach"}:
                 hint = ("train=False must run the compiled model under torch.no_grad(): with autograd on, AOTAutograd "
@@ -517,8 +485,8 @@ def _judge_gemms(got, want: int, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def _check(task: str, fn: Callable, cases: Sequence[Case], **kwargs) -> CheckResult:
-    watched, state = _watched(fn)
-    return run_check(f"{TASK}-{task}", watched, cases, rules=[_no_grader(state)], **kwargs)
+    watched, own = _own(fn)
+    return run_check(f"{TASK}-{task}", watched, cases, rules=[own], **kwargs)
 
 
 VISIBLE_GRAPHS = [Spec("mlp", "dynamo"), Spec("mlp", "aten"), Spec("mlp", "aten", train=True),

@@ -43,10 +43,10 @@ import triton.language as tl  # noqa: E402
 
 from twoprim.core import guards
 from twoprim.topics import triton_compiled as triton_compile  # noqa: E402
-from twoprim.core.cases import dtype_name, matrix  # noqa: E402
+from twoprim.core.cases import dtype_name, matrix, randn  # noqa: E402
 from twoprim.topics.gemm import matmul_cases  # noqa: E402  (lesson 02's (A, B) cases: seeded shapes, dtypes and layouts)
-from twoprim.core.checks import (GEMM_ATEN, GEMM_FUNCTIONS, Case, CheckResult, Mismatch, Rule, describe, forbid,  # noqa: E402
-                                 judge_tensor, run_check)
+from twoprim.core.checks import (GEMM_ATEN, GEMM_FUNCTIONS, Case, CheckResult, Mismatch, Rule, describe, eps,  # noqa: E402
+                                 forbid, judge_tensor, run_check)
 
 __all__ = [
     "add_cases", "softmax_cases", "matmul_cases", "strided_matmul_cases", "accumulation_cases", "out_buffer",
@@ -151,7 +151,7 @@ def add_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.flo
             if strided:
                 x, y = (torch.randn(k * n, generator=gen, dtype=torch.float64).to(dtype)[::k] for k in (2, 3))
             else:
-                x, y = (torch.randn(n, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
+                x, y = (randn((n,), dtype, gen) for _ in range(2))
             note = ", x every other element and y every third (strides 2 and 3, non-contiguous)" if strided else ""
             cases.append(_with_out(Case(f"length {n}, {dtype_name(dtype)}{note}", (x, y)), (n,), dtype, out))
     return cases
@@ -470,10 +470,6 @@ _NO_TORCH_GEMM = forbid("no torch matmul in the wrapper: the kernel's tl.dot doe
 # Oracles and judges
 # ----------------------------------------------------------------------------------------------------------------
 
-def _eps(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).eps
-
-
 _UNRECOGNISED = "none of the causes this check recognises fits the wrong values ({checked}); the usual suspects:"
 
 
@@ -600,7 +596,7 @@ _ADD_CHECKED = "each input's stride, the last partial block, each program's own 
 def _diagnose_add(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     x, y = case.args
     g, want = got.double(), x.double() + y.double()
-    tol = 2 * _eps(x.dtype) * float(want.abs().max() or 1)
+    tol = 2 * eps(x.dtype) * float(want.abs().max() or 1)
     reads = {"x": {"its own stride": x, "stride 1 (as if contiguous)": _read_as(x, (1,)),
                    f"y's stride {y.stride(0)}": _read_as(x, y.stride())},
              "y": {"its own stride": y, "stride 1 (as if contiguous)": _read_as(y, (1,)),
@@ -634,7 +630,7 @@ def _diagnose_add(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
 def _judge_add_values(got, want, case: Case) -> str:
     x = case.args[0]
     try:
-        return judge_tensor(got, want, atol=torch.finfo(x.dtype).tiny, rtol=_eps(x.dtype))
+        return judge_tensor(got, want, atol=torch.finfo(x.dtype).tiny, rtol=eps(x.dtype))
     except Mismatch as bad:
         ok = _diagnosable(got, want.shape, x.dtype)
         raise _with_cause(bad, _diagnose_add(got, case) if ok else None,
@@ -646,7 +642,7 @@ def _judge_add_values(got, want, case: Case) -> str:
 def _judge_add(got, want, case: Case) -> str:
     if "out" in case.kwargs:
         x = case.args[0]
-        return _judge_into(got, want, case, _judge_add_values, 2 * _eps(x.dtype) * float(want.double().abs().max()
+        return _judge_into(got, want, case, _judge_add_values, 2 * eps(x.dtype) * float(want.double().abs().max()
                                                                                            or 1))
     return _judge_add_values(got, want, case)
 
@@ -668,7 +664,7 @@ def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     x = case.args[0]
     M, N = x.shape
     g, want = got.double(), torch.softmax(x.double(), -1)
-    tol = 4 * _eps(x.dtype) + 1e-6
+    tol = 4 * eps(x.dtype) + 1e-6
     for read, how in ((_as_contiguous(x), "as if x were contiguous"), (_exchanged(x), "with x's two strides "
                                                                                          "exchanged")):
         if read is not None and _close(g, torch.softmax(read.double(), -1), tol):
@@ -680,7 +676,7 @@ def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
         shifted = (xs - xs.max(-1, keepdim=True).values)
         in_half = (shifted.float().exp().to(x.dtype) / shifted.float().exp().to(x.dtype).float().sum(-1, keepdim=True)
                    .to(x.dtype)).double()
-        if _close(g, in_half, _eps(x.dtype)) and not _close(g, want, tol):
+        if _close(g, in_half, eps(x.dtype)) and not _close(g, want, tol):
             return (f"out matches a softmax whose exp and sum were rounded to {dtype_name(x.dtype)}: the arithmetic "
                     f"ran in {dtype_name(x.dtype)}", "convert the loaded row to float32 before any arithmetic")
     bad_rows = [i for i in range(M) if not _close(g[i], want[i], tol)]
@@ -704,7 +700,7 @@ def _next_pow2(n: int) -> int:
 
 def _judge_softmax_values(got, want, case: Case) -> str:
     x = case.args[0]
-    atol, rtol = (1e-7, 1e-5) if x.dtype == torch.float32 else (1e-6, _eps(x.dtype))
+    atol, rtol = (1e-7, 1e-5) if x.dtype == torch.float32 else (1e-6, eps(x.dtype))
     generic = ("each program owns one row: load it with other=-inf where the mask is off, convert to float32, "
                "subtract the row's max, exponentiate, divide by the sum, store in the row's place (both strides of x "
                "and both of out matter)")
@@ -721,7 +717,7 @@ def _judge_softmax_values(got, want, case: Case) -> str:
 
 def _judge_softmax(got, want, case: Case) -> str:
     if "out" in case.kwargs:
-        return _judge_into(got, want, case, _judge_softmax_values, 4 * _eps(case.args[0].dtype) + 1e-6)
+        return _judge_into(got, want, case, _judge_softmax_values, 4 * eps(case.args[0].dtype) + 1e-6)
     return _judge_softmax_values(got, want, case)
 
 
@@ -747,7 +743,7 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     g, A64, B64 = got.double(), A.double(), B.double()
     exact = A64 @ B64
     bound = float((A64.abs() @ B64.abs()).max()) if A.numel() and B.numel() else 0.0
-    tol = 4 * _eps(torch.float32) * bound + (_eps(A.dtype) * float(exact.abs().max()) if A.dtype in HALF else 0.0)
+    tol = 4 * eps(torch.float32) * bound + (eps(A.dtype) * float(exact.abs().max()) if A.dtype in HALF else 0.0)
     tol = max(tol, 1e-30)
     if _close(g, exact, tol):
         return None
@@ -795,7 +791,7 @@ def _half_sum_cause(g, A, B, bound: float, tol: float) -> tuple[str, str] | None
         acc = torch.zeros(M, N, dtype=torch.float64)
         for k0 in range(0, K, bk):
             acc = (acc + (A64[:, k0:k0 + bk] @ B64[k0:k0 + bk]).float().double()).to(A.dtype).double()
-        if _close(g, acc, _eps(A.dtype) * bound):
+        if _close(g, acc, eps(A.dtype) * bound):
             err = float((g - A64 @ B64).abs().max())
             return (f"C matches a sum rounded to {dtype_name(A.dtype)} after every block of {bk}: error "
                     f"{err:.3g} where float32 accumulation errs by at most {tol:.2g}; it grows with K "
@@ -888,8 +884,8 @@ def _judge_matmul_values(got, want, case: Case) -> str:
     A, B = case.args
     bound = float((A.double().abs() @ B.double().abs()).max()) if A.numel() and B.numel() else 0.0
     # float32 accumulation of K products (exact in float32 for half inputs), then one rounding to the output dtype
-    atol = 4 * _eps(torch.float32) * bound + torch.finfo(A.dtype).tiny
-    rtol = 4 * _eps(torch.float32) if A.dtype == torch.float32 else _eps(A.dtype)
+    atol = 4 * eps(torch.float32) * bound + torch.finfo(A.dtype).tiny
+    rtol = 4 * eps(torch.float32) if A.dtype == torch.float32 else eps(A.dtype)
     try:
         return judge_tensor(got, want, atol=atol, rtol=rtol, what="C")
     except Mismatch as bad:
@@ -905,7 +901,7 @@ def _judge_matmul(got, want, case: Case) -> str:
     if "out" in case.kwargs:
         A, B = case.args
         bound = float((A.double().abs() @ B.double().abs()).max()) if A.numel() and B.numel() else 0.0
-        tol = 4 * _eps(torch.float32) * bound + _eps(A.dtype) * float(want.double().abs().max() or 0) + 1e-30
+        tol = 4 * eps(torch.float32) * bound + eps(A.dtype) * float(want.double().abs().max() or 0) + 1e-30
         return _judge_into(got, want, case, _judge_matmul_values, tol)
     return _judge_matmul_values(got, want, case)
 

@@ -15,17 +15,16 @@ sit apart from the subjects and messages it needs.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import numbers
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from twoprim.topics import xla as xla_tools
-from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, run_check
+from twoprim.core.checks import Case, CheckResult, Mismatch, no_grader_calls, run_check
+from twoprim.core.counting import as_counter, difference
 
 import jax  # noqa: E402 - xla_tools has put JAX on the CPU
 import jax.numpy as jnp  # noqa: E402
@@ -232,36 +231,13 @@ def _real(arg: Any) -> Any:
     return arg.text if isinstance(arg, Module) else arg
 
 
-def _watched(fn: Callable, unpack: Callable[[tuple], tuple]) -> tuple[Callable, dict]:
-    state: dict = {"grader": Counter()}
-    if not callable(fn):
-        return fn, state
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        before = xla_tools.uses()
-        try:
-            return fn(*unpack(args), **kwargs)
-        finally:
-            state["grader"] = xla_tools.uses() - before
-
-    return call, state
-
-
-def _no_grader(state: dict) -> Rule:
-    def test(log: CallLog, case: Case) -> str | None:
-        used = state["grader"]
-        if used:
-            return "it called " + ", ".join(f"twoprim.topics.xla.{n} ×{k}" for n, k in sorted(used.items()))
-        return None
-
-    return Rule("your own code: no calls to twoprim.topics.xla (the grader's ground truth)", test,
-                "write it yourself from the text, the dimension numbers or the jaxpr, as lesson 10 shows")
-
-
 def _check(task: str, fn: Callable, cases: Sequence[Case], unpack: Callable[[tuple], tuple], **kwargs) -> CheckResult:
-    watched, state = _watched(fn, unpack)
-    return run_check(f"{TASK}-{task}", watched, cases, rules=[_no_grader(state)], **kwargs)
+    watched, own = no_grader_calls(fn, {"twoprim.topics.xla": xla_tools.uses},
+                                   call=lambda f, *args, **kw: f(*unpack(args), **kw),
+                                   rule="your own code: no calls to twoprim.topics.xla (the grader's ground truth)",
+                                   next_step="write it yourself from the text, the dimension numbers or the jaxpr, "
+                                             "as lesson 10 shows")
+    return run_check(f"{TASK}-{task}", watched, cases, rules=[own], **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -275,24 +251,6 @@ class _Counts(Counter):
 
 def _expected_ops(module: Module) -> Counter:
     return _Counts(xla_tools.hlo_ops(module.text))
-
-
-def _as_counter(got: Any, what: str) -> Counter:
-    if not isinstance(got, Mapping):
-        raise Mismatch(f"{type(got).__name__} {got!r}"[:300] + f", but {what} returns a Counter of op names",
-                       next_step="build a collections.Counter: counts[op] += 1 for every operation")
-    bad = [(k, v) for k, v in got.items() if not isinstance(k, str) or isinstance(v, bool)
-           or not isinstance(v, numbers.Integral)]
-    if bad:
-        k, v = bad[0]
-        raise Mismatch(f"{dict(got)!r}"[:300] + f": the entry {k!r}: {v!r} is not (str name: int count)",
-                       next_step="key the counter by the op's name as a string, e.g. 'dot' or 'stablehlo.add'")
-    return Counter({k: int(v) for k, v in got.items() if v})
-
-
-def _difference(want: Counter, got: Counter) -> str:
-    rows = [f"{n}: expected {want[n]}, got {got[n]}" for n in sorted(set(want) | set(got)) if want[n] != got[n]]
-    return "; ".join(rows[:8]) + ("; ..." if len(rows) > 8 else "")
 
 
 def _ops_hint(module: Module, want: Counter, got: Counter) -> str:
@@ -337,9 +295,11 @@ def _ops_hint(module: Module, want: Counter, got: Counter) -> str:
 
 
 def _judge_ops(got: Any, want: Counter, case: Case) -> str:
-    counts = _as_counter(got, "count_hlo_ops")
+    counts = as_counter(got, "count_hlo_ops",
+                        build="build a collections.Counter: counts[op] += 1 for every operation",
+                        key="key the counter by the op's name as a string, e.g. 'dot' or 'stablehlo.add'")
     if counts != want:
-        raise Mismatch(f"{dict(counts)!r}\n  differs:  {_difference(want, counts)}",
+        raise Mismatch(f"{dict(counts)!r}\n  differs:  {difference(want, counts)}",
                        next_step=_ops_hint(case.args[0], want, counts))
     return ""
 

@@ -41,7 +41,7 @@ from twoprim.core.record import GEMM_ATEN, GEMM_FUNCTIONS, CallLog, record_calls
 
 __all__ = [
     "Case", "CheckFailure", "Mismatch", "Rule", "Axis", "CallLog", "record_calls", "run_check", "describe",
-    "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN", "ANSWERED",
+    "eps", "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN", "ANSWERED",
     "expected_values", "keep_expected", "no_grader_calls", "counted",
 ]
 
@@ -93,15 +93,17 @@ def counted(fn: Callable, counter: collections.Counter) -> Callable:
 
 
 def no_grader_calls(fn: Callable, uses: dict[str, Callable[[], collections.Counter]], *, next_step: str,
-                    call: Callable[..., Any] | None = None,
-                    why: str = "the grader's ground truth") -> tuple[Callable, Rule]:
+                    call: Callable[..., Any] | None = None, why: str = "the grader's ground truth",
+                    rule: str | None = None) -> tuple[Callable, Rule]:
     """The rule "your own code": a check's reference functions are the grader's ground truth, and an answer that
     calls them proves nothing. `uses` maps each module holding such functions to its counter of their calls
     (`twoprim.topics.convolution.uses`, ...). Returns `fn` wrapped so that each call notes which of them it used,
-    and the `Rule` that fails when the last call used any; `why` names those functions in the rule.
-    `call(fn, *args, **kwargs)` runs `fn` (its default calls it as it is)."""
+    and the `Rule` that fails when the last call used any ("it called twoprim.topics.xla.hlo_ops ×1").
+    The rule is named "your own code: no calls to `why`, in `uses`' modules", or `rule` when given.
+    `call(fn, *args, **kwargs)` runs `fn` (its default calls it as it is): to unpack a case's arguments, or to run
+    it outside the recorder."""
     used: collections.Counter = collections.Counter()
-    name = f"your own code: no calls to {why}, in {', '.join(uses)}"
+    name = rule or f"your own code: no calls to {why}, in {', '.join(uses)}"
     if not callable(fn):  # run_check says what was passed instead
         return fn, Rule(name, lambda log, case: None, next_step)
 
@@ -164,7 +166,7 @@ def describe_call(fn_name: str, case: Case) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 def eps(dtype: torch.dtype) -> float:
-    """The machine epsilon of `dtype`."""
+    """The machine epsilon of `dtype` (`torch.finfo(dtype).eps`): the unit every tolerance here is a multiple of."""
     return torch.finfo(dtype).eps
 
 
