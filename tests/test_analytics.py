@@ -374,3 +374,71 @@ def test_canvas_export_has_canvas_columns_and_reports_who_is_missing(graded_clas
     (tmp_path / "bad.csv").write_text("student,name\nann,Ann\n")
     with pytest.raises(SystemExit, match=r"has no `id`.*column"):
         export.read_roster(tmp_path / "bad.csv", canvas=False)
+
+
+# Canvas's own gradebook export, as canvas-lms's GradebookExporter writes it: the student columns, one column per
+# assignment named "title (id)", the totals (read only), a "    Points Possible" row, a row per student, the Test
+# Student (no SIS login) last.
+CANVAS_EXPORT = [
+    ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{AID} (4321)", "Quiz 1 (4400)", "Current Score",
+     "Unposted Current Score", "Final Score", "Unposted Final Score"],
+    ["    Points Possible", "", "", "", "", "9.00", "5.00", "(read only)", "(read only)", "(read only)",
+     "(read only)"],
+    ["One, Strong", "1001", "S1001", "strong1", "Section A", "", "4.00", "80.00", "80.00", "30.77", "30.77"],
+    ["Two, Weak", "1005", "S1005", "weak2", "Section A and Section B", "", "5.00", "100.00", "100.00", "38.46",
+     "38.46"],
+    ['="=Equals, Ed"', "1007", "S1007", "dtype", "Section B", "", "", "", "", "0.00", "0.00"],
+    ["Student, Test", "1099", "", "", "Section A", "", "", "", "", "0.00", "0.00"],
+]
+
+
+def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(graded_class, tmp_path):
+    """The file an instructor downloads from Canvas is read as the roster (the course's id from SIS Login ID, each
+    assignment's Canvas id from its column); a student 2 h 31 min late is in the notes with the lateness and the
+    penalty applied, under the late policy the notes state."""
+    import datetime
+
+    from twoprim.grading.gradebook import refresh_late_penalties
+
+    course = graded_class
+    url = database_url(course)
+    due = datetime.datetime(2026, 11, 30, 9, 0)
+    with Gradebook(url, grading.COURSE_ID) as gb:
+        gb.update_or_create_assignment(AID, duedate=due)
+        for sub in gb.assignment_submissions(AID):
+            sub.timestamp = due + (datetime.timedelta(hours=2, minutes=31) if sub.student.id == "weak2"
+                                   else -datetime.timedelta(hours=1))
+        gb.db.commit()
+    refresh_late_penalties(AID, course, url)
+    roster = tmp_path / "gradebook.csv"
+    with open(roster, "w", newline="", encoding="utf-8-sig") as f:   # Canvas may write a byte-order mark
+        csv.writer(f).writerows(CANVAS_EXPORT)
+    ids = export.canvas_assignment_ids(roster)
+    assert ids == {AID: "4321", "Quiz 1": "4400"}
+    wanted = export.parse_assignments([AID], [AID], canvas=True, ids=ids)   # the id taken from the export
+    result = export.export(wanted, roster, root=course, url=url, canvas=True)
+    with open(result.path, newline="") as f:
+        rows = list(csv.reader(f))
+    with open(course / "grader" / "reports" / f"{AID}.csv") as f:
+        report = {r["student"]: r for r in csv.DictReader(f)}
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{AID} (4321)"]
+    assert rows[2:] == [["One, Strong", "1001", "S1001", "strong1", "Section A", report["strong1"]["score"]],
+                        ["Two, Weak", "1005", "S1005", "weak2", "Section A and Section B", report["weak2"]["score"]],
+                        ["=Equals, Ed", "1007", "S1007", "dtype", "Section B", report["dtype"]["score"]]]
+    # the late student: lateness and penalty in the notes, beside the export too; the policy stated
+    assert float(report["weak2"]["seconds_late"]) == 9060 and float(report["strong1"]["seconds_late"]) == 0
+    late = [n for n in result.notes if " late (" in n]
+    assert late == [f"weak2: {AID} submitted 2 h 31 min late (9060 s after their deadline); late penalty 0 of "
+                    f"{report['weak2']['max_score']} points applied: {report['weak2']['score']} exported"]
+    assert result.notes[0].startswith("late policy: none (nbgrader's LateSubmissionPlugin, penalty_method 'none'")
+    assert any(n.startswith("Student, Test (Canvas ID 1099) has no SIS Login ID: not exported") for n in result.notes)
+    assert result.notes_path.read_text().splitlines() == result.notes
+    # a semicolon-separated export (Canvas's setting for a comma decimal separator), first and last names apart
+    semi = tmp_path / "semicolon.csv"
+    semi.write_text("LastName;FirstName;ID;SIS Login ID;Section;ex01_dot (4321)\n    Points Possible;;;;;9,00\n"
+                    "Weak;Two;1005;weak2;A;\n", encoding="utf-8")
+    assert export.read_roster(semi, canvas=True) == [
+        {"id": "weak2", "name": "Weak, Two", "canvas_id": "1005", "sis_user_id": "", "sis_login_id": "weak2",
+         "section": "A"}]
+    with pytest.raises(SystemExit, match=r"without a column 'Email'.*--roster-id"):
+        export.read_roster(roster, canvas=True, id_column="Email")

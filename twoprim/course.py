@@ -401,8 +401,11 @@ COMMANDS: dict[str, Command] = {
                       INSTRUCTOR, (
         arg("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]"),
         arg("--roster", type=Path, required=True,
-            help="CSV with a column `id` (the course's student ids); for --canvas also name, canvas_id, sis_user_id, "
-                 "sis_login_id, section"),
+            help="Canvas's gradebook export (Grades > Export), or a CSV with a column `id` (the course's student ids; "
+                 "for --canvas also name, canvas_id, sis_user_id, sis_login_id, section)"),
+        arg("--roster-id", default=None, metavar="COLUMN",
+            help="the column of a Canvas gradebook export that holds the course's student ids (default "
+                 "'SIS Login ID')"),
         arg("--canvas", action="store_true", help="Canvas's gradebook import format"),
         arg("--output", type=Path, default=None, help="where to write it (default grader/reports/)"), DB)),
 }

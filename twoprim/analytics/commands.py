@@ -43,6 +43,8 @@ def run(args: argparse.Namespace, root: Path) -> int:
         return 0
     from twoprim.analytics import export
 
-    wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas)
-    print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output).describe())
+    ids = export.canvas_assignment_ids(args.roster) if args.canvas else {}   # a Canvas export names its columns
+    wanted = export.parse_assignments(args.assignments, assignments(root), canvas=args.canvas, ids=ids)
+    print(export.export(wanted, args.roster, root=root, url=url, canvas=args.canvas, out=args.output,
+                        id_column=getattr(args, "roster_id", None) or export.ROSTER_ID).describe())
     return 0
