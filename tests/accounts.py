@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from twoprim.classroom import lab
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nbformat
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 TIMESTAMP = "2026-11-30 09:00:00.000000 UTC"
 SECRET = "random"  # `nbgrader submit` writes a random secret beside the notebook (feedback needs it): one per student

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from twoprim.core.notebooks import ROOT, code_of
+from twoprim.config import ROOT
+from twoprim.core.notebooks import code_of
 
 BIN = Path(sys.executable).parent
 # Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.

@@ -11,7 +11,8 @@ import pytest
 
 import twoprim
 from twoprim.core import checks
-from twoprim.core.notebooks import ROOT, assignments
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments
 
 from .conftest import solution_namespace
 

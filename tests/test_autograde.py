@@ -15,7 +15,8 @@ from nbgrader.api import Gradebook
 from twoprim import grading
 from twoprim.grading import kernels
 from twoprim.grading.nbgrader_cli import generate_assignment
-from twoprim.core.notebooks import ROOT, assignments
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments
 
 ASSIGNMENTS = assignments()
 

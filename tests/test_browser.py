@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .chromium import CHROMIUM, MISSING, launch
 

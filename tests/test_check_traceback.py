@@ -9,7 +9,7 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WRONG = '''from twoprim import ex01

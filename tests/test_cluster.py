@@ -21,7 +21,7 @@ from nbgrader.api import Gradebook
 from twoprim import course as course_cli
 from twoprim import grading
 from twoprim.grading import cluster, tls
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
 from .servers import DaskCluster, Postgres, free_port
@@ -390,7 +390,7 @@ def test_the_guides_cluster_commands_run_as_written_with_the_dashboard_on_loopba
     import shlex
     import subprocess
 
-    from twoprim.core.notebooks import ROOT
+    from twoprim.config import ROOT
 
     section = (ROOT / "docs" / "guides" / "cluster.md").read_text()  # the page "Grading on many machines"
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]

@@ -11,7 +11,7 @@ import pytest
 
 from twoprim import course
 from twoprim.grading import nbgrader_cli
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 BIN = Path(sys.executable).parent
 

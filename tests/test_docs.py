@@ -9,7 +9,7 @@ from datetime import date
 
 import pytest
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 README = ROOT / "README.md"
 BENCHMARKS = ROOT / "data" / "benchmarks"

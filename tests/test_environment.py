@@ -8,7 +8,7 @@ import tomllib
 import yaml
 from packaging.requirements import Requirement
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 
 def _pyproject():

@@ -15,7 +15,7 @@ import torch.nn as nn
 from twoprim.core import checks
 from twoprim.topics import inside_torch_compile as compiler
 from twoprim.assignments import ex06_compile as ex06
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .conftest import fails, solution_namespace
 

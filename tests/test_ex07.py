@@ -14,7 +14,7 @@ import torch
 from twoprim.core import checks
 from twoprim.assignments import ex07_mlx as ex07
 from twoprim.topics import mlx as mlx_tools
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, named

@@ -385,7 +385,7 @@ def test_the_hubs_quota_options_reach_the_service_and_nonsense_is_refused(tmp_pa
     from twoprim.classroom.hub import _parser
     from twoprim.classroom.hub_config import Plan, write_run_folder
     from twoprim.classroom.limits import protected
-    from twoprim.grading.nbgrader_cli import CourseError
+    from twoprim.core.errors import CourseError
 
     plan = Plan(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp", exchange=tmp_path / "x",
                 instructor="teach", students=("ann",), port=8000, hub_port=8001, proxy_api_port=8002, service_port=8003)

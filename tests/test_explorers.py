@@ -264,7 +264,7 @@ def test_every_name_a_released_notebook_reads_from_explorers_or_layers_still_res
     import importlib
     import re
 
-    from twoprim.core.notebooks import ROOT
+    from twoprim.config import ROOT
     from twoprim.topics import layers_as_gemms as layers
 
     read = {"explorers": set(), "layers": set()}

@@ -12,7 +12,7 @@ from nbformat.v4 import new_output
 
 from twoprim import grading
 from twoprim.grading.submission import execution_notes
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 AID = "ex01_dot"
 

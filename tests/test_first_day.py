@@ -14,8 +14,8 @@ import pytest
 
 from twoprim.classroom import class_accounts, setup_python
 from twoprim.classroom.hub_checks import MARKER
-from twoprim.core.notebooks import ROOT
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.config import ROOT
+from twoprim.core.errors import CourseError
 
 from .accounts import SYSTEM_PATH, delete_account, shared_tmp
 

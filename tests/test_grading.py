@@ -22,7 +22,7 @@ from twoprim.learner import deadlines
 from twoprim import grading
 from twoprim.grading.gradebook import committed, database_url
 from twoprim.grading.nbgrader_cli import nbgrader
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from twoprim.learner.hints import HINTS, hint, hints, resolve, used
-from twoprim.core.notebooks import ROOT, assignments, lessons
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments, lessons
 from twoprim.learner.progress import STATE_FILE
 
 

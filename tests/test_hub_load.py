@@ -36,7 +36,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 # left out of `make test-fast`; a limit of its own: the first test that uses the hub starts it and runs the load (~75 s measured); the cull waits CULL_S
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(600)]
@@ -87,7 +87,7 @@ def _args(**kw):
 def test_limits_that_make_no_sense_are_refused_saying_what_to_give(kw, expected):
     from twoprim.classroom.hub_config import Plan
     from twoprim.classroom.limits import protected
-    from twoprim.grading.nbgrader_cli import CourseError
+    from twoprim.core.errors import CourseError
 
     plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=ROOT, instructor="i", students=("s",), port=1,
                 hub_port=2, proxy_api_port=3)

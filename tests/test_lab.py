@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from twoprim.classroom import lab
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, python_for, shared_tmp
 

@@ -30,7 +30,7 @@ import pytest
 import requests
 
 from twoprim.classroom import lti_config as lc
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .accounts import SYSTEM_PATH, delete_account, python_for, shared_tmp
 from .classroom import answered, course_copy, write

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 

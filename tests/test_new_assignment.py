@@ -18,7 +18,8 @@ import textwrap
 import nbformat
 import pytest
 
-from twoprim.core.notebooks import ROOT, assignments
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments
 
 from .accounts import clone_for
 
@@ -138,7 +139,7 @@ PROBE = textwrap.dedent(f"""
     import importlib, json, sys, traceback
     from twoprim import catalog, grading
     from twoprim.core import notebooks
-    from twoprim.core.notebooks import ROOT
+    from twoprim.config import ROOT
     sys.path.insert(0, str(ROOT))
 
     def run(module, name):

@@ -24,7 +24,8 @@ import nbformat
 import pytest
 
 from twoprim.course import generate
-from twoprim.core.notebooks import ROOT, assignments, execute, is_clean, lessons
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments, execute, is_clean, lessons
 
 from .chromium import launch
 

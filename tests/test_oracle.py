@@ -12,7 +12,7 @@ import torch
 
 from twoprim.assignments import ex06_compile as ex06
 from twoprim.core import checks, verdicts
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 from twoprim.grading import oracle
 from twoprim.topics import inside_torch_compile as compiler
 

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from twoprim.core import notebooks
-from twoprim.core.notebooks import ROOT, assignments, lessons, outline
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments, lessons, outline
 
 LESSON_00 = ROOT / notebooks.OUTLINE_LESSON
 

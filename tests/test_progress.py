@@ -23,7 +23,8 @@ from twoprim.learner import deadlines, progress
 from twoprim.assignments import ex06_compile as ex06
 from twoprim.learner.hints import hint
 from twoprim.learner.state import load_state, update_state
-from twoprim.core.notebooks import ROOT, assignments, lessons
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments, lessons
 
 from .classroom import answered, cell_index, prepend
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 BEFORE_THE_MOVE = "5f700fd"  # "README: the suite's size and time today", the last commit before the package moved
 RELEASED = ("exercises", "lessons")

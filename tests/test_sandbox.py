@@ -22,7 +22,8 @@ from nbgrader.api import Gradebook
 from twoprim.grading import audit, sandbox
 from twoprim import grading
 from twoprim.core import verdicts
-from twoprim.core.notebooks import ROOT, assignments
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments
 
 from .classroom import answered, student_version, write
 from .test_autograde import broken, expected_without, points, solution_code

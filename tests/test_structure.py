@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 PACKAGE = ROOT / "twoprim"
 MAX_LINES = 500

@@ -13,7 +13,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 LIMIT_S = 3
 

@@ -74,7 +74,7 @@ def _lesson_kernel(name: str):
 
     import nbformat
 
-    from twoprim.core.notebooks import ROOT
+    from twoprim.config import ROOT
 
     nb = nbformat.read(str(ROOT / "lessons" / "09_triton_gemm.ipynb"), as_version=4)
     source = next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 from .servers import BIN, free_port
 

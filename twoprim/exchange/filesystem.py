@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from twoprim.config import COURSE_ID
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 from nbgrader.exchange.default.submit import ExchangeSubmit as _NbgraderSubmit
 from nbgrader.utils import find_all_notebooks
 

@@ -7,8 +7,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
-from twoprim.grading.nbgrader_cli import CourseError, nbgrader
+from twoprim.config import ROOT
+from twoprim.core.errors import CourseError
+from twoprim.grading.nbgrader_cli import nbgrader
 
 __all__ = ["due_date", "extend", "exchange_root", "release", "collect", "collected"]
 

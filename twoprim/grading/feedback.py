@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 from twoprim.grading.gradebook import NotRegularFile, database_url, read_regular, statuses, submitted_students
 
 __all__ = ["Released", "release_feedback"]

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Iterator
 
 from twoprim.config import COURSE_ID
-from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, in_process_alembic
+from twoprim.core.errors import CourseError
+from twoprim.grading.nbgrader_cli import generate_assignment, in_process_alembic
 from twoprim.grading.submitted import NotRegularFile, read_regular, read_submission, submission_files, submitted_students
 
 __all__ = ["DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",

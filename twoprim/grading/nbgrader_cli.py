@@ -11,19 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
-from twoprim.config import COURSE_ID
+from twoprim.config import COURSE_ID, ROOT
+from twoprim.core.errors import CourseError
 
-__all__ = ["COURSE_ID", "CourseError", "environment", "preflight", "nbgrader", "in_process_alembic", "checked_schema_once",
+__all__ = ["COURSE_ID", "environment", "preflight", "nbgrader", "in_process_alembic", "checked_schema_once",
            "generate_assignment", "generate_feedback"]
-
-
-
-class CourseError(SystemExit):
-    """A problem the user can fix; the message says how."""
-
-    def __init__(self, message: str):
-        super().__init__(f"error: {message}")
 
 
 def environment() -> dict[str, str]:

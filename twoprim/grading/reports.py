@@ -7,7 +7,7 @@ import csv
 import statistics
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 from twoprim.grading.gradebook import database_url, gradebook, not_graded, statuses
 
 __all__ = ["write_reports", "summary", "format_summary", "number", "problems", "format_problems", "NOT_GRADED"]

@@ -18,7 +18,7 @@ import datetime
 import os
 from pathlib import Path
 
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 
 __all__ = ["cluster_certs", "issue", "client_security", "CLIENT_ENV", "FILES"]
 

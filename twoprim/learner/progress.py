@@ -40,10 +40,9 @@ import nbformat
 from twoprim.learner import deadlines
 from twoprim.core.failures import ANSWERED as ANSWERED_TEXT
 from twoprim.learner.hints import HINTS
-from twoprim.config import COURSE_ID
-from twoprim.core.notebooks import ROOT, assignments, lessons, outline
+from twoprim.config import COURSE_ID, PACKAGE, ROOT
+from twoprim.core.notebooks import assignments, lessons, outline
 from twoprim.learner.state import STATE_FILE, in_classroom, load_state, update_state, workspace
-from twoprim.config import PACKAGE
 
 __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
 

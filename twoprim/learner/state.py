@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 __all__ = ["STATE_FILE", "STATE_VERSION", "WORKSPACE_ENV", "workspace", "in_classroom", "load_state", "update_state"]
 

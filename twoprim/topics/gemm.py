@@ -33,7 +33,7 @@ from twoprim.core import timing
 from twoprim.core.timing import warn_if_busy  # noqa: F401 - lesson 02's cells call gemm.warn_if_busy
 from twoprim.core.cases import dtype_name, matrix
 from twoprim.core.checks import Case, counted
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 __all__ = [
     "matmul_cases",
