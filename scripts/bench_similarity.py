@@ -94,8 +94,9 @@ def row(size: int, runs: list[dict]) -> dict:
 
 COLUMNS = {"students": "students", "classes": "classes", "copies": "copies", "flagged": "pairs flagged",
            "honest_flagged": "honest pairs flagged", "precision": "precision", "recall": "recall",
-           "renamed": "renamed", "reordered": "reordered", "rewritten": "loops rewritten", "partial": "partial (2 of 6)",
-           "wrapped": "wrapped", "partial_named": "partial: copied answers named", "groups_whole": "groups shown as one",
+           "renamed": "renamed", "reordered": "reordered", "rewritten": "loops rewritten",
+           "partial": "partial (2 of 6)", "wrapped": "wrapped", "partial_named": "partial: copied answers named",
+           "groups_whole": "groups shown as one",
            "seconds": "s per class"}
 
 
@@ -114,7 +115,8 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     data["runs"].append({
         "date": datetime.date.today().isoformat(), "machine": machine(), "command": command.strip(),
         "note": f"default thresholds: overall {similarity.THRESHOLD}, answers {similarity.ANSWERS_THRESHOLD} "
-                f"(near-identical at raw {similarity.NEAR}); seeds {args.first_seed}-{args.first_seed + args.seeds - 1}",
+                f"(near-identical at raw {similarity.NEAR}); seeds {args.first_seed}-"
+                f"{args.first_seed + args.seeds - 1}",
         "numbers": rows})
     DATA.parent.mkdir(parents=True, exist_ok=True)
     DATA.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -68,7 +68,8 @@ class Style:
         return cls(shapes=rng.choices(range(6), weights=[5, 3, 2, 2, 1, 1])[0],
                    zeros=rng.choices(range(6), weights=[6, 2, 3, 1, 1, 1])[0],
                    index=rng.choices(range(2), weights=[4, 1])[0], accumulate=rng.choices(range(2), weights=[4, 1])[0],
-                   element=rng.choices(range(4), weights=[3, 2, 2, 1])[0], ranges=rng.choices(range(2), weights=[5, 1])[0],
+                   element=rng.choices(range(4), weights=[3, 2, 2, 1])[0],
+                   ranges=rng.choices(range(2), weights=[5, 1])[0],
                    names=names, chooser=random.Random(rng.random()))
 
     def n(self, key: str) -> str:
@@ -816,7 +817,8 @@ def _independent(a: ast.stmt, b: ast.stmt) -> bool:
     simple = (ast.Assign, ast.AugAssign, ast.AnnAssign)
     if not (isinstance(a, simple) and isinstance(b, simple)):
         return False
-    if any(isinstance(t, ast.Subscript) for s in (a, b) for t in (s.targets if isinstance(s, ast.Assign) else [s.target])):
+    targets = [t for s in (a, b) for t in (s.targets if isinstance(s, ast.Assign) else [s.target])]
+    if any(isinstance(t, ast.Subscript) for t in targets):
         return False
     wa, wb = _writes(a), _writes(b)
     return not (wa & _names(b, ast.Load) or wb & _names(a, ast.Load) or wa & wb)
@@ -898,8 +900,8 @@ def wrapped(source: Student, rng: random.Random) -> tuple[dict[str, str], dict[s
         helper = [f"_{fn}_impl", f"_compute_{fn.split('_')[-1]}", f"_{fn.split('_')[-1]}_helper"][style]
         helpers[fn] = f"def {helper}({', '.join(mine.values())}):\n" + _indent(_renamed(body, mine))
         call = f"{helper}({PARAMS[fn]})"
-        bodies[fn] = [f"return {call}", f"result = {call}\nreturn result", f"out = {call}  # see the helper\nreturn out"][
-            style]
+        bodies[fn] = [f"return {call}", f"result = {call}\nreturn result",
+                      f"out = {call}  # see the helper\nreturn out"][style]
     return bodies, helpers
 
 

@@ -277,7 +277,8 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     # top_k: the broken visible check fails every right answer, the hidden one the backwards rankings, neither with
     # a diagnosis: two causes, one per test; weak2's top_k is blamed on its cosine_similarity
     top = {tuple(c.students): (c.label, c.tests) for c in m.causes["top_k"]}
-    assert top[("dtype", "strong1", "strong2", "strong3")] == (f"{misconceptions.NO_CAUSE} ({AID}-top_k)", [f"{AID}-top_k"])
+    assert top[("dtype", "strong1", "strong2", "strong3")] == (f"{misconceptions.NO_CAUSE} ({AID}-top_k)",
+                                                               [f"{AID}-top_k"])
     assert top[("weak1", "weak3")][1] == [f"{AID}-top_k-hidden"]
     assert "`cosine_similarity` fails its check" in top[("weak2",)][0]
     assert m.causes["dot_loop"][0].students == ["weak3"] and m.causes["cosine_similarity"][0].students == ["weak2"]
@@ -292,6 +293,15 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     assert {"function": "dot", "students": "2", "of": "7", "cause": dtype.label, "who": "dtype weak1"}.items() <= \
         next(r for r in rows if r["cause"] == dtype.label).items()
     assert "What the checks told the class" in paths[1].read_text() and "2 of 7" in paths[1].read_text()
+
+
+def test_analysis_command_prints_the_warnings_and_the_misconceptions(graded_class, capsys):
+    args = argparse.Namespace(command="analysis", assignment=AID, db=None, with_blank=False)
+    assert commands.run(args, graded_class) == 0
+    out = capsys.readouterr().out
+    assert "! a small class: 7 students (under 20)" in out and "left out: blank" in out
+    assert "2 of 7: dtype ‹dtype›, expected ‹dtype› (the input's dtype)  (dtype, weak1)" in out
+    assert f"{AID}-misconceptions.csv" in out and f"{AID}-items.png" in out
 
 
 def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
@@ -392,7 +402,7 @@ CANVAS_EXPORT = [
 ]
 
 
-def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(graded_class, tmp_path):
+def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(graded_class, tmp_path, capsys):
     """The file an instructor downloads from Canvas is read as the roster (the course's id from SIS Login ID, each
     assignment's Canvas id from its column); a student 2 h 31 min late is in the notes with the lateness and the
     penalty applied, under the late policy the notes state."""
@@ -442,3 +452,10 @@ def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(g
          "section": "A"}]
     with pytest.raises(SystemExit, match=r"without a column 'Email'.*--roster-id"):
         export.read_roster(roster, canvas=True, id_column="Email")
+    # the command's own path (./course export ex01_dot --roster gradebook.csv --canvas): the id from the export
+    args = argparse.Namespace(command="export", assignments=[AID], roster=roster, canvas=True, db=None,
+                              output=tmp_path / "out.csv", roster_id=None)
+    assert commands.run(args, course) == 0
+    out = capsys.readouterr().out
+    assert f"weak2: {AID} submitted 2 h 31 min late" in out and "late policy: none" in out
+    assert (tmp_path / "out.csv").read_text().splitlines()[0].endswith(f"{AID} (4321)")

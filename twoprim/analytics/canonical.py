@@ -240,7 +240,8 @@ def _drop_dead_stores(tree: ast.Module) -> bool:
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
         if isinstance(target, ast.Name):
             own[target.id] = own.get(target.id, 0) + sum(
-                isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load) for n in ast.walk(node.value))
+                isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)
+                for n in ast.walk(node.value))
     dead = {name for name in own if reads.get(name, 0) <= own[name]}
     dropped = False
 

@@ -32,8 +32,8 @@ __all__ = ["Cause", "Misconceptions", "cause_of", "normalise", "messages", "coun
 
 NO_CAUSE = "wrong values; the check names no cause"
 _DTYPES = r"\b(?:b?float(?:16|32|64)|u?int(?:8|16|32|64)|complex(?:64|128)|bool|fp(?:16|32|64)|bf16)\b"
-_DESCRIBED = re.compile(r"^(?:MLX )?‹dtype› (?:tensor|array) of shape \([^)]*\)(?: \(non-contiguous, strides \([^)]*\)\))?"
-                        r"[:,]?\s*")
+_DESCRIBED = re.compile(r"^(?:MLX )?‹dtype› (?:tensor|array) of shape \([^)]*\)"
+                        r"(?: \(non-contiguous, strides \([^)]*\)\))?[:,]?\s*")
 _FIELD = re.compile(r"^\s+([a-z][a-z ]{1,20}):\s+(.*)$")
 
 

@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twoprim.analytics.canonical import normalise
-from twoprim.core.notebooks import ROOT, answers
+from twoprim.config import ROOT
+from twoprim.core.notebooks import answers
 
 __all__ = ["Pair", "Result", "compare", "compare_answers", "write_report", "rarity", "NOISE", "WINDOW", "THRESHOLD",
            "ANSWERS_THRESHOLD", "NEAR"]
@@ -379,9 +380,9 @@ def write_report(result: Result, folder: Path) -> tuple[Path, Path]:
     for n, p in enumerate(flagged, 1):
         cells = "".join((f"<td class='near'>" if p.raw.get(g, 0) >= NEAR else "<td>") + f"{p.answers[g]:.2f}</td>"
                         if g in p.answers else "<td></td>" for g in gids)
+        why = " + ".join(p.why(result.threshold, result.answers_threshold))
         parts.append(f"<tr><td>{n}</td><td><a href='#p{n}'>{esc(p.a)} ~ {esc(p.b)}</a></td><td>{p.overall:.2f}</td>"
-                     f"<td>{p.answers_score:.2f}</td><td>{esc(' + '.join(p.why(result.threshold, result.answers_threshold)))}"
-                     f"</td>{cells}</tr>")
+                     f"<td>{p.answers_score:.2f}</td><td>{esc(why)}</td>{cells}</tr>")
     parts.append("</table>")
     parts += _groups_html(result)
     for n, p in enumerate(flagged, 1):

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from twoprim.classroom import notices
+from twoprim.classroom import warm_kernels
 from twoprim.config import COURSE_ID
 
 INSTRUCTOR_CSP = "frame-ancestors 'self'"
@@ -106,7 +106,8 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
             (folder / "nbgrader_config.py").write_text(text)
     terminal = {"shell_command": terminal_command(plan)}
     (run / "student" / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"jpserver_extensions": {name: False for name in STUDENT_OFF_EXTENSIONS},
+        {"ServerApp": {"jpserver_extensions": {**{name: False for name in STUDENT_OFF_EXTENSIONS},
+                                               warm_kernels.__name__: True},  # a zygote starts with the server
                        "terminado_settings": terminal}}, indent=1))
     (run / "student" / "labconfig").mkdir()
     (run / "student" / "labconfig" / "page_config.json").write_text(json.dumps(
@@ -114,10 +115,12 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
     (run / "instructor" / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}},
                        "terminado_settings": terminal}}, indent=1))
-    # every user's kernels: ipykernel with the memory-limit notice (notices.py), found first on JUPYTER_PATH
+    # every user's kernels: ipykernel with the memory-limit notice (notices.py), forked from their server's zygote
+    # (warm_kernels.py), found first on JUPYTER_PATH
     spec = run / "share" / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps(notices.kernel_spec(str(plan.venv / "bin" / "python")), indent=1))
+    (spec / "kernel.json").write_text(json.dumps(warm_kernels.kernel_spec(str(plan.venv / "bin" / "python")),
+                                                 indent=1))
     for path in [*(run / "student").rglob("*"), *(run / "share").rglob("*"), run / "share"]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     for path in (run / "instructor").rglob("*"):
