@@ -24,8 +24,10 @@ between) and `browser_first_cell` (lesson 01 opened in it and its first code cel
 Every request goes through the hub's proxy on loopback (each user's server at NAME.localhost: the Host header).
 Counts and time are bounded (`--deadline`); the hub, the servers and the accounts are removed at the end. It
 reports each step's p50/p95/max latency, every failure with its cause, the machine's peak memory (MemTotal -
-MemAvailable) and each student's (the RSS of their server and kernels, summed from /proc) and the CPU's use, and
-writes them as JSON with `--out`.
+MemAvailable) and each student's (the RSS of their server, zygote and kernels, summed from /proc; their PSS, which
+counts a page their kernels share with their zygote once; what their control group holds against their limit), the
+CPU's use, and how many kernels were forked from a zygote (twoprim/classroom/warm_kernels.py, from the hub's log),
+and writes them as JSON with `--out`.
 """
 from __future__ import annotations
 
@@ -618,20 +620,24 @@ LESSON = "lessons/01_dot_product.ipynb"  # what a browser student opens: the les
 
 class Sampler(threading.Thread):
     """Samples /proc every `every` s: the machine's memory in use, each student's RSS (their server and kernels),
-    and the CPU's busy share."""
+    what their control group holds against their memory limit, and the CPU's busy share; every `pss_every` s each
+    student's PSS (their processes' proportional set size, /proc/PID/smaps_rollup: a page shared by n processes
+    counts 1/n to each, so pages their kernels share with their zygote count once), a slower read."""
 
-    def __init__(self, uids: dict[int, str], every: float = 0.5):
+    def __init__(self, uids: dict[int, str], every: float = 0.5, pss_every: float = 5.0):
         super().__init__(daemon=True)
-        self.uids, self.every = uids, every
+        self.uids, self.every, self.pss_every = uids, every, pss_every
         self.stopped = threading.Event()
         self.peak_machine = 0
         self.peak_student: dict[str, int] = {}
+        self.peak_pss: dict[str, int] = {}
+        self.peak_group: dict[str, int] = {}
         self.cpu_student: dict[str, float] = {}  # CPU seconds of their processes (reaped kernels included)
         self.cpu: list[float] = []
         self.base_used = _machine_used()
 
     def run(self) -> None:
-        last = _cpu_times()
+        last, pss_at = _cpu_times(), 0.0
         while not self.stopped.wait(self.every):
             self.peak_machine = max(self.peak_machine, _machine_used())
             if _available() < LOW_MEMORY_MB * 2**20:
@@ -639,6 +645,14 @@ class Sampler(threading.Thread):
             for name, (rss, cpu) in _by_user(self.uids).items():
                 self.peak_student[name] = max(self.peak_student.get(name, 0), rss)
                 self.cpu_student[name] = max(self.cpu_student.get(name, 0.0), cpu)
+            for name in self.uids.values():
+                charged = _group_memory(name)
+                if charged is not None:
+                    self.peak_group[name] = max(self.peak_group.get(name, 0), charged)
+            if time.monotonic() - pss_at >= self.pss_every:
+                pss_at = time.monotonic()
+                for name, pss in _pss_by_user(self.uids).items():
+                    self.peak_pss[name] = max(self.peak_pss.get(name, 0), pss)
             now = _cpu_times()
             busy, total = now[0] - last[0], now[1] - last[1]
             if total > 0:
@@ -649,10 +663,17 @@ class Sampler(threading.Thread):
         self.stopped.set()
         self.join(timeout=5)
         per = sorted(self.peak_student.values())
+        pss, group = sorted(self.peak_pss.values()), sorted(self.peak_group.values())
         return {"machine_peak_mb": self.peak_machine / 2**20, "machine_before_mb": self.base_used / 2**20,
                 "student_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_student.items())},
                 "student_peak_mb_median": statistics.median(per) / 2**20 if per else 0,
                 "student_peak_mb_max": per[-1] / 2**20 if per else 0,
+                "student_pss_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_pss.items())},
+                "student_pss_peak_mb_median": statistics.median(pss) / 2**20 if pss else 0,
+                "student_pss_peak_mb_max": pss[-1] / 2**20 if pss else 0,
+                "student_group_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_group.items())},
+                "student_group_peak_mb_median": statistics.median(group) / 2**20 if group else 0,
+                "student_group_peak_mb_max": group[-1] / 2**20 if group else 0,
                 "cpu_mean": statistics.fmean(self.cpu) if self.cpu else 0, "cpu_max": max(self.cpu, default=0),
                 "student_cpu_s": dict(sorted(self.cpu_student.items())),
                 "student_cpu_s_median": statistics.median(self.cpu_student.values()) if self.cpu_student else 0,
@@ -698,6 +719,48 @@ def _by_user(uids: dict[int, str]) -> dict[str, tuple[int, float]]:
             have = out.get(name, (0, 0.0))
             out[name] = (have[0] + int(rss.group(1)) * 1024, have[1] + cpu)
     return out
+
+
+def _pss_by_user(uids: dict[int, str]) -> dict[str, int]:
+    """name -> PSS bytes of that user's processes now (/proc/PID/smaps_rollup, readable by root)."""
+    out: dict[str, int] = {}
+    for folder in Path("/proc").glob("[0-9]*"):
+        try:
+            uid = folder.stat().st_uid
+            if uid not in uids:
+                continue
+            found = re.search(r"^Pss:\s+(\d+) kB", (folder / "smaps_rollup").read_text(), re.M)
+        except (OSError, IndexError):
+            continue
+        if found:
+            out[uids[uid]] = out.get(uids[uid], 0) + int(found.group(1)) * 1024
+    return out
+
+
+def _group_memory(name: str) -> int | None:
+    """What the student's control group holds against their memory limit now, bytes (None: no group)."""
+    from twoprim.classroom.limits import find_hierarchy
+
+    hierarchy = find_hierarchy()
+    if hierarchy is None:
+        return None
+    folder = hierarchy.memory / name
+    try:
+        text = (folder / ("memory.current" if hierarchy.version == 2 else "memory.usage_in_bytes")).read_text()
+    except OSError:
+        return None
+    return int(text)
+
+
+def warm_kernel_lines(log: str) -> dict:
+    """What the hub's log says of students' kernels (twoprim/classroom/warm_kernels.py): how many were forked from
+    their server's zygote, how many started the usual way and why, and how long each zygote took to be ready."""
+    usual = re.findall(r"started the usual way: the zygote cannot serve it: (.*)", log)
+    ready = [float(x) for x in re.findall(r"the zygote \(pid \d+\) is ready, ([\d.]+) s after", log)]
+    return {"forked": len(re.findall(r"forked from the zygote", log)), "usual": len(usual),
+            "usual_why": sorted(set(usual))[:10], "zygotes_ready": len(ready),
+            "zygote_ready_s_p50": percentile(ready, 50) if ready else None,
+            "zygote_ready_s_max": max(ready, default=None)}
 
 
 # --- the class at once ----------------------------------------------------------------------------------------------
@@ -749,6 +812,7 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
             "finished_s": {s.name: s.finished - started for s in students if s.finished},
             "started_monotonic": started, "tokens": {s.name: s.token for s in students},
             "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure},
+            "warm_kernels": warm_kernel_lines(room.text()),
             "oom_kills": {s.name: _oom_kills(s.name) for s in students + watchers if s.failure}}
 
 
@@ -789,10 +853,18 @@ def format_report(report: dict) -> str:
         lines.append(f"  {step:22} {row['n']:3d} {row['p50']:8.1f} {row['p95']:8.1f} {row['max']:8.1f}")
     lines += ["", f"  memory in use: {report['machine_before_mb']:.0f} MB before, {report['machine_peak_mb']:.0f} MB "
               f"at the peak; per student (server + kernels, RSS): median {report['student_peak_mb_median']:.0f} MB, "
-              f"max {report['student_peak_mb_max']:.0f} MB",
+              f"max {report['student_peak_mb_max']:.0f} MB; PSS (shared pages counted once): median "
+              f"{report.get('student_pss_peak_mb_median', 0):.0f} MB, max {report.get('student_pss_peak_mb_max', 0):.0f} "
+              f"MB; their control group (what the limit counts): median "
+              f"{report.get('student_group_peak_mb_median', 0):.0f} MB, max "
+              f"{report.get('student_group_peak_mb_max', 0):.0f} MB",
               f"  CPU ({report['cpus']} cores): {100 * report['cpu_mean']:.0f}% busy on average, "
               f"{100 * report['cpu_max']:.0f}% at the peak; per student (their processes): median "
               f"{report['student_cpu_s_median']:.0f} CPU s",
+              f"  kernels: {report.get('warm_kernels', {}).get('forked', 0)} forked from a zygote, "
+              f"{report.get('warm_kernels', {}).get('usual', 0)} started the usual way "
+              f"{report.get('warm_kernels', {}).get('usual_why', [])}; zygote ready p50 "
+              f"{report.get('warm_kernels', {}).get('zygote_ready_s_p50')} s",
               f"  failures: {len(report['failures'])}"]
     for name, why in report["failures"].items():
         lines.append(f"    {name}: {why}")
