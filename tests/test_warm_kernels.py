@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.accounts import delete_account, shared_tmp
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 MEMORY_MB = 1024  # the zygote (~340 MB resident), this server-equivalent and two kernels fit; a 2 GiB array does not
 RUN_S = 240       # the whole scenario on a loaded 2-core machine (measured: 24 s at a load average of 6)

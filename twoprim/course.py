@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from twoprim.grading.nbgrader_cli import CourseError, generate_assignment, nbgrader
-from twoprim.core.notebooks import ROOT, assignments, clean, execute, lessons
+from twoprim.core.errors import CourseError
+from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader
+from twoprim.config import ROOT
+from twoprim.core.notebooks import assignments, clean, execute, lessons
 # the class's steps (twoprim/exchange/steps.py), named here too: scripts and tests call `course.release(...)`
 from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
 from twoprim.learner.state import workspace

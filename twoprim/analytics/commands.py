@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 from twoprim.core.notebooks import assignments
 
 __all__ = ["run"]

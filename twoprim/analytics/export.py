@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 
 __all__ = ["CANVAS_COLUMNS", "Export", "parse_assignments", "read_roster", "canvas_assignment_ids", "late_policy",
            "lateness", "export", "ROSTER_ID"]

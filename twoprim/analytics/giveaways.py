@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from twoprim.analytics.similarity import NOISE, WINDOW, _fingerprint
-from twoprim.core.notebooks import ROOT, lessons
+from twoprim.config import ROOT
+from twoprim.core.notebooks import lessons
 
 __all__ = ["Solution", "Cell", "Score", "solutions", "lesson_cells", "scores", "giveaways", "table", "THRESHOLD",
            "MIN_CHARS"]

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from twoprim.classroom.hub_checks import _tool, course_made
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 from twoprim.core.files import write_json
 
 RECORD = "hub-accounts.json"  # in grader/

@@ -44,8 +44,8 @@ from twoprim.classroom.class_accounts import record_created, record_path, remove
 from twoprim.classroom.hub_checks import MARKER, SYSTEM_PATH, _account, _tool, as_user, course_made, make_plan
 from twoprim.config import COURSE_ID
 from twoprim.classroom.hub_config import Plan, write_run_folder
-from twoprim.grading.nbgrader_cli import CourseError
-from twoprim.core.notebooks import ROOT
+from twoprim.core.errors import CourseError
+from twoprim.config import ROOT
 
 DEFAULT_PORT = 8000
 DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"   # nbgrader's documented place

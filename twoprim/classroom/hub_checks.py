@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from twoprim.classroom.hub_config import Plan
-from twoprim.grading.nbgrader_cli import CourseError
-from twoprim.core.notebooks import ROOT
+from twoprim.core.errors import CourseError
+from twoprim.config import ROOT
 
 MARKER = {"student": "Two Primitives student", "instructor": "Two Primitives instructor"}  # their GECOS field
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # Debian's NAME_REGEX, without the trailing '$' of machine accounts

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 
 LESSON = "lessons/00_start_here.ipynb"
 DEFAULT_PORT = 8888  # jupyter_server's DEFAULT_JUPYTER_SERVER_PORT

@@ -188,7 +188,7 @@ def protected(plan, args):
     to do."""
     import dataclasses
 
-    from twoprim.grading.nbgrader_cli import CourseError
+    from twoprim.core.errors import CourseError
 
     for flag, value in (("--memory-mb", args.memory_mb), ("--cpus", args.cpus), ("--cull-idle", args.cull_idle),
                         ("--max-servers", args.max_servers)):

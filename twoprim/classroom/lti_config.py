@@ -36,7 +36,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # as hub_checks.NAME: a Unix account name
 RECORD = "lti-users.json"   # in a course's grader/

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from twoprim.classroom import lti_config as lc
 from twoprim.config import COURSE_ID
-from twoprim.grading.nbgrader_cli import CourseError
+from twoprim.core.errors import CourseError
 
 RECORD = "lti-grades.sqlite"   # in grader/
 TRIES = 3

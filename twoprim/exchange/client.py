@@ -530,7 +530,7 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
     student the hub authenticated, the bytes, the service's arrival time. As the service's account (the instructor)
     read from its store; elsewhere over HTTP with $JUPYTERHUB_API_TOKEN (the instructor's)."""
     from twoprim.config import COURSE_ID
-    from twoprim.grading.nbgrader_cli import CourseError
+    from twoprim.core.errors import CourseError
 
     room = classroom(root)
     try:
@@ -544,7 +544,7 @@ def refused_in_service(aid: str, root: Path) -> list[dict]:
     """Every submission of `aid` the classroom's exchange service refused (over a quota, a size, a misplaced
     notebook...): student, time, the limit hit and the message the student saw; for collect's report."""
     from twoprim.config import COURSE_ID
-    from twoprim.grading.nbgrader_cli import CourseError
+    from twoprim.core.errors import CourseError
 
     room = classroom(root)
     try:

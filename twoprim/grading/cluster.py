@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from twoprim.grading import oracle, sandbox
-from twoprim.grading.nbgrader_cli import CourseError
-from twoprim.core.notebooks import ROOT
+from twoprim.core.errors import CourseError
+from twoprim.config import ROOT
 from twoprim.grading.gradebook import GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission, record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot, submitted_students
 from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
 from twoprim.grading.reports import write_reports

@@ -307,7 +307,7 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         for module, changes in _SET_BY.items():
-            if not re.fullmatch(r"twoprim\.ex\d\d", module) or module == request.get("module"):
+            if not re.fullmatch(r"twoprim\.ex\d\d[a-z]?", module) or module == request.get("module"):
                 os.environ.update(changes)
         threads = request["env"].get("OMP_NUM_THREADS")
         if threads and "torch" in sys.modules:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from twoprim.core.notebooks import ROOT
+from twoprim.config import ROOT
 from twoprim.grading import sandbox
 from twoprim.grading.cluster import MAX_ATTEMPTS
 from twoprim.grading.execute import watching_cells
