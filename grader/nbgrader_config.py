@@ -19,7 +19,19 @@ ROOT = os.path.dirname(GRADER)
 c.CourseDirectory.root = ROOT
 from twoprim.config import COURSE_ID  # noqa: E402
 
-c.CourseDirectory.course_id = COURSE_ID
+
+def _classroom_course_id():
+    """A hub of several courses (./course hub --courses) names each course folder's id in grader/classroom.json."""
+    import json
+
+    try:
+        with open(os.path.join(GRADER, "classroom.json")) as f:
+            return json.load(f).get("course_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+c.CourseDirectory.course_id = _classroom_course_id() or COURSE_ID
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 c.CourseDirectory.submitted_directory = os.path.join("grader", "submitted")

@@ -1092,3 +1092,121 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
     assert not left, "processes of the class outlived the hub:\n" + "\n".join(left)
     assert len(ports) == 2 and not still_open, f"ports {still_open} of {ports} still answer after the hub stopped"
     assert service_ports and not any(map(_listening, service_ports)), f"the exchange service {service_ports} answers"
+
+
+# --- several courses on one hub ----------------------------------------------------------------------------------
+
+IN_BROWSER = """async ([method, url, body]) => {
+    const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "";
+    const r = await fetch(url, {method, body: body || undefined, headers: {"X-XSRFToken": decodeURIComponent(xsrf),
+                                "Content-Type": "application/x-www-form-urlencoded"}});
+    return [r.status, await r.text()];
+}"""
+
+
+def _ask(page, method: str, url: str, body: str = "") -> tuple[int, object]:
+    """A request from the user's own page, with their cookies (and JupyterLab's xsrf token): (status, JSON or text)."""
+    status, text = page.evaluate(IN_BROWSER, [method, url, body])
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
+    """Two courses (the clone and a second copy), a student in each and one in both, an instructor each: every
+    student sees and hands in only their own courses' assignments; each instructor's formgrader and gradebook hold
+    their own course's submissions only; neither instructor reaches the other's server, exchange or files."""
+    if clone is None:
+        pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
+    import requests
+    from playwright.sync_api import sync_playwright
+
+    from .accounts import python_as
+
+    started = time.monotonic()
+    ia, ib, sa, sb, sab = _names(5)
+    folders = {"gemm-a": clone["course"], "gemm-b": clone["base"] / "course-b"}
+    if not folders["gemm-b"].exists():
+        folders["gemm-b"].mkdir()
+        point_venv_at(clone_for(folders["gemm-b"]), clone["python"])
+    aids = {"gemm-a": AID, "gemm-b": "ex02_gemm"}
+    courses = clone["base"] / "courses.json"
+    courses.write_text(json.dumps({"courses": [
+        {"id": "gemm-a", "folder": str(folders["gemm-a"]), "instructor": ia, "students": [sa, sab]},
+        {"id": "gemm-b", "folder": str(folders["gemm-b"]), "instructor": ib, "students": [sb, sab]}]}))
+    port = _free_port()
+    hub = Hub(clone["course"], ["--courses", str(courses), "--port", str(port)], clone["base"] / "hub-courses.log")
+    accounts = [ia, ib, sa, sb, sab]
+    stopped = None
+    try:
+        base, passwords = hub.table(accounts)
+        for cid, teacher in (("gemm-a", ia), ("gemm-b", ib)):  # each instructor releases in their own course
+            proc = _course(folders[cid], "release", aids[cid], user=pwd.getpwnam(teacher), timeout=300)
+            assert proc.returncode == 0, proc
+        mine = {sa: ["gemm-a"], sb: ["gemm-b"], sab: ["gemm-a", "gemm-b"]}
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            try:
+                pages = {name: _login(browser, base, name, passwords[name]) for name in accounts}
+                for name in accounts:
+                    with _step(f"20-{name}-lab", pages[name], hub):
+                        _lab_ready(pages[name], name, port)
+                for student, theirs in mine.items():
+                    page, root = pages[student], f"http://{student}.localhost:{port}/user/{student}/"
+                    with _step(f"21-{student}-assignments", page, hub):
+                        status, listed = _ask(page, "GET", root + "courses")
+                        assert status == 200 and listed["value"] == theirs, listed  # only their courses
+                        for cid in ("gemm-a", "gemm-b"):
+                            status, listed = _ask(page, "GET", root + f"assignments?course_id={cid}")
+                            released = [a["assignment_id"] for a in listed.get("value") or [] if
+                                        a.get("status") == "released"] if listed.get("success") else None
+                            assert released == ([aids[cid]] if cid in theirs else None), (student, cid, listed)
+                            if cid in theirs:  # fetch and hand in, from the student's own page
+                                form = f"course_id={cid}&assignment_id={aids[cid]}"
+                                for action in ("fetch", "submit"):
+                                    status, answer = _ask(page, "POST", root + f"assignments/{action}", form)
+                                    assert status == 200 and answer["success"], (student, cid, action, answer)
+                        _shot(page, f"21-{student}-assignments")
+                for cid, teacher in (("gemm-a", ia), ("gemm-b", ib)):
+                    proc = _course(folders[cid], "collect", aids[cid], user=pwd.getpwnam(teacher), timeout=300)
+                    assert proc.returncode == 0, proc
+                for cid, teacher, other in (("gemm-a", ia, ib), ("gemm-b", ib, ia)):
+                    page = pages[teacher]
+                    with _step(f"22-{teacher}-formgrader", page, hub):
+                        root = f"http://{teacher}.localhost:{port}/user/{teacher}/formgrader/api/"
+                        status, subs = _ask(page, "GET", root + f"submissions/{aids[cid]}")
+                        assert status == 200 and isinstance(subs, list), (status, re.sub(r"<[^>]+>", " ", str(subs))[-1500:])
+                        submitted = sorted(s["student"] for s in subs if s.get("submitted"))
+                        assert submitted == sorted(s for s, t in mine.items() if cid in t), (cid, subs)
+                        status, students = _ask(page, "GET", root + "students")
+                        assert {s["id"] for s in students} == {s for s, t in mine.items() if cid in t}, students
+                        _shot(page, f"22-{teacher}-formgrader")
+                        # the other course's formgrader, server and exchange are not theirs
+                        theirs = f"http://{other}.localhost:{port}/user/{other}/formgrader/api/students"
+                        response = page.goto(theirs)
+                        assert response.status in (403, 404), (teacher, other, response.status)
+                        page.goto(f"http://{teacher}.localhost:{port}/user/{teacher}/lab")
+                    other_cid = "gemm-b" if cid == "gemm-a" else "gemm-a"
+                    code, out = python_as(teacher, "import os\nfor p in %r:\n"
+                                                   "    try:\n        os.listdir(p); print('READ', p)\n"
+                                                   "    except PermissionError:\n        print('DENIED', p)\n"
+                                          % [str(folders[other_cid] / "grader"), str(folders[other_cid] / "solutions")])
+                    assert code == 0 and "READ" not in out and out.count("DENIED") == 2, out
+                service_a = json.loads((folders["gemm-a"] / "grader" / "classroom.json").read_text())["exchange_url"]
+                for outsider in (ib, sb):  # their servers' tokens do not reach course A's exchange
+                    token = _Service._server(None, outsider).environ()["JUPYTERHUB_API_TOKEN"]
+                    answer = requests.get(service_a + "api/submissions/gemm-a", timeout=60,
+                                          headers={"Authorization": f"token {token}"})
+                    assert answer.status_code == 403 and "does not grant" in answer.json()["error"], answer.text
+            finally:
+                browser.close()
+        stopped = hub.interrupt()
+        assert stopped == 0, hub.tail()
+        print(f"several courses: {time.monotonic() - started:.1f} s")
+    finally:
+        if stopped is None:
+            with contextlib.suppress(Exception):
+                hub.interrupt()
+        for name in accounts:
+            delete_account(name)

@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-servers", type=int, default=0,
                    help="the most servers running at once; a login past it gets a page saying the classroom is full "
                         "(default 0: no limit; the README's capacity table says what a machine serves)")
+    p.add_argument("--courses", type=Path, default=None, metavar="FILE",
+                   help="several courses on this hub: a JSON or TOML file listing each course's id, folder (a copy "
+                        "of the course), instructor and students; each course gets its own exchange, formgrader and "
+                        "gradebook, and its hub groups nbgrader-ID and formgrade-ID")
+    p.add_argument("--lti", type=Path, default=None, metavar="CONFIG",
+                   help="logins from the LMS over LTI 1.3 (a JSON or TOML file: the platform's issuer, client id, "
+                        "deployment ids, URLs, the tool's private key, LMS contexts -> courses; docs/guides/lti.md):"
+                        " students' accounts are made at their first launch")
     p.add_argument("--remove-class", action="store_true",
                    help="at the end of a course: delete the accounts ./course hub created (recorded in "
                         "grader/hub-accounts.json) and their homes, and no other; says what it will delete and asks")
@@ -272,9 +280,58 @@ def prepare_store(store: Path, instructor: pwd.struct_passwd) -> None:
     store.chmod(0o700)
 
 
+def _record_classroom(plan: Plan, folder: Path, owner: pwd.struct_passwd, settings: dict) -> None:
+    """grader/classroom.json: the exchange for the instructor's later commands (and the course id of the folder)."""
+    record = folder / "grader" / CLASSROOM_FILE
+    record.write_text(json.dumps({"url": plan.url, **settings}, indent=1) + "\n")
+    os.chown(record, owner.pw_uid, owner.pw_gid)
+
+
+def _nobody() -> pwd.struct_passwd:
+    return pwd.getpwnam("nobody")
+
+
+def prepare_several(plan: Plan) -> dict[str, str]:
+    """--courses: each course's instructor and students (a student of two courses has one account), its folder
+    given to its instructor, its store; each checked as one of its students (or nobody): no other course's
+    solutions, gradebook or submissions, no one else's home."""
+    import dataclasses
+
+    passwords: dict[str, str] = {}
+    everyone = {c.instructor for c in plan.courses} | set(plan.students)
+    renew = everyone if "all" in plan.new_passwords else set(plan.new_passwords)
+    accounts: dict[str, pwd.struct_passwd] = {}
+    for course in plan.courses:
+        teacher, passwords[course.instructor] = ensure_account(course.instructor, "instructor",
+                                                               course.instructor in renew, course.folder)
+        accounts[course.instructor] = teacher
+        for name in course.students:
+            if name not in accounts:
+                accounts[name], passwords[name] = ensure_account(name, "student", name in renew, course.folder)
+        give_course(course.folder, teacher)
+        prepare_store(course.store, teacher)
+        _record_classroom(plan, course.folder, teacher, {
+            "course_id": course.id, "instructor": course.instructor, "students": list(course.students),
+            "exchange_kind": "service", "exchange": str(plan.exchange), "exchange_url": course.service_url,
+            "exchange_store": str(course.store)})
+    for name in plan.students:
+        first = next(c for c in plan.courses if name in c.students)
+        furnish_home(dataclasses.replace(plan, course=first.folder), accounts[name])
+    for course in plan.courses:
+        probe = accounts[course.students[0]] if course.students else _nobody()
+        others = [a for n, a in accounts.items() if n != probe.pw_name]
+        verify_as_student(dataclasses.replace(plan, course=course.folder), probe, others)
+        for other in plan.courses:
+            if other is not course:  # another course's private folders too
+                verify_as_student(dataclasses.replace(plan, course=other.folder), probe, [])
+    return passwords
+
+
 def prepare(plan: Plan) -> dict[str, str]:
     """Accounts, homes, the course's permissions, the exchange; returns account -> its password for the table (new,
     KEPT or OWN)."""
+    if plan.several:
+        return prepare_several(plan)
     passwords = {}
     renew = set(plan.students) | {plan.instructor} if "all" in plan.new_passwords else set(plan.new_passwords)
     instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor", plan.instructor in renew,
@@ -297,7 +354,7 @@ def prepare(plan: Plan) -> dict[str, str]:
                                   **({"exchange_url": plan.service_url, "exchange_store": str(plan.store)}
                                      if plan.service else {})}, indent=1) + "\n")
     os.chown(record, instructor.pw_uid, instructor.pw_gid)
-    verify_as_student(plan, accounts[0], [instructor, *accounts[1:]])
+    verify_as_student(plan, accounts[0] if accounts else _nobody(), [instructor, *accounts[1:]])
     return passwords
 
 
@@ -307,18 +364,27 @@ def prepare(plan: Plan) -> dict[str, str]:
 def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
     """The table printed when the hub starts: each account, its role, its password and where its server opens."""
     rows = [("account", "role", "password", "their server opens in")]
-    rows.append((plan.instructor, "instructor", passwords[plan.instructor],
-                 f"{plan.course} (the course; Nbgrader > Formgrader)"))
+    for course in plan.courses or [None]:
+        instructor = course.instructor if course else plan.instructor
+        where = f"{course.folder} (course {course.id}" if course else f"{plan.course} (the course"
+        rows.append((instructor, "instructor", passwords[instructor], f"{where}; Nbgrader > Formgrader)"))
     for name in plan.students:
-        rows.append((name, "student", passwords[name], f"~{name} (lessons/, exercises/)"))
+        mine = [c.id for c in plan.courses if name in c.students]
+        rows.append((name, "student", passwords[name],
+                     f"~{name} (lessons/, exercises/{'<course>/' if mine else ''})" +
+                     (f" in {', '.join(mine)}" if mine else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     where = f"on {plan.ip or 'every interface'}, TLS" if plan.public else "loopback only"
     lines = ["", f"The Two Primitives classroom is running (JupyterHub, {where}): {plan.url}", ""]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
     lines += ["",
-              f"Log in at {plan.url}hub/login with an account and its password (a new one is shown only here, once; "
-              f"accounts keep theirs across runs, `passwd` in a JupyterLab terminal changes it, and "
-              f"--new-password NAME gives one a new one).",
+              (f"Logins come from the LMS (LTI 1.3, {plan.lti}): register the tool there with the OIDC login URL "
+               f"{plan.url}hub/lti13/oauth_login, the redirect URI {plan.url}hub/lti13/oauth_callback and the "
+               f"public JWK URL {plan.url}hub/lti13/jwks ({plan.url}hub/lti13/config is Canvas's JSON); students' "
+               f"accounts are made at their first launch." if plan.lti else
+               f"Log in at {plan.url}hub/login with an account and its password (a new one is shown only here, once; "
+               f"accounts keep theirs across runs, `passwd` in a JupyterLab terminal changes it, and "
+               f"--new-password NAME gives one a new one)."),
               *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
                  f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
               (f"Exchange: the service {plan.service_url} (JupyterHub says who submits; submissions are kept in "

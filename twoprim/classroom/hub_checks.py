@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twoprim.classroom.hub_config import Plan
+from twoprim.classroom.hub_config import CourseSpec, Plan
 from twoprim.core.errors import CourseError
+from twoprim.config import COURSE_ID
 from twoprim.config import ROOT
 
 MARKER = {"student": "Two Primitives student", "instructor": "Two Primitives instructor"}  # their GECOS field
@@ -46,6 +47,8 @@ def student_names(args) -> list[str]:
     names = [n.strip() for n in args.students.split(",") if n.strip()]
     if args.roster is not None:
         names += roster_ids(args.roster)
+    if not names and getattr(args, "lti", None) is not None:
+        return []  # students arrive from the LMS: each account is made at its first launch
     if not names:
         raise CourseError("no students: name them with --students alice,bob,carol or --roster students.csv "
                           "(make hub HUB_ARGS=\"--students alice,bob\")")
@@ -302,9 +305,88 @@ def check_exchange(exchange: Path) -> None:
                           f"exchange every account can reach, e.g. --exchange /srv/nbgrader/exchange")
 
 
+COURSE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+def load_courses(path: Path) -> list[CourseSpec]:
+    """--courses FILE (JSON, or TOML when it ends in .toml): `courses`, a list of {id, folder, instructor,
+    students}, each folder a copy of the course; checked: ids, folders, names, one instructor per course and no one
+    both a course's instructor and a student."""
+    import json
+    import tomllib
+
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        entries = data["courses"]
+        assert isinstance(entries, list) and entries
+    except OSError as err:
+        raise CourseError(f"cannot read --courses {path} ({err.strerror})") from None
+    except (ValueError, KeyError, TypeError, AssertionError, tomllib.TOMLDecodeError) as err:
+        raise CourseError(f"--courses {path} must hold a list `courses` of {{id, folder, instructor, students}} "
+                          f"(docs/guides/lti.md has an example): {type(err).__name__} {err}") from None
+    specs, seen = [], set()
+    for entry in entries:
+        cid, folder = str(entry.get("id", "")), Path(str(entry.get("folder", "")))
+        students = entry.get("students") or []
+        students = [n.strip() for n in (students.split(",") if isinstance(students, str) else students) if n.strip()]
+        if not COURSE_ID_RE.match(cid) or cid in seen:
+            raise CourseError(f"course id {cid!r} in {path} is {'listed twice' if cid in seen else 'not valid'}: "
+                              f"lower-case letters, digits and '-', at most 31, each course its own")
+        if not folder.is_absolute() or not (folder / "grader" / "nbgrader_config.py").is_file():
+            raise CourseError(f"the folder of course {cid} in {path}, {folder}, is not a copy of the course (an "
+                              f"absolute path with grader/nbgrader_config.py): git clone the course there")
+        for name in [*students, str(entry.get("instructor", ""))]:
+            if not NAME.match(name):
+                raise CourseError(f"{name!r} (course {cid} in {path}) is not a valid Unix user name")
+        seen.add(cid)
+        specs.append(CourseSpec(cid, folder.resolve(), str(entry["instructor"]), tuple(students)))
+    instructors = [c.instructor for c in specs]
+    for c in specs:
+        if instructors.count(c.instructor) > 1:
+            raise CourseError(f"{c.instructor} is the instructor of several courses in {path}: each course needs "
+                              f"an instructor account of its own (it owns the course's folder and gradebook)")
+        both = set(instructors) & set(c.students)
+        if both:
+            raise CourseError(f"{', '.join(sorted(both))} is a student of {c.id} and an instructor in {path}: give "
+                              f"them a student account of another name")
+    return specs
+
+
+def _several(args, plan_students: list[str]) -> tuple[list[CourseSpec], list[str], str]:
+    """--courses: the courses (with free service ports), every student, the first instructor."""
+    import dataclasses
+
+    if getattr(args, "exchange_kind", "service") != "service":
+        raise CourseError("--courses needs the exchange service (each course's own): leave out --exchange-kind")
+    specs = load_courses(args.courses)
+    students = sorted({*plan_students, *(n for c in specs for n in c.students)})
+    for c in specs:
+        check_accounts(list(c.students), c.instructor)
+        check_environment_reach(c.folder)
+    ports: set[int] = set()
+    out = []
+    for c in specs:
+        port = free_port()
+        while port in ports or port == args.port:
+            port = free_port()
+        ports.add(port)
+        out.append(dataclasses.replace(c, service_port=port))
+    return out, students, specs[0].instructor
+
+
+def check_environment_reach(folder: Path) -> None:
+    """Every account must pass through the folders above a course (its students' servers read its lessons)."""
+    blocked = _blocked_ancestor(folder)
+    if blocked is not None:
+        raise CourseError(f"other accounts cannot enter {blocked}, which holds the course {folder}: chmod o+x "
+                          f"{blocked}, or move the course")
+
+
 def make_plan(args, *, course: Path = ROOT) -> Plan:
     """Every check, in the order a user fixes them; raises CourseError with what to do."""
-    students = student_names(args)
+    several = getattr(args, "courses", None) is not None
+    students = [] if several and not args.students and args.roster is None else student_names(args)
     if os.geteuid() != 0:
         raise CourseError(f"./course hub creates a Unix account per student and starts each one's server as them, "
                           f"which needs root: sudo {course / 'course'} hub "
@@ -312,8 +394,16 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
     for tool in ("useradd", "usermod", "chpasswd"):
         if _tool(tool) is None:
             raise CourseError(f"`{tool}` was not found: apt-get install passwd")
-    check_accounts(students, args.instructor)
-    check_new_passwords(args.new_password, students, args.instructor)
+    courses, instructor = [], args.instructor
+    if several:
+        courses, students, instructor = _several(args, students)
+    lti = getattr(args, "lti", None)
+    if lti is not None:
+        from twoprim.classroom import lti_config
+
+        lti_config.load(lti, {c.id for c in courses} if courses else {COURSE_ID})
+    check_accounts(students, instructor)
+    check_new_passwords(args.new_password, students, instructor)
     if not 0 < args.port < 65536:
         raise CourseError(f"--port {args.port} is not a port number: choose one in 1-65535, e.g. --port 8000")
     public = args.public is not None
@@ -346,7 +436,8 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
         raise CourseError(f"--max-file-mb {max_file_mb:g} is not a size: give the largest file a student may submit "
                           f"in MB, e.g. --max-file-mb 100")
     return Plan(course=course, venv=course / ".venv", proxy=proxy, exchange=args.exchange.resolve(),
-                instructor=args.instructor, students=tuple(students), port=args.port, hub_port=hub_port,
+                instructor=instructor, students=tuple(students), courses=tuple(courses),
+                lti=lti.resolve() if lti is not None else None, port=args.port, hub_port=hub_port,
                 proxy_api_port=proxy_api_port, host=args.public or "localhost", ip=ip,
                 ssl_cert=args.ssl_cert.resolve() if public else None,
                 ssl_key=args.ssl_key.resolve() if public else None, new_passwords=tuple(args.new_password),

@@ -39,6 +39,37 @@ STOP_TIMEOUT_S = 20   # from SIGTERM to SIGKILL of a server: its kernels shut do
 
 
 @dataclass(frozen=True)
+class CourseSpec:
+    """One course of a hub serving several (`--courses FILE`): its folder (a copy of the course, with its own
+    grader/: gradebook, submissions, exchange store), its instructor (who owns the folder and runs its exchange
+    service and formgrader) and its students."""
+
+    id: str                      # nbgrader's course id, the hub groups nbgrader-ID and formgrade-ID
+    folder: Path
+    instructor: str
+    students: tuple[str, ...]
+    service_port: int = 0
+
+    @property
+    def service_name(self) -> str:
+        from twoprim.exchange.service import NAME
+
+        return f"{NAME}-{self.id}"
+
+    @property
+    def scope(self) -> str:
+        return f"access:services!service={self.service_name}"
+
+    @property
+    def store(self) -> Path:
+        return self.folder / "grader" / "exchange"
+
+    @property
+    def service_url(self) -> str:
+        return f"http://127.0.0.1:{self.service_port}/services/{self.service_name}/"
+
+
+@dataclass(frozen=True)
 class Plan:
     """What one run serves."""
 
@@ -66,6 +97,21 @@ class Plan:
     cpus: float = 1.0               # ... and their CPU time, in cores
     cull_idle_s: int = 3600         # a server idle this long is stopped (jupyterhub-idle-culler); 0: never
     max_servers: int = 0            # running servers at most; a login past it gets a page saying so; 0: no limit
+    courses: tuple[CourseSpec, ...] = ()  # --courses: several courses on one hub (else the one course, `course`)
+    lti: Path | None = None         # --lti CONFIG: logins from the LMS (lti.py)
+
+    @property
+    def several(self) -> bool:
+        return bool(self.courses)
+
+    def lti_courses(self) -> dict[str, dict]:
+        """course id -> what the LTI authenticator needs of it."""
+        python = str(self.venv / "bin" / "python")
+        if self.several:
+            return {c.id: {"folder": str(c.folder), "instructor": c.instructor, "nested": True, "python": python}
+                    for c in self.courses}
+        return {COURSE_ID: {"folder": str(self.course), "instructor": self.instructor, "nested": False,
+                            "python": python}}
 
     @property
     def service(self) -> bool:
@@ -123,7 +169,16 @@ def write_run_folder(plan: Plan, run: Path) -> Path:
                                                  indent=1))
     for path in [*(run / "student").rglob("*"), *(run / "share").rglob("*"), run / "share"]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    for path in (run / "instructor").rglob("*"):
+    for course in plan.courses:  # several courses: each instructor's nbgrader reads their own course's configuration
+        folder = run / f"instructor-{course.id}"
+        folder.mkdir()
+        folder.chmod(0o755)
+        (folder / "jupyter_server_config.json").write_text((run / "instructor" / "jupyter_server_config.json").read_text())
+        (folder / "nbgrader_config.py").write_text(
+            f"# Written by ./course hub: the formgrader and nbgrader of course {course.id} use its folder's configuration\n"
+            f"load_subconfig({str(course.folder / 'grader' / 'nbgrader_config.py')!r})  # noqa: F821\n")
+    for path in [*(run / "instructor").rglob("*"), *(p for c in plan.courses for p in
+                                                     (run / f"instructor-{c.id}").rglob("*"))]:
         path.chmod(0o644)
     (hub / "templates").mkdir()
     (hub / "templates" / "error.html").write_text(FULL_PAGE)
@@ -148,7 +203,10 @@ def _student_nbgrader_config(plan: Plan) -> str:
         "# Written by ./course hub for this run: a student's nbgrader (the Assignments tab, nbgrader in a terminal).\n"
         "import os\n\n"
         "c = get_config()  # noqa: F821\n"
-        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        + ("# Several courses on this hub: the Assignments tab lists each of the student's (their nbgrader-COURSE\n"
+           "# groups, $TWOPRIM_EXCHANGE_URLS), each course's assignments in ~/exercises/<course>/<assignment>/\n"
+           "c.CourseDirectory.course_id = ''\nc.ServiceExchange.path_includes_course = True\n"
+           if plan.several else f"c.CourseDirectory.course_id = {COURSE_ID!r}\n") +
         f"c.Exchange.root = {str(plan.exchange)!r}\n"
         "# fetched assignments land in ~/exercises/<assignment>/, beside ~/lessons/\n"
         "c.Exchange.assignment_dir = os.path.join(os.path.expanduser('~'), 'exercises')\n"
@@ -162,7 +220,7 @@ def _student_nbgrader_config(plan: Plan) -> str:
 
         text += ("# The exchange is the classroom's service: fetch, submit, list and feedback go over HTTP with this\n"
                  "# server's JUPYTERHUB_API_TOKEN, and the hub tells the service who is asking.\n"
-                 + config_text(plan.service_url))
+                 + config_text("" if plan.several else plan.service_url))
     else:
         from twoprim.exchange.filesystem import config_text as sealed
 
@@ -171,9 +229,43 @@ def _student_nbgrader_config(plan: Plan) -> str:
     return text
 
 
+def _services(plan: Plan) -> str:
+    """Several courses: one exchange service per course, run as its instructor on its own store; the groups
+    nbgrader-COURSE (its students and instructor) may reach it, formgrade-COURSE (its instructor) marks its staff."""
+    from twoprim.grading.gradebook import database_url
+
+    services, roles, groups = [], [{"name": "user", "scopes": ["self"]}], {}
+    for course in plan.courses:
+        command = [str(plan.venv / "bin" / "python"), "-m", "twoprim.exchange.service", "--store", str(course.store),
+                   "--course", course.id, "--instructor", course.instructor, "--max-file-mb",
+                   f"{plan.max_file_mb:g}", "--max-submissions", str(plan.max_submissions), "--max-stored-mb",
+                   f"{plan.max_stored_mb:g}", "--memory-mb", str(plan.service_memory_mb),
+                   "--gradebook", database_url(course.folder)]
+        services.append({"name": course.service_name, "url": f"http://127.0.0.1:{course.service_port}",
+                         "command": command, "user": course.instructor, "cwd": str(course.folder),
+                         "environment": {"PATH": "PATH"}, "display": False})
+        for group in (f"nbgrader-{course.id}", f"formgrade-{course.id}"):
+            roles.append({"name": group, "groups": [group], "scopes": [course.scope]})
+        groups[f"nbgrader-{course.id}"] = {"users": sorted({course.instructor, *course.students})}
+        groups[f"formgrade-{course.id}"] = {"users": [course.instructor]}
+    text = (f"# Several courses on one hub: an exchange service per course, run as its instructor on its own store\n"
+            f"# (grader/exchange/ of its folder); only the course's group reaches it (its role's scope), and each\n"
+            f"# server's token carries the scopes its user holds.\n"
+            f"c.JupyterHub.services = {services!r}\n"
+            f"for service in c.JupyterHub.services:\n"
+            f"    service['environment'] = {{'PATH': PATH}}\n"
+            f"c.JupyterHub.load_roles = {roles!r}\n"
+            f"c.Spawner.server_token_scopes = {['users:activity!user', 'access:servers!server', *(c.scope for c in plan.courses)]!r}\n")
+    if plan.lti is None:  # with LTI the groups come from the launches (manage_groups)
+        text += f"c.JupyterHub.load_groups = {groups!r}\n"
+    return text
+
+
 def _service(plan: Plan) -> str:
     """The exchange service in jupyterhub_config.py: started (and restarted) by the hub as the instructor, on
     loopback; every user may reach it, and each server's token carries that scope."""
+    if plan.several:
+        return _services(plan)
     if not plan.service:
         return "# The exchange: nbgrader's shared folder (--exchange-kind filesystem); no exchange service.\n"
     from twoprim.exchange.service import NAME, SCOPE
@@ -297,9 +389,7 @@ c.JupyterHub.pid_file = "{run / 'hub' / 'jupyterhub.pid'}"
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True
 
-# The course's Unix accounts, with the passwords ./course hub set for this run.
-c.JupyterHub.authenticator_class = "pam"
-c.Authenticator.allowed_users = set([INSTRUCTOR, *STUDENTS])
+{_logins(plan)}
 
 # LocalProcessSpawner with each user's limits (twoprim/classroom/limits.py; the values below)
 c.JupyterHub.spawner_class = "twoprim.classroom.limits.ClassroomSpawner"
@@ -333,6 +423,47 @@ def pre_spawn_hook(spawner):
         env["TWOPRIM_WORKSPACE"] = "~"  # their lessons/, exercises/ and progress file (twoprim.learner.state.workspace)
 
 
+{_several_hook(plan)}
 c.Spawner.pre_spawn_hook = pre_spawn_hook
+'''
+
+
+def _logins(plan: Plan) -> str:
+    """PAM logins for the course's accounts, or (--lti) LTI 1.3 launches from the LMS."""
+    if plan.lti is not None:
+        from twoprim.classroom import lti
+
+        return lti.hub_config(plan.lti, plan.lti_courses())
+    return ("# The course's Unix accounts, with the passwords ./course hub set for this run.\n"
+            "c.JupyterHub.authenticator_class = \"pam\"\n"
+            "c.Authenticator.allowed_users = set([INSTRUCTOR, *STUDENTS])\n")
+
+
+def _several_hook(plan: Plan) -> str:
+    """Several courses: each instructor's server opens in their course's folder, with its exchange; every user's
+    server gets the exchange of each course they are in (their nbgrader-COURSE groups)."""
+    if not plan.several:
+        return ""
+    courses = {c.id: {"folder": str(c.folder), "instructor": c.instructor, "url": c.service_url} for c in plan.courses}
+    return f'''COURSES = {courses!r}
+one_course_hook = pre_spawn_hook
+
+
+def pre_spawn_hook(spawner):
+    """The courses of the user (their groups): the exchange of each; an instructor's server opens in their course."""
+    import json
+
+    one_course_hook(spawner)
+    env = spawner.environment
+    groups = {{group.name for group in spawner.user.groups}}
+    env["TWOPRIM_EXCHANGE_URLS"] = json.dumps({{cid: c["url"] for cid, c in COURSES.items()
+                                               if f"nbgrader-{{cid}}" in groups}})
+    env.pop("TWOPRIM_EXCHANGE_URL", None)
+    for cid, course in COURSES.items():
+        if course["instructor"] == spawner.user.name:
+            spawner.notebook_dir = course["folder"]
+            env["JUPYTER_CONFIG_PATH"] = f"{{INSTRUCTOR_CONFIG}}-{{cid}}"
+            env["TWOPRIM_EXCHANGE_URL"] = course["url"]
+            env.pop("TWOPRIM_WORKSPACE", None)
 '''
 

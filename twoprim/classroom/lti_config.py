@@ -193,6 +193,7 @@ def account_name(claims: dict, taken, username_claim: str = "") -> str:
 
 
 def record_path(course: Path) -> Path:
+    """The course's record of LTI launches: grader/lti-users.json."""
     return Path(course) / "grader" / RECORD
 
 

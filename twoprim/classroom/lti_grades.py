@@ -138,6 +138,7 @@ def _db(root: Path) -> sqlite3.Connection:
 
 
 def last_accepted(db, course: str, aid: str, student: str) -> tuple | None:
+    """What the platform last accepted for the student (user, line item, score, maximum, progress), or None."""
     return db.execute("SELECT user_id, lineitem, score, maximum, progress FROM sent WHERE course=? AND assignment=? "
                       "AND student=? AND ok=1 ORDER BY id DESC LIMIT 1", (course, aid, student)).fetchone()
 

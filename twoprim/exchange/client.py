@@ -29,7 +29,7 @@ from pathlib import Path
 
 from nbgrader.exchange import abc
 from nbgrader.exchange.abc.exchange import ExchangeError
-from traitlets import Bool, Unicode, default
+from traitlets import Bool, Dict, Unicode, default
 
 from twoprim.exchange import service as svc
 from twoprim.exchange.intake import Submission, admit
@@ -46,6 +46,8 @@ CLASSES = {"exchange": "ServiceExchange", "fetch_assignment": "ExchangeFetchAssi
 CLASSROOM_FILE = "classroom.json"
 SEALED_SUBMIT = "twoprim.exchange.filesystem.ExchangeSubmit"  # nbgrader's submit, the folder then only its owner's
 TIMEOUT = (10, 900)  # connect, then read: a 100 MB upload on a busy machine
+URLS_ENV = "TWOPRIM_EXCHANGE_URLS"  # a hub serving several courses: {course id: its service's URL}, the user's own
+COURSE_FIRST = {"released", "release_files", "release", "submit", "submissions", "release_feedback", "refusals"}
 
 
 # --- the two ways to the service -----------------------------------------------------------------------------
@@ -201,6 +203,17 @@ class ServiceExchange(abc.Exchange):
     api_token = Unicode(help="The hub token sent to the service (default: $JUPYTERHUB_API_TOKEN, the one the hub "
                              "gives each user's server)").tag(config=True)
     path_includes_course = Bool(False, help="Fetch into <assignment_dir>/<course>/<assignment>").tag(config=True)
+    service_urls = Dict(help="A hub serving several courses: course id -> that course's exchange service URL, for "
+                             "the courses this user is in (default: $TWOPRIM_EXCHANGE_URLS, which ./course hub "
+                             "sets in each server from the user's nbgrader-COURSE groups)").tag(config=True)
+
+    @default("service_urls")
+    def _urls_default(self):
+        try:
+            urls = json.loads(os.environ.get(URLS_ENV) or "{}")
+        except ValueError:
+            return {}
+        return urls if isinstance(urls, dict) else {}
 
     @default("service_url")
     def _url_default(self):
@@ -221,19 +234,43 @@ class ServiceExchange(abc.Exchange):
                 self.fail(str(err))
         return self._backend
 
-    def call(self, method: str, *args, **kw):
+    _backends = None
+
+    def backend_for(self, course: str | None):
+        """The service of `course` on a hub of several courses (its own URL), else the one exchange."""
+        if not self.service_urls or not course:
+            return self.exchange
+        if course not in self.service_urls:
+            self.fail(f"{course!r} is not one of your courses on this hub ({', '.join(sorted(self.service_urls))})")
+        self._backends = self._backends or {}
+        if course not in self._backends:
+            try:
+                self._backends[course] = backend(self.service_urls[course], "", self.api_token)
+            except ExchangeError as err:
+                self.fail(str(err))
+        return self._backends[course]
+
+    def call(self, method: str, *args, course: str | None = None, **kw):
+        if course is None and method in COURSE_FIRST and args:
+            course = args[0]
         try:
-            return getattr(self.exchange, method)(*args, **kw)
+            return getattr(self.backend_for(course), method)(*args, **kw)
         except ExchangeError as err:
             self.fail(str(err))
+
+    def courses(self) -> list[str]:
+        """The course ids to list: the one configured, else (several courses on one hub) each of the user's."""
+        if self.coursedir.course_id or not self.service_urls:
+            return [self.course_id()]
+        return sorted(self.service_urls)
 
     def course_id(self) -> str:
         if not self.coursedir.course_id:
             self.fail("No course id specified. Re-run with --course flag.")
         return self.coursedir.course_id
 
-    def local_dir(self, aid: str) -> str:
-        parts = [self.coursedir.course_id, aid] if self.path_includes_course else [aid]
+    def local_dir(self, aid: str, course: str | None = None) -> str:
+        parts = [course or self.coursedir.course_id, aid] if self.path_includes_course else [aid]
         return os.path.abspath(os.path.join(self.assignment_dir, *parts))
 
     def gather(self, folder: str, *, limit: int | None = None) -> dict[str, bytes]:
@@ -324,7 +361,7 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
 
     def copy_files(self):
         course, aid = self.coursedir.course_id, self.coursedir.assignment_id
-        limit = self.call("limits").get("max_file_bytes")
+        limit = self.call("limits", course=course).get("max_file_bytes")
         files = self.gather(self.src_path, limit=limit)
         released = next((a for a in self.call("released", course) if a["assignment_id"] == aid), None)
         if released is None:
@@ -343,10 +380,10 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
 class ExchangeList(abc.ExchangeList, ServiceExchange):
     """`nbgrader list`: released assignments, and the caller's submissions with their feedback."""
 
-    def _submitted(self, record: dict) -> dict:
+    def _submitted(self, record: dict, course: str) -> dict:
         aid = record["assignment_id"]
-        local = self.local_dir(aid)
-        info = {"course_id": self.coursedir.course_id, "student_id": record["student"], "assignment_id": aid,
+        local = self.local_dir(aid, course)
+        info = {"course_id": course, "student_id": record["student"], "assignment_id": aid,
                 "timestamp": record["timestamp"], "status": "submitted", "path": f"{self.service_url}#{record['id']}",
                 "submission_id": record["id"], "notebooks": []}
         for nb in record["notebooks"]:
@@ -370,14 +407,17 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
         return info
 
     def list_files(self):
-        course = self.course_id()
+        return [entry for course in self.courses() for entry in self._list(course)]
+
+    def _list(self, course: str) -> list[dict]:
         aid = self.coursedir.assignment_id or None
         if self.inbound or self.cached:
             student = self.coursedir.student_id if self.coursedir.student_id not in ("", "*") else None
             records = self.call("submissions", course, aid=aid, student=student, everyone=self.inbound)
             groups: dict[tuple, list] = {}
             for record in records:
-                groups.setdefault((record["student"], record["assignment_id"]), []).append(self._submitted(record))
+                groups.setdefault((record["student"], record["assignment_id"]), []).append(
+                    self._submitted(record, course))
             assignments = [{"course_id": course, "student_id": who, "assignment_id": a, "status": "submitted",
                             "submissions": sorted(subs, key=lambda s: s["timestamp"])}
                            for (who, a), subs in sorted(groups.items())]
@@ -391,7 +431,7 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
             if aid and released["assignment_id"] != aid:
                 continue
             name = released["assignment_id"]
-            local = self.local_dir(name)
+            local = self.local_dir(name, course)
             info = {"course_id": course, "assignment_id": name}
             if os.path.exists(local):
                 info.update(status="fetched", path=local, notebooks=[
@@ -428,7 +468,8 @@ class ExchangeFetchFeedback(abc.ExchangeFetchFeedback, ServiceExchange):
     def copy_files(self):
         for record in self.records:
             dest = os.path.join(self.local_dir(record["assignment_id"]), "feedback", record["timestamp"])
-            files = {rel: data for rel, data in self.call("feedback", record["id"]).items()
+            files = {rel: data for rel, data in self.call("feedback", record["id"],
+                                                           course=self.coursedir.course_id).items()
                      if rel.endswith(".html") and "/" not in rel}
             _write(dest, files)
             for rel in files:
@@ -535,7 +576,7 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
     room = classroom(root)
     try:
         return newest_submissions(backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
-                                   COURSE_ID, aid)
+                                   room.get("course_id") or COURSE_ID, aid)
     except ExchangeError as err:
         raise CourseError(str(err)) from err
 
@@ -548,7 +589,8 @@ def refused_in_service(aid: str, root: Path) -> list[dict]:
 
     room = classroom(root)
     try:
-        return backend(room.get("exchange_url", ""), room.get("exchange_store", "")).refusals(COURSE_ID, aid)
+        return backend(room.get("exchange_url", ""), room.get("exchange_store", "")).refusals(
+            room.get("course_id") or COURSE_ID, aid)
     except ExchangeError as err:
         raise CourseError(str(err)) from err
 

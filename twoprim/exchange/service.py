@@ -582,9 +582,11 @@ class _Base(web.RequestHandler):
             self._refuse(403, f"{model.get('kind')} {model.get('name')} is not a user of the class")
         from jupyterhub.services.auth import check_scopes
 
-        if not check_scopes({SCOPE}, set(model.get("scopes") or ())):
-            self._refuse(403, f"{model['name']}'s token does not grant {SCOPE}: the hub must give it to users "
-                              f"(./course hub does: load_roles and Spawner.server_token_scopes)")
+        scope = self.ex["scope"]
+        if not check_scopes({scope}, set(model.get("scopes") or ())):
+            self._refuse(403, f"{model['name']}'s token does not grant {scope}: the hub gives it to the course's "
+                              f"users only (./course hub: load_roles and Spawner.server_token_scopes; on a hub of "
+                              f"several courses, the course's nbgrader-COURSE group)")
         return model["name"]
 
     async def instructor(self, doing: str) -> str:
@@ -892,14 +894,16 @@ class _Refusals(_Base):
 
 def make_app(store: Store, hub_auth, *, course: str, instructors: set[str], prefix: str = f"/services/{NAME}/",
              max_file: int = DEFAULT_MAX_FILE, max_submission: int = DEFAULT_MAX_SUBMISSION,
-             max_submissions: int = DEFAULT_MAX_SUBMISSIONS, max_stored: int = DEFAULT_MAX_STORED, deadlines=None):
+             max_submissions: int = DEFAULT_MAX_SUBMISSIONS, max_stored: int = DEFAULT_MAX_STORED, deadlines=None,
+             scope: str = SCOPE):
     """The tornado application. `hub_auth`: JupyterHub's HubAuth (or, in tests, anything with an async
     `user_for_token(token, sync=False)` that returns the hub's model of the token's owner, or None). `deadlines`:
     student -> {assignment: their deadline} (`gradebook_deadlines`), shown beside each released assignment.
-    `max_submissions` and `max_stored`: each student's quota per assignment."""
+    `max_submissions` and `max_stored`: each student's quota per assignment. `scope`: the hub scope a token needs
+    (a hub of several courses runs one service per course, each named, and reached, for its own course)."""
     settings = dict(store=store, hub_auth=hub_auth, course=course, instructors=frozenset(instructors),
                     max_file=max_file, max_submission=max_submission, max_submissions=max_submissions,
-                    max_stored=max_stored, deadlines=deadlines, arriving={})
+                    max_stored=max_stored, deadlines=deadlines, arriving={}, scope=scope)
 
     segment = r"([^/+*]+)"
     p = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
@@ -986,7 +990,8 @@ def main(argv: list[str] | None = None) -> int:
     app = make_app(store, HubAuth(), course=args.course, instructors=set(args.instructor), prefix=prefix,
                    max_file=max_file, max_submission=max_submission, max_submissions=args.max_submissions,
                    max_stored=int(args.max_stored_mb * 1e6),
-                   deadlines=gradebook_deadlines(args.gradebook) if args.gradebook else None)
+                   deadlines=gradebook_deadlines(args.gradebook) if args.gradebook else None,
+                   scope=f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME') or NAME}")
 
     async def serve():
         app.listen(url.port, address=url.hostname, max_body_size=max_submission + 1024 * 1024,
