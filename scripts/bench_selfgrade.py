@@ -13,6 +13,14 @@ place: the kernel runs real work), four ways:
   JupyterLab does), from the execute request to the reply, best of --repeat.
 Times are to the table: the result line, before the feedback HTML is written. The warm grader is this script's
 own (a folder of its own) and is stopped at the end.
+
+With `--lab`, each assignment is measured as a learner under `./course lab` meets it instead: the answered notebook
+saved (the assignment the learner works on), then a warm grader started as `./course lab` starts it (living while
+this process does, told the course), which prepares what the learner works on ahead of any self-grade
+(`twoprim.grading.warm`); `lab prepared` is when its log said the assignment was prepared (seconds after its start),
+then `lab first` and `lab second` are the learner's first and second `./course selfgrade`. The grader is stopped
+after each assignment, so each starts cold. With `--record NOTE` the run is appended, with the machine's load
+average before and after, to data/benchmarks/selfgrade_lab.json.
 """
 from __future__ import annotations
 
@@ -36,6 +44,8 @@ from twoprim.learner import selfgrade as sg  # noqa: E402
 TARGETS = {"ex01_dot": 3.0, "ex06_compile": 10.0}   # seconds, warm; every other assignment 5 s
 DEFAULT_TARGET = 5.0
 COMMAND_S = 600  # one ./course selfgrade at most
+PREPARE_S = 600  # a warm grader preparing one assignment at most (it imports torch and nbgrader first)
+LAB_RECORD = ROOT / "data" / "benchmarks" / "selfgrade_lab.json"
 
 
 def _load() -> float:
@@ -117,15 +127,90 @@ def bench(aid: str, base: Path, repeat: int) -> dict:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}
 
 
+def lab(aid: str, base: Path) -> dict:
+    """`--lab`: the learner's first and second self-grade of `aid` under ./course lab's warm grader, once it has
+    prepared the assignment the learner works on."""
+    import nbformat
+
+    course = course_copy(base / f"lab-{aid}", aid)
+    notebook = course / "exercises" / aid / f"{aid}.ipynb"
+    nbformat.write(answered(aid), str(notebook))  # what the learner saved last
+    log = sg.grader_socket().with_suffix(".log")
+    seen = log.read_text(errors="replace") if log.is_file() else ""
+    row: dict = {"load before": _load()}
+    start, since = time.monotonic(), time.strftime("%H:%M:%S")
+    why = sg.start_warm_grader(os.getpid(), course)  # as ./course lab does, beside JupyterLab
+    if why:
+        raise SystemExit(f"{aid}: the warm grader did not start: {why}")
+    line = f"prepared {aid} of {course.resolve()}"
+    while line not in (text := log.read_text(errors="replace")[len(seen):]):
+        if f"{aid} of {course.resolve()} not prepared" in text or time.monotonic() - start > PREPARE_S:
+            sg.stop_warm_grader()
+            raise SystemExit(f"{aid}: the warm grader did not prepare it within {PREPARE_S} s (since {since}); its "
+                             f"log:\n{text[-3000:]}")
+        time.sleep(0.2)
+    row["lab prepared"] = time.monotonic() - start
+    row["lab first"], out = command(aid, notebook, warm=True)
+    row["lab second"], _ = command(aid, notebook, warm=True)
+    row["score"] = next(line.split(": ", 1)[1].split(" points")[0] for line in out.splitlines()
+                        if line.startswith(f"{aid}: "))
+    row["load after"] = _load()
+    sg.stop_warm_grader()
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def record(rows: dict, note: str, argv: list[str], loads: tuple) -> None:
+    """Append this `--lab` run to data/benchmarks/selfgrade_lab.json (one record per run)."""
+    data = json.loads(LAB_RECORD.read_text()) if LAB_RECORD.is_file() else {
+        "title": "A learner's first self-grade under `./course lab`",
+        "about": "`scripts/bench_selfgrade.py --lab`: for each assignment, its answered notebook saved, then a warm "
+                 "grader started as `./course lab` starts it, which prepares the assignments the learner works on "
+                 "before any self-grade (`twoprim/grading/warm.py`); \"prepared\" is when it had prepared this one "
+                 "(seconds after its start), \"first\" and \"second\" the learner's first and second `./course "
+                 "selfgrade` after that, to the score line. Each assignment starts with a new warm grader.",
+        "columns": {"assignment": "assignment", "prepared_s": "prepared after s", "first_s": "first self-grade s",
+                    "second_s": "second self-grade s", "load_before": "load average before",
+                    "load_after": "load average after", "score": "score"},
+        "runs": []}
+    data["runs"].append({
+        "date": time.strftime("%Y-%m-%d", time.gmtime()), "time": time.strftime("%H:%M", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, {platform.node()}",
+        "command": " ".join(["scripts/bench_selfgrade.py", *argv]),
+        "conditions": f"load average {loads[0]} before, {loads[1]} after (1, 5, 15 min)",
+        "numbers": [{"assignment": aid, "prepared_s": r["lab prepared"], "first_s": r["lab first"],
+                     "second_s": r["lab second"], "load_before": r["load before"], "load_after": r["load after"],
+                     "score": r["score"]} for aid, r in rows.items()],
+        "note": note})
+    LAB_RECORD.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(f"recorded in {LAB_RECORD}")
+
+
 def main() -> None:
     """Measure, print a table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assignments", nargs="*", default=None)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "selfgrade_timings.json")
+    parser.add_argument("--lab", action="store_true", help="as a learner under ./course lab meets it (see above)")
+    parser.add_argument("--record", metavar="NOTE", help="with --lab: append the run to " + str(LAB_RECORD))
     args = parser.parse_args()
     aids = args.assignments or assignments()
     rows = {}
+    if args.lab:
+        before = tuple(round(x, 2) for x in os.getloadavg())
+        with tempfile.TemporaryDirectory(prefix="bench-selfgrade-") as tmp:
+            folder = Path(tmp) / "grader"
+            folder.mkdir(mode=0o700)
+            os.environ[sg.ENV_DIR] = str(folder)
+            os.environ[sg.ENV_WARM] = "on"
+            for aid in aids:
+                rows[aid] = r = lab(aid, Path(tmp))
+                print(f"{aid:<16} prepared after {r['lab prepared']:6.2f} s  first {r['lab first']:6.2f} s  second "
+                      f"{r['lab second']:6.2f} s  (load {r['load before']} -> {r['load after']}; score {r['score']})",
+                      flush=True)
+        if args.record:
+            record(rows, args.record, sys.argv[1:], (before, tuple(round(x, 2) for x in os.getloadavg())))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-selfgrade-") as tmp:
         folder = Path(tmp) / "grader"
         folder.mkdir(mode=0o700)

@@ -120,3 +120,45 @@ def test_the_cell_does_nothing_inside_a_graded_kernel(monkeypatch):
     said: list[str] = []
     assert sg.selfgrade(AID, out=said.append) is None
     assert said == ["Self-grade: skipped while this notebook is being graded."]
+
+
+def test_what_the_learner_works_on_comes_first_open_notebooks_then_the_latest_saved(tmp_path, monkeypatch):
+    """`worked_on`: the assignments a warm grader prepares ahead, most likely first: one open in JupyterLab (its
+    saved workspace), then the most recently saved; never one whose answers are all as released."""
+    course = course_copy(tmp_path / "course", AID, "ex02_gemm", "ex03_layers")
+    monkeypatch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path / "workspaces"))
+    assert sg.worked_on(course) == [], "nothing answered yet: nothing to prepare"
+    for aid, age in ((AID, 300), ("ex02_gemm", 60)):
+        path = course / "exercises" / aid / f"{aid}.ipynb"
+        nbformat.write(answered(aid), str(path))
+        os.utime(path, (time.time() - age, time.time() - age))
+    assert sg.worked_on(course) == ["ex02_gemm", AID]  # the latest saved first; ex03 untouched, left out
+    assert sg.worked_on(course, limit=1) == ["ex02_gemm"]
+    (tmp_path / "workspaces").mkdir()
+    (tmp_path / "workspaces" / "default-37a8.jupyterlab-workspace").write_text(json.dumps(
+        {"data": {f"notebook:exercises/{AID}/{AID}.ipynb": {"data": {"path": f"exercises/{AID}/{AID}.ipynb"}},
+                  "notebook:exercises/ex03_layers/ex03_layers.ipynb": {}}, "metadata": {"id": "default"}}))
+    assert sg.worked_on(course) == [AID, "ex02_gemm"]  # open in JupyterLab: first; ex03 open but untouched
+
+
+def test_a_grader_started_by_lab_prepares_what_the_learner_works_on_before_any_self_grade(tmp_path, monkeypatch):
+    """Started as `./course lab` starts it, the warm grader prepares the assignment the learner saved last, with no
+    self-grade asked for: its log says so, with the expected values it computed, and nothing is saved for it."""
+    course = course_copy(tmp_path / "course", AID)
+    nbformat.write(answered(AID, WRONG), str(course / "exercises" / AID / f"{AID}.ipynb"))
+    folder = tmp_path / "grader-dir"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv(sg.ENV_DIR, str(folder))  # a grader of this test's own, beside the module's
+    monkeypatch.setenv(sg.ENV_WARM, "on")
+    log = sg.grader_socket().with_suffix(".log")
+    assert sg.start_warm_grader(os.getpid(), course) is None
+    try:
+        deadline = time.monotonic() + 300
+        while f"prepared {AID} of {course.resolve()}" not in (text := log.read_text() if log.is_file() else ""):
+            assert "not prepared" not in text and time.monotonic() < deadline, text[-2000:]
+            time.sleep(0.2)
+        values = int(text.split(f"prepared {AID} of {course.resolve()} in ")[1].split("(")[1].split()[0])
+        assert values > 0, text  # the expected values of its test cells, computed ahead
+        assert not (course / "grader" / "selfgrade").exists(), "preparing saves no self-grade"
+    finally:
+        assert sg.stop_warm_grader()

@@ -9,8 +9,9 @@ What it adds to a plain `jupyter lab`:
   interpreter that runs the server, so no kernel-selection dialog and no other Python;
 - no search for language servers (none is installed; it runs npm and logs after the URL);
 - when the port is taken JupyterLab tries the next ones (its `port_retries`); this says which port it got;
-- the learner's warm grader starts beside it and lives as long as it does (twoprim.learner.selfgrade), so the first
-  self-grade cell answers in seconds, not after a cold start;
+- the learner's warm grader starts beside it and lives as long as it does (twoprim.learner.selfgrade), and prepares
+  the assignments the learner has open or worked on last (twoprim.grading.warm), so the first self-grade of any of
+  them is as fast as the second;
 - the last line printed is the URL, token included, that opens `lessons/00_start_here.ipynb`.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ import warnings
 
 import nbformat
 
-__all__ = ["graded_cells", "cell_values", "keep", "grade_with"]
+__all__ = ["graded_cells", "computed", "prime", "cell_values", "keep", "grade_with"]
 
 _KEPT: dict[bytes, tuple] = {}   # digest of a `cell_values` result -> the keys of the values this worker kept from it
 
@@ -40,22 +40,33 @@ def graded_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ..
             for cell in verdicts.graded_cells(nbformat.reads(data.decode("utf-8"), as_version=4))]
 
 
-def cell_values(grade_id: str, code: str, learner: tuple[str, ...]) -> bytes:
-    """The expected values of one test cell's cases, computed here, pickled with the torch they were computed on.
-    Never raises: what could not be computed is left out."""
-    import torch
-
+def computed(grade_id: str, code: str, learner: tuple[str, ...]) -> dict:
+    """The expected values of one test cell's cases, computed and kept in this process (a priming replay: no
+    submission, nothing judged). Never raises: what could not be computed is left out."""
     from twoprim.core import checks, verdicts
 
-    values = {}
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             verdicts.judge_cell(grade_id, code, verdicts.Replay.priming_run(), set(learner))
-        values = checks.expected_values(verdicts.cell_digest(grade_id, code))
+        return checks.expected_values(verdicts.cell_digest(grade_id, code))
     except Exception:  # noqa: BLE001 - the submissions compute what is missing, as without this
-        values = {}
+        return {}
+
+
+def prime(source: dict[str, bytes]) -> int:
+    """Every expected value of the graded test cells of `source` (a task's "source"), computed and kept in this
+    process before any submission needs it (a learner's warm grader preparing an assignment); how many."""
+    return sum(len(computed(*cell)) for cell in graded_cells(source))
+
+
+def cell_values(grade_id: str, code: str, learner: tuple[str, ...]) -> bytes:
+    """The expected values of one test cell's cases, computed here, pickled with the torch they were computed on.
+    Never raises: what could not be computed is left out."""
+    import torch
+
+    values = computed(grade_id, code, learner)
     kept = {}
     for key, value in values.items():
         try:

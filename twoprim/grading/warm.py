@@ -4,6 +4,13 @@
 (`kernels.warm_forkserver`, with every assignment's checks, each assignment warmed once) and each assignment's
 generated release and snapshot gradebook.
 
+While no self-grade waits, it prepares ahead the assignments the learner works on (`worked_on`: those open in
+JupyterLab, then those last saved, checked or self-graded, in the course ./course lab started it for, $TWOPRIM_GRADER_ROOT,
+and in every course a request came from), one at a time, looking again every `WATCH_S` seconds: each is graded once
+as released (`learner.selfgrade(dry=True)`: its release and snapshot generated, the forkserver warmed with its
+checks and test cells, nbgrader's path run) and its expected values computed (`oracle.prime`), so that the
+learner's first self-grade of it is as fast as the second. Nothing of that is saved.
+
 It listens on a Unix socket in a folder only its user can open (`twoprim.learner.selfgrade.grader_socket`), answers
 only its own user (the peer's uid, from the kernel), grades one notebook at a time, and exits after
 $TWOPRIM_GRADER_IDLE_S seconds unused (default 900; started by `./course lab`, when that process ends), when asked, or when a request comes from other code than
@@ -27,12 +34,14 @@ import time
 from pathlib import Path
 
 from twoprim.grading import kernels, sandbox
-from twoprim.grading.learner import graded_tests, require_hidden_checks, selfgrade
-from twoprim.learner.selfgrade import IDLE_ENV, WHILE_ENV, code_version
+from twoprim.grading.learner import graded_tests, require_hidden_checks, selfgrade, source_digest
+from twoprim.learner.selfgrade import IDLE_ENV, ROOT_ENV, WHILE_ENV, code_version, worked_on
 
 __all__ = ["serve", "grade_events", "main"]
 
 DEFAULT_IDLE_S = 900
+PREPARE_MAX = 3     # assignments prepared ahead in each course (`worked_on`)
+WATCH_S = 30.0      # how often an idle grader looks again at what the learner works on
 
 
 def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
@@ -69,6 +78,27 @@ def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
         send({"event": "error", "message": f"the grader itself failed: {type(err).__name__}: {err}"})
 
 
+def prepare(aid: str, root: Path) -> float:
+    """Warm what the first self-grade of `aid` in `root` would otherwise pay: the released notebook graded once
+    (`selfgrade(dry=True)`: release, snapshot, the forkserver's warm-up of its checks and test cells, nbgrader's
+    path), then every expected value of its test cells computed here (`oracle.prime`). Nothing is saved; a
+    failure is logged and the learner's self-grade computes the same itself. Returns the seconds it took."""
+    from twoprim.grading import oracle
+
+    started = time.monotonic()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the log, never the events
+            selfgrade(aid, root=root, dry=True)
+            source = {p.name: p.read_bytes() for p in sorted((root / "solutions" / aid).glob("*.ipynb"))}
+            values = oracle.prime(source)
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the self-grade does the same work itself
+        print(f"{aid} of {root} not prepared: {type(err).__name__}: {err}", flush=True)
+    else:
+        print(f"prepared {aid} of {root} in {time.monotonic() - started:.1f} s ({values} expected values)",
+              flush=True)
+    return time.monotonic() - started
+
+
 class _Server:
     """The warm grader: a thread accepts and reads requests; the main thread grades them one at a time. The main
     thread starts the forkserver too, and lives as long as the grader: the sandbox ends the forkserver when the
@@ -82,6 +112,9 @@ class _Server:
         self.stopping = threading.Event()
         # started by ./course lab: it lives while that process does, however long unused ($TWOPRIM_GRADER_WHILE_PID)
         self.while_pid = int(os.environ.get(WHILE_ENV) or 0)
+        self.roots: list[Path] = [Path(os.environ[ROOT_ENV])] if os.environ.get(ROOT_ENV) else []
+        self.prepared: set[tuple[str, str, str]] = set()  # (course, assignment, its source's digest)
+        self.next_look = 0.0
 
     def listen(self) -> socket.socket:
         with contextlib.suppress(OSError):  # a live grader already listens there: leave it be
@@ -108,6 +141,8 @@ class _Server:
         try:
             self.warm()
             while not self.stopping.is_set():
+                if self.queue.empty() and self.prepare_ahead():
+                    continue  # one assignment prepared: look at the queue again before the next
                 try:
                     conn, request = self.queue.get(timeout=1.0)
                 except queue.Empty:
@@ -121,6 +156,7 @@ class _Server:
                     grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]),
                                  _sender(conn))
                 self.last = time.monotonic()
+                self.graded(request["assignment"], Path(request["root"]))
         finally:
             server.close()
             self.path.unlink(missing_ok=True)
@@ -132,6 +168,42 @@ class _Server:
             if sandbox.missing() is None:
                 kernels.warm_forkserver(None)
         print(f"warm in {time.monotonic() - START:.1f} s", flush=True)
+
+    def _key(self, aid: str, root: Path) -> tuple[str, str, str] | None:
+        try:
+            return str(root), aid, source_digest(aid, root)
+        except OSError:
+            return None
+
+    def graded(self, aid: str, root: Path) -> None:
+        """A self-grade of `aid` in `root` has run: that course is watched, and `aid` is as warm as preparing makes it."""
+        if root.resolve() not in [r.resolve() for r in self.roots]:
+            self.roots.append(root)
+            self.next_look = 0.0
+        key = self._key(aid, root)
+        if key is not None:
+            self.prepared.add(key)
+
+    def prepare_ahead(self) -> bool:
+        """Prepare the next assignment the learner works on that is not prepared yet (`worked_on`); True when one
+        was. What the learner works on is looked at again every WATCH_S seconds."""
+        if time.monotonic() < self.next_look or self.stopping.is_set():
+            return False
+        for root in list(self.roots):
+            try:
+                aids = worked_on(root, PREPARE_MAX)
+            except Exception as err:  # noqa: BLE001 - nothing prepared ahead; self-grades work as before
+                print(f"could not tell what the learner works on in {root}: {type(err).__name__}: {err}", flush=True)
+                aids = []
+            for aid in aids:
+                key = self._key(aid, root)
+                if key is None or key in self.prepared:
+                    continue
+                self.prepared.add(key)
+                prepare(aid, root)
+                return True
+        self.next_look = time.monotonic() + WATCH_S
+        return False
 
     def watch(self) -> None:
         """Exit once `./course lab` has ended, even while still warming or grading (its learner is gone)."""

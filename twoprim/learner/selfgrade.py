@@ -17,6 +17,7 @@ hub, where the hidden checks are the instructor's: submit instead), `restart` (a
 """
 from __future__ import annotations
 
+import calendar
 import contextlib
 import hashlib
 import json
@@ -34,12 +35,14 @@ from twoprim.config import PACKAGE, ROOT
 from twoprim.core.notebooks import assignments
 
 __all__ = ["selfgrade", "command", "render_table", "events", "hidden_checks_problem", "grader_socket", "code_version",
-           "start_warm_grader", "stop_warm_grader", "GraderUnavailable", "ENV_DIR", "ENV_WARM", "IDLE_ENV", "WHILE_ENV"]
+           "start_warm_grader", "stop_warm_grader", "worked_on", "GraderUnavailable", "ENV_DIR", "ENV_WARM",
+           "IDLE_ENV", "WHILE_ENV", "ROOT_ENV"]
 
 ENV_DIR = "TWOPRIM_GRADER_DIR"      # the folder of the warm grader's socket (default: the user's runtime folder)
 ENV_WARM = "TWOPRIM_WARM_GRADER"    # "off": no warm grader; every self-grade is a cold run of its own
 IDLE_ENV = "TWOPRIM_GRADER_IDLE_S"  # seconds a warm grader waits unused before it exits (default 900)
 WHILE_ENV = "TWOPRIM_GRADER_WHILE_PID"  # a warm grader started with ./course lab lives while this process does
+ROOT_ENV = "TWOPRIM_GRADER_ROOT"    # the course whose assignments it prepares ahead (`worked_on`), as ./course lab says
 START_TIMEOUT_S = 120               # a warm grader's start (imports torch, nbgrader) on a busy 2-core machine
 GRADE_TIMEOUT_S = 1200              # one self-grade: the submission's own wall-clock limit (900 s) and more
 # what a learner's kernel has set that the grader must not inherit (it grades in kernels of its own)
@@ -123,13 +126,15 @@ def _connect(path: Path, timeout: float = 2.0) -> socket.socket:
     return conn
 
 
-def _start(path: Path, while_pid: int | None = None) -> socket.socket:
+def _start(path: Path, while_pid: int | None = None, root: Path | None = None) -> socket.socket:
     """Start a warm grader listening on `path` (detached: it outlives this process, or lives while `while_pid`
-    does) and connect to it."""
+    does), preparing ahead what the learner works on in `root` (`worked_on`), and connect to it."""
     log = open(path.with_suffix(".log"), "ab")  # noqa: SIM115 - the child keeps it
     env = _child_env()
     if while_pid:
         env[WHILE_ENV] = str(while_pid)
+    if root is not None:
+        env[ROOT_ENV] = str(Path(root).resolve())
     try:
         subprocess.Popen([sys.executable, "-m", "twoprim.grading.warm", "serve", str(path)], stdin=subprocess.DEVNULL,
                          stdout=log, stderr=log, env=env, cwd=str(PACKAGE.parent), start_new_session=True)
@@ -315,10 +320,60 @@ def start_warm_grader(while_pid: int, root: Path = ROOT) -> str | None:
             _connect(path).close()
             return None  # one is running already (a terminal's ./course selfgrade started it)
         except OSError:
-            _start(path, while_pid).close()
+            _start(path, while_pid, root).close()
     except (GraderUnavailable, OSError) as err:
         return str(err)
     return None
+
+
+def worked_on(root: Path = ROOT, limit: int = 3) -> list[str]:
+    """The assignments of `root` a learner is most likely to self-grade next, at most `limit`, most likely first:
+    those whose notebook is open in JupyterLab (its saved workspaces), then those worked on most recently (the
+    notebook saved, `./course progress` run on it, a self-grade), never one whose answers are all as released."""
+    import nbformat
+
+    from twoprim.learner.progress import untouched
+    from twoprim.learner.state import STATE_FILE
+
+    root = Path(root)
+    runs: dict = {}
+    with contextlib.suppress(Exception):  # read only: a file `./course progress` would set aside stays where it is
+        runs = json.loads((root / STATE_FILE).read_text())["runs"]
+    touched: dict[str, float] = {}
+    for aid in assignments(root):
+        path = root / "exercises" / aid / f"{aid}.ipynb"
+        try:
+            if untouched(nbformat.read(str(path), as_version=4)):
+                continue
+            when = [path.stat().st_mtime]
+        except Exception:  # noqa: BLE001 - missing or unreadable: nothing to prepare
+            continue
+        with contextlib.suppress(Exception):  # local time, as ./course progress writes it
+            when.append(time.mktime(time.strptime(runs[aid]["checked_at"], "%Y-%m-%dT%H:%M:%S")))
+        with contextlib.suppress(Exception):  # UTC
+            graded = json.loads((root / "grader" / "selfgrade" / f"{aid}.json").read_text())["graded_at"]
+            when.append(calendar.timegm(time.strptime(graded, "%Y-%m-%dT%H:%M:%SZ")))
+        touched[aid] = max(when)
+    opened = _open_in_lab(root)
+    return sorted(touched, key=lambda aid: (aid not in opened, -touched[aid]))[:limit]
+
+
+def _open_in_lab(root: Path) -> set[str]:
+    """Assignments whose notebook JupyterLab's saved workspaces hold open (`notebook:exercises/<aid>/...`)."""
+    try:
+        from jupyter_core.paths import jupyter_config_dir
+    except ImportError:
+        return set()
+    folder = Path(os.environ.get("JUPYTERLAB_WORKSPACES_DIR") or Path(jupyter_config_dir()) / "lab" / "workspaces")
+    found: set[str] = set()
+    for path in folder.glob("*.jupyterlab-workspace") if folder.is_dir() else []:
+        with contextlib.suppress(Exception):
+            for key in json.loads(path.read_text()).get("data", {}):
+                parts = key.removeprefix("notebook:").split("/")
+                if key.startswith("notebook:") and len(parts) == 3 and parts[0] == "exercises" and \
+                        (root / key.removeprefix("notebook:")).is_file():
+                    found.add(parts[1])
+    return found
 
 
 def stop_warm_grader(seconds: float = 10.0) -> bool:
