@@ -18,14 +18,14 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
-import re
 import sys
 from pathlib import Path
+
+from twoprim.config import ASSIGNMENT_ID
 
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
-_ASSIGNMENT = re.compile(r"^(ex\d\d)_\w+$")
 
 # short public name -> its home in the package (assignments `exNN` are found on disk: see _home)
 PUBLIC = {
@@ -49,10 +49,11 @@ SUBPACKAGES = ("config", "core", "topics", "assignments", "learner", "grading", 
 
 
 def assignment_modules() -> dict[str, str]:
-    """`ex01` -> `ex01_dot`: every assignment module on disk, listed anew each call (an author's new one counts)."""
+    """`ex01` -> `ex01_dot`: every assignment module on disk (its id's form: `config.ASSIGNMENT_ID`), listed anew
+    each call (an author's new one counts)."""
     found = {}
-    for path in sorted((_HERE / "assignments").glob("ex[0-9][0-9]_*.py")):
-        match = _ASSIGNMENT.match(path.stem)
+    for path in sorted((_HERE / "assignments").glob("ex[0-9][0-9]*_*.py")):
+        match = ASSIGNMENT_ID.fullmatch(path.stem)
         if match:
             found[match.group(1)] = path.stem
     return found

@@ -1,7 +1,8 @@
 """Course commands for authors and instructors; run as `./course COMMAND` from anywhere in the repository.
 
 Authors:
-    ./course generate [ASSIGNMENT ...]   regenerate exercises/ from solutions/ with nbgrader, then clean them
+    ./course generate [ASSIGNMENT ...]   regenerate exercises/ from solutions/ with nbgrader, then clean them;
+                                         and lesson 00's outline from README.md's lesson table
     ./course clean [NOTEBOOK ...]        strip outputs and stray metadata from notebooks (all by default)
     ./course bench-lessons               execute every lesson and report its time against the 60 s budget
     ./course install-config              (make setup) nbgrader in this environment uses the course's configuration
@@ -44,7 +45,8 @@ from typing import Callable
 from twoprim.core.errors import CourseError
 from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader
 from twoprim.config import ROOT
-from twoprim.core.notebooks import assignments, clean, execute, lessons
+from twoprim.core.catalog import id_problem
+from twoprim.core.notebooks import OUTLINE_LESSON, assignments, clean, execute, lessons, outline, write_outline
 # the class's steps (twoprim/exchange/steps.py), named here too: scripts and tests call `course.release(...)`
 from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
 from twoprim.learner.state import workspace
@@ -53,16 +55,20 @@ LESSON_BUDGET_S = 60.0
 
 
 def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | None = None) -> list[Path]:
-    """Generate student versions of `ids` (default: all) from solutions/ into `into` (default: exercises/).
+    """Generate student versions of `ids` (default: all) from solutions/ into `into` (default: exercises/), and
+    lesson 00's outline from README.md's lesson table (`notebooks.write_outline`).
 
     nbgrader writes them, then they are cleaned like every committed notebook. With `into`, the gradebook used
-    is a throw-away one, so checking for drift never touches the instructor's gradebook.
+    is a throw-away one, so checking for drift never touches the instructor's gradebook (nor lesson 00).
     """
     known = assignments(root)
     ids = ids or known
     unknown = sorted(set(ids) - set(known))
     if unknown:
         raise CourseError(f"no assignment {', '.join(unknown)} in {root / 'solutions'}; known: {', '.join(known)}.")
+    problem = next(filter(None, (id_problem(aid, known) for aid in ids)), None)
+    if problem:
+        raise CourseError(problem)
     import nbformat
 
     out_dir = into or root / "exercises"
@@ -75,6 +81,8 @@ def generate(ids: list[str] | None = None, *, root: Path = ROOT, into: Path | No
                 nb = nbformat.read(str(path), as_version=4)
                 nbformat.write(clean(nb), str(path))
                 written.append(path)
+    if into is None and outline(root) and (root / OUTLINE_LESSON).is_file():
+        written += filter(None, [write_outline(root)])
     return written
 
 
@@ -326,7 +334,8 @@ def _run_analytics(args) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "generate": Command("regenerate exercises/ from solutions/", _run_generate, AUTHOR,
+    "generate": Command("regenerate exercises/ from solutions/, and lesson 00's outline from README.md",
+                        _run_generate, AUTHOR,
                         (arg("assignments", nargs="*"),)),
     "clean": Command("strip outputs and stray metadata from notebooks", _run_clean, ANYONE,
                      (arg("notebooks", nargs="*", type=Path),)),

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import ast
 import importlib
-import re
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from twoprim.core.notebooks import ROOT, assignments
 import twoprim
-from twoprim.config import PACKAGE
+from twoprim.config import ASSIGNMENT_ID, PACKAGE, ROOT
+from twoprim.core.notebooks import assignments
 
-__all__ = ["package_modules", "checks_module_name", "checks_module_path", "checks_modules", "checks_module", "assignment_ids", "hints_of", "all_hints"]
+__all__ = ["package_modules", "checks_module_name", "id_problem", "checks_module_path", "checks_modules", "checks_module", "assignment_ids", "hints_of", "all_hints"]
 
 _PACKAGE = PACKAGE
-_ASSIGNMENT = re.compile(r"^(ex\d\d)_\w+$")
 
 
 def package_modules() -> frozenset[str]:
@@ -33,11 +32,29 @@ def package_modules() -> frozenset[str]:
 
 
 def checks_module_name(aid: str) -> str:
-    """`ex01_dot` -> `ex01`: the short name notebooks import the assignment's checks and hints by."""
-    match = _ASSIGNMENT.match(aid)
+    """`ex01_dot` -> `ex01` (`ex01b_axpy` -> `ex01b`): the short name notebooks import the assignment's checks and
+    hints by."""
+    match = ASSIGNMENT_ID.fullmatch(aid)
     if not match:
-        raise ValueError(f"{aid!r} is not an assignment id: ids are exNN_name, e.g. ex01_dot")
+        raise ValueError(f"{aid!r} is not an assignment id: ids are exNN_topic, NN the lesson's number (exNNb_topic "
+                         f"for the lesson's second assignment), e.g. ex01_dot")
     return match.group(1)
+
+
+def id_problem(aid: str, ids: Iterable[str]) -> str | None:
+    """What is wrong with `aid` as an assignment id among the course's `ids`, as a sentence; None when nothing is:
+    not of the form exNN_topic (`config.ASSIGNMENT_ID`), or its short name (`exNN`) already another's."""
+    match = ASSIGNMENT_ID.fullmatch(aid)
+    if not match:
+        return (f"{aid!r} is not an assignment id: ids are exNN_topic, NN the two-digit number of the lesson it "
+                f"follows (exNNb_topic for the lesson's second assignment), e.g. ex01_dot; see docs/guides/authors.md")
+    short = match[1]
+    taken = [other for other in ids if other != aid and (m := ASSIGNMENT_ID.fullmatch(other)) and m[1] == short]
+    if taken:
+        return (f"{aid} and {taken[0]} have the same short name, {short}, which notebooks import their checks by: "
+                f"a lesson's second assignment adds a letter to the number ({short[:4]}b_..., then {short[:4]}c_...); "
+                f"see docs/guides/authors.md")
+    return None
 
 
 def checks_module_path(aid: str) -> Path:
@@ -78,7 +95,7 @@ def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
 def all_hints() -> dict[str, tuple[str, ...]]:
     """Every assignment's hints, from the package's own checks modules (`twoprim/assignments/exNN_name.py`): found
     where only the package is, as in a graded kernel's sandbox or a learner's copy without solutions/."""
-    return {gid: texts for path in sorted((_PACKAGE / "assignments").glob("ex[0-9][0-9]_*.py"))
+    return {gid: texts for path in sorted((_PACKAGE / "assignments").glob("ex[0-9][0-9]*_*.py"))
             for gid, texts in _hints_in(path).items()}
 
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["ROOT", "lessons", "assignments", "clean", "is_clean", "execute", "code_of", "OutlineRow", "outline",
+__all__ = ["lessons", "assignments", "clean", "is_clean", "execute", "code_of", "OutlineRow", "outline",
            "outline_cell", "outline_status", "write_outline", "answers"]
 
-from twoprim.config import ROOT
+from twoprim.config import ASSIGNMENT_ID, ROOT  # ROOT's home is config; lessons released before named it here
 KEEP_NOTEBOOK_METADATA = ("kernelspec", "language_info")
 KEEP_CELL_METADATA = ("nbgrader", "editable", "deletable", "tags")
 
@@ -48,7 +48,7 @@ class OutlineRow:
 
 
 _LESSON_CELL = re.compile(r"^`(\d\d_\w+)` — (.+)$")
-_ASSIGNMENT_CELL = re.compile(r"^`(ex\d\d_\w+)`(?:: (.+))?$")
+_ASSIGNMENT_CELL = re.compile(rf"^`(?P<aid>{ASSIGNMENT_ID.pattern})`(?:: (?P<functions>.+))?$")
 OUTLINE_HEADING = "## The outline"
 OUTLINE_LESSON = Path("lessons") / "00_start_here.ipynb"
 
@@ -81,7 +81,7 @@ def outline(root: Path = ROOT) -> list[OutlineRow]:
         if cells[1] and not work:
             raise ValueError(f"README.md's lesson table: the assignment cell {cells[1]!r} is not `exNN_id`: functions")
         name, topic = (lesson[1], lesson[2]) if lesson else (rows[-1].lesson, rows[-1].topic)
-        rows.append(OutlineRow(name, topic, work[1] if work else None, (work[2] or "") if work else ""))
+        rows.append(OutlineRow(name, topic, work["aid"] if work else None, (work["functions"] or "") if work else ""))
     return rows
 
 
@@ -119,13 +119,16 @@ def outline_status(root: Path = ROOT) -> str:
     return "\n".join(out)
 
 
-def write_outline(root: Path = ROOT) -> Path:
-    """Rewrite lesson 00's outline cell from README.md (run after editing README's lesson table)."""
+def write_outline(root: Path = ROOT) -> Path | None:
+    """Rewrite lesson 00's outline cell from README.md's lesson table (`./course generate` does, after an edit of the
+    table); returns lesson 00's path, or None when its outline already is the table's (nothing written)."""
     import nbformat
 
     path = Path(root) / OUTLINE_LESSON
     nb = nbformat.read(str(path), as_version=4)
     [cell] = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith(OUTLINE_HEADING)]
+    if cell.source == outline_cell(root):
+        return None
     cell.source = outline_cell(root)
     write_clean(nb, path)
     return path
