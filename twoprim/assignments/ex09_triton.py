@@ -257,19 +257,9 @@ def _returns_out(seen: list) -> Rule:
 
 
 def _launches(kernel, seen: list) -> Rule:
-    want = getattr(kernel, "fn", kernel)
-    name = getattr(want, "__name__", "the kernel")
-
-    def test(log, case) -> str | None:
-        launched = seen[0] if seen else triton_tools.Launches()
-        if want in launched.functions():
-            return None
-        if not launched.calls:
-            return f"it launched no Triton kernel: the result came from torch or Python, not from {name}"
-        return f"it launched {', '.join(sorted(set(launched.names())))}, but not {name}"
-
-    return Rule(f"the wrapper launches {name}, which computes the result", test,
-                f"launch the kernel with {name}[grid](...) and return the tensor it wrote")
+    return triton_tools.launched_rule(kernel, seen, computes="the result",
+                                      next_step="launch the kernel with {name}[grid](...) and return the tensor it "
+                                                "wrote")
 
 
 LOOP_K = 64  # from this K on, BLOCK_K ≥ K (the whole of K in one tl.dot, a loop that runs once) breaks the rule

@@ -161,18 +161,9 @@ def _name(kernel) -> str:
 
 
 def _launches(kernel, seen: list) -> Rule:
-    want = getattr(kernel, "fn", kernel)
-
-    def test(log, case) -> str | None:
-        launched = _launched(seen)
-        if want in launched.functions():
-            return None
-        if not launched.calls:
-            return f"it launched no Triton kernel: the result came from torch or Python, not from {_name(kernel)}"
-        return f"it launched {', '.join(sorted(set(launched.names())))}, but not {_name(kernel)}"
-
-    return Rule(f"the wrapper launches {_name(kernel)}, which computes the attention", test,
-                f"allocate O with torch.empty and launch {_name(kernel)}[grid](...) on it; return O")
+    return triton_tools.launched_rule(kernel, seen, computes="the attention",
+                                      next_step="allocate O with torch.empty and launch {name}[grid](...) on it; "
+                                                "return O")
 
 
 _NO_TORCH = forbid(

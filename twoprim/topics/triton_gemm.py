@@ -314,6 +314,25 @@ def launches():
             cls.run = original
 
 
+def launched_rule(kernel: Any, seen: list, *, computes: str, next_step: str):
+    """The rule "the wrapper launches `kernel`, which computes `computes`", read from the launches recorded into
+    `seen[0]` (a `Launches`, set by the check's wrapper of the learner's function for each call)."""
+    from twoprim.core.checks import Rule
+
+    want = getattr(kernel, "fn", kernel)
+    name = getattr(want, "__name__", "the kernel")
+
+    def test(log, case) -> str | None:
+        launched = seen[0] if seen else Launches()
+        if want in launched.functions():
+            return None
+        if not launched.calls:
+            return f"it launched no Triton kernel: the result came from torch or Python, not from {name}"
+        return f"it launched {', '.join(sorted(set(launched.names())))}, but not {name}"
+
+    return Rule(f"the wrapper launches {name}, which computes {computes}", test, next_step.format(name=name))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # What a kernel's source does
 # ----------------------------------------------------------------------------------------------------------------
