@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from twoprim.assignments import ex11_flash_attention as ex11
-from twoprim.core.notebooks import ROOT, code_of
+from twoprim.config import ROOT
+from twoprim.core.notebooks import code_of
 from twoprim.topics import flash_attention as flash
 from twoprim.topics import triton_compiled as triton_compile
 
