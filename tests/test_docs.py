@@ -73,3 +73,23 @@ def test_the_guides_say_the_class_size_the_cluster_test_grades():
     for page in ("cluster.md", "development.md"):
         said = re.findall(r"a class of (\d+)", (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8"))
         assert said and {int(n) for n in said} == {size}, f"docs/guides/{page} says a class of {said}, the test grades {size}"
+
+
+SIMILARITY_LINE = re.compile(r"on built classes of (\d+) to (\d+) students `./course similarity` flags copies with\s+"
+                             r"precision (\d\.\d\d)-(\d\.\d\d) and recall (\d\.\d\d)-(\d\.\d\d)")
+
+
+def test_the_readmes_similarity_figures_are_the_newest_run_of_its_data_file():
+    """#47: precision and recall stated in the README, from the script anyone runs, as its data file records them."""
+    found = SIMILARITY_LINE.findall(" ".join(README.read_text(encoding="utf-8").split()))
+    assert len(found) == 1, "README.md states the similarity's precision and recall once"
+    smallest, largest, p_lo, p_hi, r_lo, r_hi = found[0]
+    newest = _runs()["similarity.json"][-1]
+    rows = newest["numbers"]
+    sizes = [row["students"] for row in rows]
+    precision = [row["precision"] for row in rows]
+    recall = [row["recall"] for row in rows]
+    assert (int(smallest), int(largest)) == (min(sizes), max(sizes)), (smallest, largest, sizes)
+    assert (p_lo, p_hi) == (f"{min(precision):.2f}", f"{max(precision):.2f}"), (p_lo, p_hi, precision)
+    assert (r_lo, r_hi) == (f"{min(recall):.2f}", f"{max(recall):.2f}"), (r_lo, r_hi, recall)
+    assert newest["command"].startswith("scripts/bench_similarity.py")
