@@ -87,14 +87,20 @@ class Zygote:
         return "starting"
 
     def start(self, log=None) -> bool:
-        """Start it in the background unless it runs or is starting; False when it has failed too often."""
+        """Start it in the background unless it runs or is starting; False when it has failed too often or cannot
+        start (`failure` says why)."""
         with self.lock:
             if self.state() in ("ready", "starting"):
                 return True
             if self.starts >= RESTARTS:
+                self.failure = f"it failed {RESTARTS} times in this server and is not started again"
                 return False
             self.starts += 1
-            folder = _private_folder()
+            try:
+                folder = _private_folder()
+            except OSError as err:
+                self.failure = f"it has nowhere to listen: {err}"
+                return False
             self.socket = folder / f"zygote-{os.getpid()}-{self.starts}.sock"
             self.socket.unlink(missing_ok=True)
             self.ready.clear()
@@ -281,7 +287,7 @@ class WarmProvisioner(LocalProvisioner):
                 why = ("it was not started (no server extension)" if state == "absent" else
                        f"it is not running ({z.failure})")
                 if not z.start(self.log):
-                    why += f"; not started again: it failed {RESTARTS} times in this server"
+                    why += f"; not started: {z.failure}"
             elif not await z.wait_ready(max(0.0, START_S - (time.monotonic() - z.started_at))):
                 why = f"it did not become ready ({z.failure or 'still starting'})"
         if why is None:
@@ -360,6 +366,9 @@ def _load_jupyter_server_extension(serverapp) -> None:
     """Start this server's zygote now, in the background: ready by the time the student opens a notebook."""
     import atexit
 
+    atexit.register(stop_zygotes)
     if zygote().start(serverapp.log):
         serverapp.log.info("%s: starting the zygote for this server's kernels", LOG)
-    atexit.register(stop_zygotes)
+    else:
+        serverapp.log.warning("%s: no zygote for this server (%s): its kernels start the usual way", LOG,
+                              zygote().failure)

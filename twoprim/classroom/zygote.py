@@ -276,6 +276,7 @@ def _fresh_state(env: dict[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """`python -P -m twoprim.classroom.zygote SOCKET SERVER_PID`: serve until the server exits."""
     if len(argv) != 2 or not argv[1].isdigit():
         print("usage: python -P -m twoprim.classroom.zygote SOCKET SERVER_PID", file=sys.stderr)
         return 2
