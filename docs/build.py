@@ -11,6 +11,7 @@ without a current copy is executed first, here, with `twoprim.core.notebooks.exe
 The sources are staged into `<out>/src` (docs/ as it is, plus `lessons/` holding the executed copies) and built
 with `sphinx -W --keep-going -n` (every warning an error, every cross-reference checked) into `<out>/html`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,11 +96,15 @@ def stage(src: Path, folder: Path | None = None) -> Path:
 
     missing = [lesson.name for lesson in lessons() if current_copy(lesson, folder) is None]
     if missing:
-        raise FileNotFoundError(f"no current executed copy in {folder or executed_dir()} of: {', '.join(missing)} "
-                                f"(run tests/test_notebooks.py, or docs/build.py, which executes them)")
+        raise FileNotFoundError(
+            f"no current executed copy in {folder or executed_dir()} of: {', '.join(missing)} "
+            f"(run tests/test_notebooks.py, or docs/build.py, which executes them)"
+        )
     if not MATHJAX.is_file():
-        raise FileNotFoundError(f"{MATHJAX.relative_to(ROOT)} is missing: the site typesets its maths with MathJax "
-                                f"from node_modules (run `npm ci`, as `make docs` does)")
+        raise FileNotFoundError(
+            f"{MATHJAX.relative_to(ROOT)} is missing: the site typesets its maths with MathJax "
+            f"from node_modules (run `npm ci`, as `make docs` does)"
+        )
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build", "build.py", "__pycache__"))
@@ -115,13 +120,28 @@ def stage(src: Path, folder: Path | None = None) -> Path:
 
 def sphinx(src: Path, out: Path, doctrees: Path) -> subprocess.CompletedProcess:
     """`sphinx -W --keep-going -n -b html src out`: every warning fails the build; bounded by SPHINX_TIMEOUT_S."""
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html", "-d", str(doctrees),
-               str(src), str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-n",
+        "-q",
+        "-b",
+        "html",
+        "-d",
+        str(doctrees),
+        str(src),
+        str(out),
+    ]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=SPHINX_TIMEOUT_S, cwd=ROOT)
     except subprocess.TimeoutExpired as err:
-        raise TimeoutError(f"sphinx did not finish building {src} within {SPHINX_TIMEOUT_S} s; its last output:\n"
-                           f"{(err.stderr or b'')[-3000:]!r}") from None
+        raise TimeoutError(
+            f"sphinx did not finish building {src} within {SPHINX_TIMEOUT_S} s; its last output:\n"
+            f"{(err.stderr or b'')[-3000:]!r}"
+        ) from None
 
 
 def build(out: Path, folder: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
@@ -138,8 +158,12 @@ def build(out: Path, folder: Path | None = None) -> tuple[subprocess.CompletedPr
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DOCS / "_build", help="the build folder (html/ is the site)")
-    parser.add_argument("--executed", type=Path, default=None,
-                        help="the executed lessons' folder (default $TWOPRIM_ARTIFACTS/executed or .artifacts/executed)")
+    parser.add_argument(
+        "--executed",
+        type=Path,
+        default=None,
+        help="the executed lessons' folder (default $TWOPRIM_ARTIFACTS/executed or .artifacts/executed)",
+    )
     args = parser.parse_args(argv)
     execute_missing(args.executed)
     run, secs = build(args.out.resolve(), args.executed)

@@ -3,6 +3,7 @@
 The lessons are executed copies staged beside these pages (docs/build.py); MyST-NB renders their outputs and never
 runs them. Every warning fails the build (`-W`), and `nitpicky` makes every unresolved cross-reference one.
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,8 +35,8 @@ myst_heading_anchors = 3
 # Every cross-reference must resolve; types from other projects are not documented here
 nitpicky = True
 nitpick_ignore_regex = [
-    ("py:class", r"(torch|collections)\..+"),   # other projects' types in the signatures (no intersphinx: offline)
-    ("py:class", r"twoprim\..*\._\w+"),          # a private base class of the package, documented nowhere
+    ("py:class", r"(torch|collections)\..+"),  # other projects' types in the signatures (no intersphinx: offline)
+    ("py:class", r"twoprim\..*\._\w+"),  # a private base class of the package, documented nowhere
 ]
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

@@ -8,6 +8,7 @@ Every nbgrader command finds this file: from grader/ (cwd), from the repository 
 it), and from anywhere else through the copy of this path that `make setup` writes into .venv/etc/jupyter, so a
 command run from the wrong folder never creates an empty gradebook somewhere else.
 """
+
 import os
 from pathlib import Path
 
@@ -58,7 +59,7 @@ c.Execute.timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 # imports torch answers late, and Validate would say it "did not run" (Timeout waiting for IOPub output)
 c.Execute.iopub_timeout = preprocessors.DEFAULT_CELL_TIMEOUT
 c.Execute.on_cell_start = preprocessors.record_cell_start
-c.Execute.on_notebook_start = preprocessors.record_kernel_ready   # for the grading profile
+c.Execute.on_notebook_start = preprocessors.record_kernel_ready  # for the grading profile
 # nbgrader makes autograded notebooks read-only (0444); the course's grader then writes its verdicts into them
 # (twoprim/core/verdicts.py), which an instructor who is not root (the classroom's, ./course hub) may only do in files
 # they can write. grader/ itself stays private.
@@ -82,6 +83,7 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
 
 # The exchange that release/fetch/submit/collect and feedback go through: TWOPRIM_EXCHANGE, else the one the
 # classroom (`./course hub --exchange ...`) recorded in grader/classroom.json, else nbgrader's default.

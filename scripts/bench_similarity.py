@@ -19,6 +19,7 @@ For each class size, over `--seeds` classes (seeds first-seed, first-seed + 1, .
 The thresholds were chosen on seeds 0-4 of these classes; the default first seed, 100, measures on classes they were
 not chosen on. `--write` appends the run to data/benchmarks/similarity.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,15 +52,24 @@ def measure(klass: similar_class.Class, boilerplate: dict) -> dict:
     within = klass.pairs()
     copied = klass.copied_pairs()
     partial = klass.partial_copies()
-    named = sum(fns <= {g.split("-")[1] for g in flagged[pair].matching()}
-                for pair, fns in partial.items() if pair in flagged)
+    named = sum(
+        fns <= {g.split("-")[1] for g in flagged[pair].matching()} for pair, fns in partial.items() if pair in flagged
+    )
     found = [set(g) for g in result.groups()]
     whole = sum(any(set(g) <= f for f in found) for g in klass.groups)
-    return {"flagged": len(flagged), "right": len(set(flagged) & within), "copies": len(copied),
-            "hits": collections.Counter(kind for pair, kind in copied.items() if pair in flagged),
-            "kinds": collections.Counter(copied.values()), "partial_named": named, "partials": len(partial),
-            "groups_whole": whole, "groups": len(klass.groups), "honest_flagged": len(set(flagged) - within),
-            "seconds": seconds}
+    return {
+        "flagged": len(flagged),
+        "right": len(set(flagged) & within),
+        "copies": len(copied),
+        "hits": collections.Counter(kind for pair, kind in copied.items() if pair in flagged),
+        "kinds": collections.Counter(copied.values()),
+        "partial_named": named,
+        "partials": len(partial),
+        "groups_whole": whole,
+        "groups": len(klass.groups),
+        "honest_flagged": len(set(flagged) - within),
+        "seconds": seconds,
+    }
 
 
 def machine() -> str:
@@ -78,12 +88,19 @@ def row(size: int, runs: list[dict]) -> dict:
     total = collections.Counter()
     for r in runs:
         total.update({k: v for k, v in r.items() if isinstance(v, (int, float))})
-    hits, kinds = sum((r["hits"] for r in runs), collections.Counter()), sum((r["kinds"] for r in runs),
-                                                                           collections.Counter())
-    out = {"students": size, "classes": len(runs), "copies": total["copies"], "flagged": total["flagged"],
-           "honest_flagged": total["honest_flagged"],
-           "precision": round(total["right"] / total["flagged"], 3) if total["flagged"] else None,
-           "recall": round(sum(hits.values()) / total["copies"], 3)}
+    hits, kinds = (
+        sum((r["hits"] for r in runs), collections.Counter()),
+        sum((r["kinds"] for r in runs), collections.Counter()),
+    )
+    out = {
+        "students": size,
+        "classes": len(runs),
+        "copies": total["copies"],
+        "flagged": total["flagged"],
+        "honest_flagged": total["honest_flagged"],
+        "precision": round(total["right"] / total["flagged"], 3) if total["flagged"] else None,
+        "recall": round(sum(hits.values()) / total["copies"], 3),
+    }
     for kind in similar_class.DISGUISES:
         out[kind] = f"{hits[kind]}/{kinds[kind]}"
     out["partial_named"] = f"{total['partial_named']}/{total['partials']}"
@@ -92,32 +109,53 @@ def row(size: int, runs: list[dict]) -> dict:
     return out
 
 
-COLUMNS = {"students": "students", "classes": "classes", "copies": "copies", "flagged": "pairs flagged",
-           "honest_flagged": "honest pairs flagged", "precision": "precision", "recall": "recall",
-           "renamed": "renamed", "reordered": "reordered", "rewritten": "loops rewritten",
-           "partial": "partial (2 of 6)", "wrapped": "wrapped", "partial_named": "partial: copied answers named",
-           "groups_whole": "groups shown as one",
-           "seconds": "s per class"}
+COLUMNS = {
+    "students": "students",
+    "classes": "classes",
+    "copies": "copies",
+    "flagged": "pairs flagged",
+    "honest_flagged": "honest pairs flagged",
+    "precision": "precision",
+    "recall": "recall",
+    "renamed": "renamed",
+    "reordered": "reordered",
+    "rewritten": "loops rewritten",
+    "partial": "partial (2 of 6)",
+    "wrapped": "wrapped",
+    "partial_named": "partial: copied answers named",
+    "groups_whole": "groups shown as one",
+    "seconds": "s per class",
+}
 
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     """Append this run to data/benchmarks/similarity.json (created if missing)."""
     data = json.loads(DATA.read_text(encoding="utf-8")) if DATA.exists() else {}
     runs = data.get("runs", []) if data.get("columns") == COLUMNS else []  # another layout: an earlier class
-    data = {"title": "`./course similarity`: precision and recall on classes built as an instructor's",
-            "about": " ".join(__doc__.split("\n\n")[0].split()) + " Precision: flagged pairs within a copy group / "
-                     "flagged pairs; recall: copies flagged with the student they copied / copies; per disguise: "
-                     "copies of that kind flagged with their source.",
-            "columns": COLUMNS, "runs": runs}
+    data = {
+        "title": "`./course similarity`: precision and recall on classes built as an instructor's",
+        "about": " ".join(__doc__.split("\n\n")[0].split()) + " Precision: flagged pairs within a copy group / "
+        "flagged pairs; recall: copies flagged with the student they copied / copies; per disguise: "
+        "copies of that kind flagged with their source.",
+        "columns": COLUMNS,
+        "runs": runs,
+    }
     command = "scripts/bench_similarity.py " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in vars(args).items() if k != "write")
-    data["runs"].append({
-        "date": datetime.date.today().isoformat(), "machine": machine(), "command": command.strip(),
-        "note": f"default thresholds: overall {similarity.THRESHOLD}, answers {similarity.ANSWERS_THRESHOLD} "
-                f"(near-identical at raw {similarity.NEAR}); seeds {args.first_seed}-"
-                f"{args.first_seed + args.seeds - 1}",
-        "numbers": rows})
+        for k, v in vars(args).items()
+        if k != "write"
+    )
+    data["runs"].append(
+        {
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+            "command": command.strip(),
+            "note": f"default thresholds: overall {similarity.THRESHOLD}, answers {similarity.ANSWERS_THRESHOLD} "
+            f"(near-identical at raw {similarity.NEAR}); seeds {args.first_seed}-"
+            f"{args.first_seed + args.seeds - 1}",
+            "numbers": rows,
+        }
+    )
     DATA.parent.mkdir(parents=True, exist_ok=True)
     DATA.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {DATA.relative_to(ROOT)}")

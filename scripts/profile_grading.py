@@ -9,6 +9,7 @@ bookkeeping), and once per worker and assignment the forkserver's start (importi
 checks, inside the sandbox). Beside them, what a cold kernel would pay for the same imports, measured in a fresh
 interpreter: the cost the forkserver takes out of every submission.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,23 @@ from twoprim.core.notebooks import assignments  # noqa: E402
 
 def cold_imports(aid: str) -> dict[str, float]:
     """Seconds a fresh interpreter spends importing what a graded kernel needs (best of three)."""
-    steps = {"torch": "import torch", "ipykernel": "import ipykernel.kernelapp, ipykernel.ipkernel",
-             "Dynamo (first dispatch mode)": "import torch._dynamo",
-             "twoprim checks": f"import twoprim.core.checks, twoprim.{checks_module_name(aid)}"}
+    steps = {
+        "torch": "import torch",
+        "ipykernel": "import ipykernel.kernelapp, ipykernel.ipkernel",
+        "Dynamo (first dispatch mode)": "import torch._dynamo",
+        "twoprim checks": f"import twoprim.core.checks, twoprim.{checks_module_name(aid)}",
+    }
     out, before = {}, []
     for name, stmt in steps.items():
         code = "; ".join([*before, "import time", "t = time.perf_counter()", stmt, "print(time.perf_counter() - t)"])
-        runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                     timeout=300).stdout.split()[-1]) for _ in range(3)]
+        runs = [
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+                ).stdout.split()[-1]
+            )
+            for _ in range(3)
+        ]
         out[name] = min(runs)
         before.append(stmt)
     return out
@@ -70,13 +80,30 @@ def profile(aid: str) -> tuple[dict, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assignments", nargs="+", default=assignments())
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/guides/development.md)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the table as Markdown (for docs/guides/development.md)"
+    )
     args = parser.parse_args()
-    nbgrader_import = min(float(subprocess.run(
-        [sys.executable, "-c", "import time;t=time.perf_counter();import nbgrader.apps.api;print(time.perf_counter()-t)"],
-        capture_output=True, text=True, check=True, timeout=300).stdout.split()[-1]) for _ in range(3))
-    print(f"sandbox start (bwrap, empty): {sandbox_start():.3f} s; nbgrader's import, once per worker: "
-          f"{nbgrader_import:.2f} s")
+    nbgrader_import = min(
+        float(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import time;t=time.perf_counter();import nbgrader.apps.api;print(time.perf_counter()-t)",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=300,
+            ).stdout.split()[-1]
+        )
+        for _ in range(3)
+    )
+    print(
+        f"sandbox start (bwrap, empty): {sandbox_start():.3f} s; nbgrader's import, once per worker: "
+        f"{nbgrader_import:.2f} s"
+    )
     rows = []
     for aid in args.assignments:
         phases, warm_start = profile(aid)
@@ -84,19 +111,25 @@ def main() -> int:
         cells = phases.get("cells", {})
         slow = max(cells.items(), key=lambda kv: kv[1]) if cells else ("-", 0.0)
         rows.append((aid, phases, warm_start, cold, sum(cells.values()), slow))
-        print(f"{aid}: {phases['total']:.2f} s warm; {phases}; forkserver start {warm_start:.2f} s; cold imports "
-              f"{cold}", flush=True)
+        print(
+            f"{aid}: {phases['total']:.2f} s warm; {phases}; forkserver start {warm_start:.2f} s; cold imports {cold}",
+            flush=True,
+        )
     if args.markdown:
-        print("\n| assignment | prepare | kernel forked and answering | cells | slowest cell | verdicts in the grader "
-              "| nbgrader bookkeeping | one submission | forkserver start (once per worker) | a cold kernel's "
-              "imports, saved per submission |")
+        print(
+            "\n| assignment | prepare | kernel forked and answering | cells | slowest cell | verdicts in the grader "
+            "| nbgrader bookkeeping | one submission | forkserver start (once per worker) | a cold kernel's "
+            "imports, saved per submission |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for aid, p, warm_start, cold, cells, (name, secs) in rows:
             saved = " + ".join(f"{k} {v:.2f}" for k, v in cold.items())
-            print(f"| {aid} | {p.get('prepare', 0):.2f} | {p.get('kernel start', 0):.2f} | {cells:.2f} | "
-                  f"{name.removeprefix(aid + '-')} {secs:.2f} | {p.get('verdicts', 0):.2f} | "
-                  f"{p.get('nbgrader bookkeeping', 0):.2f} | {p['total']:.2f} | "
-                  f"{f'{warm_start:.2f}' if warm_start > 0.05 else 'started above'} | {saved} |")
+            print(
+                f"| {aid} | {p.get('prepare', 0):.2f} | {p.get('kernel start', 0):.2f} | {cells:.2f} | "
+                f"{name.removeprefix(aid + '-')} {secs:.2f} | {p.get('verdicts', 0):.2f} | "
+                f"{p.get('nbgrader bookkeeping', 0):.2f} | {p['total']:.2f} | "
+                f"{f'{warm_start:.2f}' if warm_start > 0.05 else 'started above'} | {saved} |"
+            )
     return 0
 
 

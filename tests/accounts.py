@@ -5,6 +5,7 @@ can run. A clone (this working tree with the .venv hard-linked in, seconds inste
 pointed at a Python 3.11 every account can run, such as Debian's /usr/bin/python3.11. Used by test_lab.py (make lab
 as an ordinary user) and test_hub.py (the classroom on JupyterHub).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,17 +36,29 @@ def python_for(user: pwd.struct_passwd | None = None) -> str | None:
     if python is None:
         return None
     user = user or pwd.getpwnam("nobody")
-    probe = subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"], user=user.pw_uid,
-                           group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH}, capture_output=True,
-                           timeout=60)
+    probe = subprocess.run(
+        [python, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"],
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[],
+        env={"PATH": SYSTEM_PATH},
+        capture_output=True,
+        timeout=60,
+    )
     return python if probe.returncode == 0 else None
 
 
 def runnable_by(python: str, user: pwd.struct_passwd) -> bool:
     try:
-        probe = subprocess.run([python, "-c", "import sys, ssl, sqlite3; assert sys.version_info[:2] == (3, 11)"],
-                               user=user.pw_uid, group=user.pw_gid, extra_groups=[], env={"PATH": SYSTEM_PATH},
-                               capture_output=True, timeout=60)
+        probe = subprocess.run(
+            [python, "-c", "import sys, ssl, sqlite3; assert sys.version_info[:2] == (3, 11)"],
+            user=user.pw_uid,
+            group=user.pw_gid,
+            extra_groups=[],
+            env={"PATH": SYSTEM_PATH},
+            capture_output=True,
+            timeout=60,
+        )
     except PermissionError:  # a folder on the way is private
         return False
     return probe.returncode == 0
@@ -97,8 +110,17 @@ def clone_for(dest: Path, user: pwd.struct_passwd | None = None, *, node_modules
     A copy of the environment costs seconds where building one costs minutes. Its files stay root's and
     read-only to `user` (hard links: never written through). What names this checkout is rewritten in new files.
     """
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           check=True, timeout=60).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -112,8 +134,12 @@ def clone_for(dest: Path, user: pwd.struct_passwd | None = None, *, node_modules
         link_node_modules(dest)
     site = next((venv / "lib").glob("python3.*/site-packages"))
     old, new = str(ROOT).encode(), str(dest).encode()
-    for path in [*(venv / "bin").iterdir(), *site.glob("*.pth"), *site.glob("__editable__*.py"),
-                 *(venv / "etc").rglob("*.py")]:
+    for path in [
+        *(venv / "bin").iterdir(),
+        *site.glob("*.pth"),
+        *site.glob("__editable__*.py"),
+        *(venv / "etc").rglob("*.py"),
+    ]:
         if path.is_file() and not path.is_symlink() and old in (data := path.read_bytes()):
             mode = path.stat().st_mode
             path.unlink()  # a new file: the hard link to the course's own stays as it was
@@ -127,7 +153,8 @@ def link_node_modules(dest: Path) -> None:
     source = ROOT / "node_modules"
     assert (source / ".bin" / "configurable-http-proxy").exists(), (
         f"{source} has no configurable-http-proxy: run the tests with `make test`, which installs it (npm ci), or "
-        f"run `make node_modules/.installed` first")
+        f"run `make node_modules/.installed` first"
+    )
     subprocess.run(["cp", "-al", str(source), str(dest / "node_modules")], check=True, timeout=300)
 
 
@@ -147,13 +174,15 @@ def delete_account(name: str, timeout_s: float = 15) -> None:
         if proc.returncode in (0, 6) or "does not exist" in proc.stderr:  # 6: no such user
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"could not delete the throwaway account {name} within {timeout_s:g} s: "
-                                 f"{proc.stderr.strip()}")
+            raise AssertionError(
+                f"could not delete the throwaway account {name} within {timeout_s:g} s: {proc.stderr.strip()}"
+            )
         time.sleep(0.5)
 
 
-def python_as(user: str, code: str, *, cwd: str = "/", env: dict | None = None,
-              timeout: float = 120) -> tuple[int, str]:
+def python_as(
+    user: str, code: str, *, cwd: str = "/", env: dict | None = None, timeout: float = 120
+) -> tuple[int, str]:
     """Run Python `code` as the account `user` (no supplementary groups); its exit status and output (stdout and
     stderr together).
 
@@ -167,13 +196,33 @@ def python_as(user: str, code: str, *, cwd: str = "/", env: dict | None = None,
     env = {"PATH": SYSTEM_PATH, "HOME": cwd, **(env or {})}
     probe = [sys.executable, "-c", "import importlib.util, twoprim; assert importlib.util.find_spec('nbgrader')"]
     try:
-        usable = subprocess.run(probe, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], env=env, cwd=cwd,
-                                capture_output=True, timeout=timeout).returncode == 0
+        usable = (
+            subprocess.run(
+                probe,
+                user=pw.pw_uid,
+                group=pw.pw_gid,
+                extra_groups=[],
+                env=env,
+                cwd=cwd,
+                capture_output=True,
+                timeout=timeout,
+            ).returncode
+            == 0
+        )
     except PermissionError:
         usable = False
     if usable:
-        proc = subprocess.run([sys.executable, "-c", code], user=pw.pw_uid, group=pw.pw_gid, extra_groups=[],
-                              env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            user=pw.pw_uid,
+            group=pw.pw_gid,
+            extra_groups=[],
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         return proc.returncode, proc.stdout + proc.stderr
     read, write = os.pipe()
     pid = os.fork()

@@ -1,5 +1,6 @@
 """A synthetic class: student submissions built from the committed student version and the solutions, including
 every kind of bad submission an instructor meets. Used by the grading tests and scripts/bench_autograde.py."""
+
 from __future__ import annotations
 
 import copy
@@ -37,7 +38,8 @@ def solution_code(aid: str) -> dict[str, str]:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
             out[meta["grade_id"]] = "\n".join(
-                l for l in cell.source.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+                l for l in cell.source.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+            )
     return out
 
 
@@ -65,9 +67,16 @@ def prepend(aid: str, grade_id: str, code: str) -> nbformat.NotebookNode:
     return answered(aid, {grade_id: code + "\n" + solution_code(aid)[grade_id]})
 
 
-def write(submitted: Path, student: str, aid: str, nb: nbformat.NotebookNode | str | bytes | None,
-          *, timestamp: str | None = TIMESTAMP, extra: dict[str, str] | None = None,
-          secret: str | bytes | None = SECRET) -> Path:
+def write(
+    submitted: Path,
+    student: str,
+    aid: str,
+    nb: nbformat.NotebookNode | str | bytes | None,
+    *,
+    timestamp: str | None = TIMESTAMP,
+    extra: dict[str, str] | None = None,
+    secret: str | bytes | None = SECRET,
+) -> Path:
     """Put a submission at grader/submitted/<student>/<aid>/ the way `nbgrader collect` lays it out."""
     folder = submitted / student / aid
     folder.mkdir(parents=True, exist_ok=True)
@@ -98,22 +107,44 @@ def bad_ex01_class(submitted: Path) -> None:
     w = lambda student, nb, **kw: write(submitted, student, aid, nb, **kw)  # noqa: E731
     w("perfect", answered(aid))
     w("blank", student_version(aid))
-    w("wrong_top_k", answered(aid, {sol("top_k"): solution_code(aid)[sol("top_k")].replace("descending=True",
-                                                                                           "descending=False")}))
+    w(
+        "wrong_top_k",
+        answered(aid, {sol("top_k"): solution_code(aid)[sol("top_k")].replace("descending=True", "descending=False")}),
+    )
     w("infinite_loop", prepend(aid, sol("dot_loop"), "while True:\n    pass"))
-    w("swallows_interrupt", prepend(aid, sol("dot_loop"),
-                                    "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n"
-                                    "    except KeyboardInterrupt:\n        pass"))
+    w(
+        "swallows_interrupt",
+        prepend(
+            aid,
+            sol("dot_loop"),
+            "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass",
+        ),
+    )
     w("os_exit", prepend(aid, sol("top_k"), "import os\nos._exit(3)"))
     w("segfault", prepend(aid, sol("top_k"), "import ctypes\nctypes.string_at(0)"))
     w("memory_bomb", prepend(aid, sol("top_k"), "hog = bytearray(64 * 2**30)"))
     w("many_lines", prepend(aid, sol("neuron"), "for i in range(100_000):\n    print(i)"))
     w("one_huge_line", prepend(aid, sol("neuron"), "print('x' * 20_000_000)"))
-    w("limits_probe", prepend(aid, sol("dot_loop"), "import resource\nprint('address space limit', "
-                                                    "resource.getrlimit(resource.RLIMIT_AS)[0])"))
-    w("warning_in_test", answered(aid, {sol("dot"): solution_code(aid)[sol("dot")].replace(
-        "    return (x * w).sum()",
-        "    import warnings\n    warnings.warn('a learner warning')\n    return (x * w).sum()")}))
+    w(
+        "limits_probe",
+        prepend(
+            aid,
+            sol("dot_loop"),
+            "import resource\nprint('address space limit', resource.getrlimit(resource.RLIMIT_AS)[0])",
+        ),
+    )
+    w(
+        "warning_in_test",
+        answered(
+            aid,
+            {
+                sol("dot"): solution_code(aid)[sol("dot")].replace(
+                    "    return (x * w).sum()",
+                    "    import warnings\n    warnings.warn('a learner warning')\n    return (x * w).sum()",
+                )
+            },
+        ),
+    )
 
     nb = answered(aid)
     del nb.cells[cell_index(nb, f"{aid}-dot")]
@@ -144,8 +175,11 @@ def bad_ex01_class(submitted: Path) -> None:
     w("truncated", text[: len(text) // 2])
     w("not_json", "I could not get Jupyter to work so here is my answer: return (x * w).sum()")
     w("missing_notebook", None)
-    w("extra_files", answered(aid), extra={"scratch.ipynb": nbformat.writes(student_version(aid)),
-                                           "notes.txt": "my notes"})
+    w(
+        "extra_files",
+        answered(aid),
+        extra={"scratch.ipynb": nbformat.writes(student_version(aid)), "notes.txt": "my notes"},
+    )
     w("numpy_py", answered(aid), extra={"numpy.py": "raise ImportError('a numpy.py beside the notebook')"})
     w("torch_py", answered(aid), extra={"torch.py": "raise ImportError('a torch.py beside the notebook')"})
     w("bad_timestamp", answered(aid), timestamp="the day before the deadline, honest")
@@ -154,7 +188,7 @@ def bad_ex01_class(submitted: Path) -> None:
     # what reaches grader/submitted/ besides notebooks: every kind is refused or graded with its reason
     w("empty", "")
     text = nbformat.writes(answered(aid))
-    w("binary", gzip.compress(text.encode(), mtime=0))                   # a compressed notebook
+    w("binary", gzip.compress(text.encode(), mtime=0))  # a compressed notebook
     w("wrong_nbformat", json.dumps({**json.loads(text), "nbformat": 3}))  # v4 cells under a version 3 label
     folder = w("renamed_notebook", None)
     nbformat.write(answered(aid), str(folder / f"{aid} (1).ipynb"))
@@ -172,15 +206,20 @@ def bad_ex01_class(submitted: Path) -> None:
     w("bom", b"\xef\xbb\xbf" + text.encode())
     w("crlf", text.replace("\n", "\r\n").encode())
     nb = answered(aid)
-    nb.cells.insert(1, nbformat.v4.new_markdown_cell("A long essay. " * 400_000))   # 5.6 MB of markdown
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("A long essay. " * 400_000))  # 5.6 MB of markdown
     w("huge_markdown", nb)
     nb = answered(aid)
-    nb.cells[1:1] = [nbformat.v4.new_markdown_cell(f"note {i}") if i % 2 else nbformat.v4.new_code_cell("")
-                     for i in range(3000)]
+    nb.cells[1:1] = [
+        nbformat.v4.new_markdown_cell(f"note {i}") if i % 2 else nbformat.v4.new_code_cell("") for i in range(3000)
+    ]
     w("thousands_of_cells", nb)
     w("endless_sleep", answered(aid, {sol("dot_loop"): "import time\n\ndef dot_loop(x, w):\n    time.sleep(10**6)"}))
-    w("process_bomb", prepend(aid, sol("top_k"), "import subprocess\nkids = [subprocess.Popen(['sleep', '600']) "
-                                                 "for _ in range(100_000)]"))
+    w(
+        "process_bomb",
+        prepend(
+            aid, sol("top_k"), "import subprocess\nkids = [subprocess.Popen(['sleep', '600']) for _ in range(100_000)]"
+        ),
+    )
     w("no_secret", answered(aid), secret=None)
     w("garbage_secret", answered(aid), secret=b"\xff\xfe\x00garbage")
 
@@ -198,8 +237,21 @@ def bad_ex01_class(submitted: Path) -> None:
         elif meta.get("grade"):
             meta["points"] = 100
             cell.source = "print('passed')"
-    nb.cells.append(nbformat.v4.new_code_cell("print('bonus')", metadata={"nbgrader": {
-        "grade": True, "solution": False, "locked": True, "grade_id": "bonus", "points": 100, "schema_version": 3}}))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "print('bonus')",
+            metadata={
+                "nbgrader": {
+                    "grade": True,
+                    "solution": False,
+                    "locked": True,
+                    "grade_id": "bonus",
+                    "points": 100,
+                    "schema_version": 3,
+                }
+            },
+        )
+    )
     w("blank_rewrites_grading", nb)
     w("another_assignment", student_version("ex02_gemm"))
     w("nbformat_v3", nbformat.writes(nbformat.convert(answered(aid), 3)))  # Jupyter's format before 2015: upgraded

@@ -1,4 +1,5 @@
 """Shared test fixtures: the repository root, solution code loaded as a namespace, lesson timings in the summary."""
+
 from __future__ import annotations
 
 import linecache
@@ -61,9 +62,22 @@ def root() -> Path:
 # The files that take longest, run first: `make test` hands whole files to its processes (pytest-xdist, loadfile,
 # in this order: --no-loadscope-reorder, or xdist would put the files with most tests first), and a long file
 # started last would leave the other process idle at the end.
-LONG_FIRST = ("test_hub_load.py", "test_hub.py", "test_autograde.py", "test_cluster.py", "test_grading.py", "test_notebooks.py",
-              "test_sandbox.py", "test_progress.py", "test_new_assignment.py", "test_moved_course.py", "test_uids.py",
-              "test_selfgrade.py", "test_browser.py", "test_lab.py")
+LONG_FIRST = (
+    "test_hub_load.py",
+    "test_hub.py",
+    "test_autograde.py",
+    "test_cluster.py",
+    "test_grading.py",
+    "test_notebooks.py",
+    "test_sandbox.py",
+    "test_progress.py",
+    "test_new_assignment.py",
+    "test_moved_course.py",
+    "test_uids.py",
+    "test_selfgrade.py",
+    "test_browser.py",
+    "test_lab.py",
+)
 
 
 def pytest_collection_modifyitems(items):

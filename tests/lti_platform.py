@@ -11,6 +11,7 @@ hosts its classes' endpoints in a small tornado app, in a thread, with bounded s
 `variant` makes a bad launch, still built and signed by the library: "bad-signature" (signed with a key the JWKS
 does not hold, under the JWKS key's id), "expired" (exp in the past), "wrong-audience" (aud another client's).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,14 +45,18 @@ START_S = 10
 
 def private_pem() -> str:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
 
 
 def public_pem(private: str) -> str:
     key = serialization.load_pem_private_key(private.encode(), None)
-    return key.public_key().public_bytes(serialization.Encoding.PEM,
-                                         serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
 
 
 class TornadoRequest(Request):
@@ -61,10 +66,15 @@ class TornadoRequest(Request):
         first = lambda args: {k: v[0].decode() for k, v in args.items()}  # noqa: E731
         body = request.body or b""
         is_json = "json" in (request.headers.get("Content-Type") or "")
-        return {"method": request.method, "form_data": first(request.body_arguments),
-                "get_data": first(request.query_arguments), "headers": request.headers,
-                "content_type": request.headers.get("Content-Type"), "path": request.path,
-                "json": json.loads(body) if is_json and body else None}
+        return {
+            "method": request.method,
+            "form_data": first(request.body_arguments),
+            "get_data": first(request.query_arguments),
+            "headers": request.headers,
+            "content_type": request.headers.get("Content-Type"),
+            "path": request.path,
+            "json": json.loads(body) if is_json and body else None,
+        }
 
 
 class PlatformConf(LTI1P3PlatformConfAbstract):
@@ -101,16 +111,21 @@ class Launch(LTIAdvantageMessageLaunchAbstract):
         launch = super().generate_launch_request()
         if self.variant == "bad-signature":
             message, _ = self.get_launch_data()
-            launch["id_token"] = Registration.encode_and_sign(message, self.wrong_key,
-                                                              headers={"kid": self._registration.get_kid()},
-                                                              expiration=300)
+            launch["id_token"] = Registration.encode_and_sign(
+                message, self.wrong_key, headers={"kid": self._registration.get_kid()}, expiration=300
+            )
         return launch
 
     def render_launch_form(self, launch_data, **kwargs):
-        fields = "".join(f'<input type="hidden" name="{k}" value="{html.escape(v)}"/>'
-                         for k, v in launch_data.items() if k != "launch_url")
-        return (f'<form method="POST" action="{html.escape(launch_data["launch_url"])}" id="form">{fields}</form>'
-                f'<script>document.getElementById("form").submit();</script>')
+        fields = "".join(
+            f'<input type="hidden" name="{k}" value="{html.escape(v)}"/>'
+            for k, v in launch_data.items()
+            if k != "launch_url"
+        )
+        return (
+            f'<form method="POST" action="{html.escape(launch_data["launch_url"])}" id="form">{fields}</form>'
+            f'<script>document.getElementById("form").submit();</script>'
+        )
 
 
 class Grades(AssignmentsGradesService):
@@ -120,10 +135,14 @@ class Grades(AssignmentsGradesService):
         super().__init__(request, platform, lineitems_url)
         self.store = store
 
-    def find_lineitems(self, page=1, limit=None, line_item_id=None, resource_link_id=None, resource_id=None,
-                       tag=None, **_):
-        items = [i for i in self.store["lineitems"].values() if (not tag or i.get("tag") == tag)
-                 and (not resource_id or i.get("resourceId") == resource_id)]
+    def find_lineitems(
+        self, page=1, limit=None, line_item_id=None, resource_link_id=None, resource_id=None, tag=None, **_
+    ):
+        items = [
+            i
+            for i in self.store["lineitems"].values()
+            if (not tag or i.get("tag") == tag) and (not resource_id or i.get("resourceId") == resource_id)
+        ]
         return {"content": items, "has_next": False, "next": None}
 
     def find_lineitem(self, line_item_id):
@@ -157,8 +176,13 @@ class Grades(AssignmentsGradesService):
 
     def get_results(self, line_item_id, page=1, limit=None, user_id=None, **_):
         scores = self.store["scores"].get(line_item_id, {})
-        return {"content": [{"userId": u, "resultScore": s.get("scoreGiven"), "resultMaximum": s.get("scoreMaximum")}
-                            for u, s in scores.items()], "has_next": False}
+        return {
+            "content": [
+                {"userId": u, "resultScore": s.get("scoreGiven"), "resultMaximum": s.get("scoreMaximum")}
+                for u, s in scores.items()
+            ],
+            "has_next": False,
+        }
 
 
 class Platform:
@@ -177,9 +201,16 @@ class Platform:
         return f"http://127.0.0.1:{self.port}"
 
     def registration(self) -> Registration:
-        reg = (Registration().set_iss(self.url).set_client_id(CLIENT_ID).set_deployment_id(DEPLOYMENT_ID)
-               .set_oidc_login_url(self.tool_login_url).set_launch_url(self.tool_launch_url)
-               .set_platform_private_key(self.key).set_platform_public_key(public_pem(self.key)))
+        reg = (
+            Registration()
+            .set_iss(self.url)
+            .set_client_id(CLIENT_ID)
+            .set_deployment_id(DEPLOYMENT_ID)
+            .set_oidc_login_url(self.tool_login_url)
+            .set_launch_url(self.tool_launch_url)
+            .set_platform_private_key(self.key)
+            .set_platform_public_key(public_pem(self.key))
+        )
         reg.set_tool_key_set(self.tool_jwks)
         return reg
 
@@ -188,9 +219,15 @@ class Platform:
 
     def tool_settings(self, **extra) -> dict:
         """What the tool's LTI configuration says of this platform."""
-        return {"issuer": self.url, "client_id": CLIENT_ID, "deployment_ids": [DEPLOYMENT_ID],
-                "auth_login_url": f"{self.url}/authorize", "auth_token_url": f"{self.url}/token",
-                "jwks_url": f"{self.url}/jwks", **extra}
+        return {
+            "issuer": self.url,
+            "client_id": CLIENT_ID,
+            "deployment_ids": [DEPLOYMENT_ID],
+            "auth_login_url": f"{self.url}/authorize",
+            "auth_token_url": f"{self.url}/token",
+            "jwks_url": f"{self.url}/jwks",
+            **extra,
+        }
 
     def launch_url(self, **params) -> str:
         return f"{self.url}/launch?{urllib.parse.urlencode(params)}"
@@ -245,8 +282,10 @@ class Platform:
 
         class LaunchLink(Base):
             def get(self):
-                spec = {k: self.get_argument(k, "") for k in ("user", "roles", "context", "link", "assignment",
-                                                              "variant", "email", "name")}
+                spec = {
+                    k: self.get_argument(k, "")
+                    for k in ("user", "roles", "context", "link", "assignment", "variant", "email", "name")
+                }
                 hint = secrets.token_hex(8)
                 p.hints[hint] = spec
                 login = Login(None, p.config())
@@ -259,11 +298,18 @@ class Platform:
                 spec = p.hints[request.get_data["lti_message_hint"]]
                 launch = Launch(request, p.config())
                 launch.variant, launch.wrong_key = spec["variant"], p.wrong_key
-                launch.set_user_data(spec["user"], spec["roles"].split(","), full_name=spec["name"] or None,
-                                     email_address=spec["email"] or None)
-                launch.set_launch_context_claim(spec["context"], ["http://purl.imsglobal.org/vocab/lis/v2/course#"
-                                                                  "CourseOffering"], f"Course {spec['context']}",
-                                                spec["context"])
+                launch.set_user_data(
+                    spec["user"],
+                    spec["roles"].split(","),
+                    full_name=spec["name"] or None,
+                    email_address=spec["email"] or None,
+                )
+                launch.set_launch_context_claim(
+                    spec["context"],
+                    ["http://purl.imsglobal.org/vocab/lis/v2/course#CourseOffering"],
+                    f"Course {spec['context']}",
+                    spec["context"],
+                )
                 launch.set_resource_link_claim(spec["link"] or "link-1", title=spec["assignment"] or "a link")
                 if spec["assignment"]:
                     launch.set_custom_parameters_claim({"assignment": spec["assignment"]})
@@ -309,10 +355,17 @@ class Platform:
                 else:
                     self.reply(ags.handle_resp(ags.handle_create_lineitem))
 
-        return web.Application([
-            (r"/launch", LaunchLink), (r"/authorize", Authorize), (r"/jwks", Jwks), (r"/token", Token),
-            (r"/ags/([^/]+)/lineitems", LineItems), (r"/ags/([^/]+)/lineitems/([^/]+)", LineItems),
-            (r"/ags/([^/]+)/lineitems/([^/]+)/(scores|results)", LineItems)])
+        return web.Application(
+            [
+                (r"/launch", LaunchLink),
+                (r"/authorize", Authorize),
+                (r"/jwks", Jwks),
+                (r"/token", Token),
+                (r"/ags/([^/]+)/lineitems", LineItems),
+                (r"/ags/([^/]+)/lineitems/([^/]+)", LineItems),
+                (r"/ags/([^/]+)/lineitems/([^/]+)/(scores|results)", LineItems),
+            ]
+        )
 
     def scores(self, tag: str) -> dict[str, dict]:
         """userId -> the score the platform holds for the line item tagged `tag` (read from its own store)."""

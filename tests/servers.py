@@ -1,6 +1,7 @@
 """Real servers for the tests, started and stopped by the test itself, on loopback ports, with bounded waits: a
 PostgreSQL server in a temporary data folder (Debian's `postgresql`, which `.ci/run` installs) and a Dask scheduler
 with its workers (the course environment's `dask` commands)."""
+
 from __future__ import annotations
 
 import glob
@@ -54,11 +55,18 @@ class Postgres:
 
     def _run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         ids = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[]) if self.user else {}
-        proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
-                              env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PGPASSWORD": self.password}, **ids)
+        proc = subprocess.run(
+            [str(a) for a in argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PGPASSWORD": self.password},
+            **ids,
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"{Path(str(argv[0])).name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n"
-                                 f"{self.log()}")
+            raise AssertionError(
+                f"{Path(str(argv[0])).name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n{self.log()}"
+            )
         return proc
 
     def init(self) -> "Postgres":
@@ -69,14 +77,35 @@ class Postgres:
             shutil.chown(self.base, self.user.pw_uid, self.user.pw_gid)
             shutil.chown(pwfile, self.user.pw_uid, self.user.pw_gid)
         pwfile.chmod(0o600)
-        self._run(self.bin / "initdb", "-D", self.data, "-U", "twoprim", "--pwfile", pwfile, "-A", "scram-sha-256",
-                  "--no-sync")
+        self._run(
+            self.bin / "initdb",
+            "-D",
+            self.data,
+            "-U",
+            "twoprim",
+            "--pwfile",
+            pwfile,
+            "-A",
+            "scram-sha-256",
+            "--no-sync",
+        )
         pwfile.unlink()
         return self
 
     def start(self) -> "Postgres":
-        self._run(self.bin / "pg_ctl", "-D", self.data, "-w", "-t", "60", "-l", self.base / "server.log", "-o",
-                  f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c fsync=off", "start")
+        self._run(
+            self.bin / "pg_ctl",
+            "-D",
+            self.data,
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            self.base / "server.log",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c fsync=off",
+            "start",
+        )
         self.running = True
         return self
 
@@ -111,14 +140,21 @@ class DaskCluster:
         self.n = workers
         self.procs: dict[str, subprocess.Popen] = {}
         self.tls = tls
-        self.tls_flags = ["--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["cert"]),
-                          "--tls-key", str(tls["key"])] if tls else []
+        self.tls_flags = (
+            ["--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"])]
+            if tls
+            else []
+        )
         self.security = None
         if tls:
             from distributed import Security
 
-            self.security = Security(tls_ca_file=str(tls["ca"]), tls_client_cert=str(tls["cert"]),
-                                     tls_client_key=str(tls["key"]), require_encryption=True)
+            self.security = Security(
+                tls_ca_file=str(tls["ca"]),
+                tls_client_cert=str(tls["cert"]),
+                tls_client_key=str(tls["key"]),
+                require_encryption=True,
+            )
 
     def client(self, **kwargs):
         from distributed import Client
@@ -134,9 +170,21 @@ class DaskCluster:
 
     def start(self) -> "DaskCluster":
         self.base.mkdir(parents=True, exist_ok=True)
-        self._spawn("scheduler", [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--no-dashboard", "--no-show", *self.tls_flags,
-                                  *(["--protocol", "tls"] if self.tls else [])])
+        self._spawn(
+            "scheduler",
+            [
+                str(BIN / "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-dashboard",
+                "--no-show",
+                *self.tls_flags,
+                *(["--protocol", "tls"] if self.tls else []),
+            ],
+        )
         for i in range(self.n):
             self.restart(f"worker{i}", wait=False)
         self._wait()
@@ -144,9 +192,27 @@ class DaskCluster:
 
     def restart(self, name: str, *, wait: bool = True) -> None:
         """Start worker `name` (again, after `kill`)."""
-        self._spawn(name, [str(BIN / "dask"), "worker", self.address, "--nthreads", "1", "--no-nanny", "--name", name,
-                           "--host", "127.0.0.1", "--no-dashboard", "--memory-limit", "0",
-                           "--local-directory", str(self.base / name), *self.tls_flags])
+        self._spawn(
+            name,
+            [
+                str(BIN / "dask"),
+                "worker",
+                self.address,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--name",
+                name,
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--memory-limit",
+                "0",
+                "--local-directory",
+                str(self.base / name),
+                *self.tls_flags,
+            ],
+        )
         if wait:
             self._wait()
 

@@ -21,6 +21,7 @@ Copies (`DISGUISES`), each of one independent student's answers:
 A copy group is two or more copies of the same student. Used by tests/test_analytics.py and
 scripts/bench_similarity.py.
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,8 +33,14 @@ from pathlib import Path
 AID = "ex02_gemm"
 FUNCTIONS = ("matmul_loops", "matmul_dots", "matmul_outer", "gemm", "matmul_tiled", "gemm_flops")
 DISGUISES = ("renamed", "reordered", "rewritten", "partial", "wrapped")
-PARAMS = {"matmul_loops": "A, B", "matmul_dots": "A, B", "matmul_outer": "A, B", "gemm": "alpha, A, B, beta, C",
-          "matmul_tiled": "A, B, tile", "gemm_flops": "M, N, K"}
+PARAMS = {
+    "matmul_loops": "A, B",
+    "matmul_dots": "A, B",
+    "matmul_outer": "A, B",
+    "gemm": "alpha, A, B, beta, C",
+    "matmul_tiled": "A, B, tile",
+    "gemm_flops": "M, N, K",
+}
 
 
 # --- a student's style: the small choices two people make differently ---------------------------------------------
@@ -45,12 +52,12 @@ class Style:
 
     shapes: int
     zeros: int
-    index: int        # C[i, j] or C[i][j]
-    accumulate: int   # s += x or s = s + x
-    element: int      # A[i, k] * B[k, j], .item(), float(...), A[i][k]
-    ranges: int       # range(M) or range(0, M)
-    names: dict = field(default_factory=dict)   # their own names for the usual variables
-    chooser: random.Random = field(default_factory=random.Random)   # their other small choices
+    index: int  # C[i, j] or C[i][j]
+    accumulate: int  # s += x or s = s + x
+    element: int  # A[i, k] * B[k, j], .item(), float(...), A[i][k]
+    ranges: int  # range(M) or range(0, M)
+    names: dict = field(default_factory=dict)  # their own names for the usual variables
+    chooser: random.Random = field(default_factory=random.Random)  # their other small choices
 
     def pick(self, *options):
         """One of `options`: a small choice this student makes their own way."""
@@ -58,41 +65,63 @@ class Style:
 
     @classmethod
     def draw(cls, rng: random.Random) -> "Style":
-        pools = {"M": ["M", "m", "num_rows", "n_rows", "M"], "N": ["N", "n", "num_cols", "n_cols", "N"],
-                 "K": ["K", "k_dim", "inner", "K", "depth"], "C": ["C", "out", "result", "C", "res"],
-                 "s": ["s", "total", "acc", "acc", "value", "tmp"], "i": ["i", "i", "r", "ii"],
-                 "j": ["j", "j", "c", "jj"], "k": ["k", "k", "p", "kk"]}
+        pools = {
+            "M": ["M", "m", "num_rows", "n_rows", "M"],
+            "N": ["N", "n", "num_cols", "n_cols", "N"],
+            "K": ["K", "k_dim", "inner", "K", "depth"],
+            "C": ["C", "out", "result", "C", "res"],
+            "s": ["s", "total", "acc", "acc", "value", "tmp"],
+            "i": ["i", "i", "r", "ii"],
+            "j": ["j", "j", "c", "jj"],
+            "k": ["k", "k", "p", "kk"],
+        }
         names = {key: rng.choice(pool) for key, pool in pools.items()}
         if len({names["i"], names["j"], names["k"], names["K"], names["M"], names["N"]}) < 6:
             names.update(i="i", j="j", k="k", M="M", N="N", K="K")
-        return cls(shapes=rng.choices(range(6), weights=[5, 3, 2, 2, 1, 1])[0],
-                   zeros=rng.choices(range(6), weights=[6, 2, 3, 1, 1, 1])[0],
-                   index=rng.choices(range(2), weights=[4, 1])[0], accumulate=rng.choices(range(2), weights=[4, 1])[0],
-                   element=rng.choices(range(4), weights=[3, 2, 2, 1])[0],
-                   ranges=rng.choices(range(2), weights=[5, 1])[0],
-                   names=names, chooser=random.Random(rng.random()))
+        return cls(
+            shapes=rng.choices(range(6), weights=[5, 3, 2, 2, 1, 1])[0],
+            zeros=rng.choices(range(6), weights=[6, 2, 3, 1, 1, 1])[0],
+            index=rng.choices(range(2), weights=[4, 1])[0],
+            accumulate=rng.choices(range(2), weights=[4, 1])[0],
+            element=rng.choices(range(4), weights=[3, 2, 2, 1])[0],
+            ranges=rng.choices(range(2), weights=[5, 1])[0],
+            names=names,
+            chooser=random.Random(rng.random()),
+        )
 
     def n(self, key: str) -> str:
         return self.names.get(key, key)
 
     def sizes(self) -> str:
         M, N, K = self.n("M"), self.n("N"), self.n("K")
-        return [f"{M}, {K} = A.shape\n{N} = B.shape[1]",
-                f"{M} = A.shape[0]\n{K} = A.shape[1]\n{N} = B.shape[1]",
-                f"({M}, {K}), {N} = A.shape, B.shape[1]",
-                f"{M}, {N}, {K} = A.size(0), B.size(1), A.size(1)",
-                f"{K}, {N} = B.shape\n{M} = A.shape[0]",
-                f"{M} = len(A)\n{K} = len(B)\n{N} = B.shape[1]"][self.shapes]
+        return [
+            f"{M}, {K} = A.shape\n{N} = B.shape[1]",
+            f"{M} = A.shape[0]\n{K} = A.shape[1]\n{N} = B.shape[1]",
+            f"({M}, {K}), {N} = A.shape, B.shape[1]",
+            f"{M}, {N}, {K} = A.size(0), B.size(1), A.size(1)",
+            f"{K}, {N} = B.shape\n{M} = A.shape[0]",
+            f"{M} = len(A)\n{K} = len(B)\n{N} = B.shape[1]",
+        ][self.shapes]
 
     def new(self, empty: bool = False) -> str:
         M, N = self.n("M"), self.n("N")
         if empty:
-            return [f"torch.empty({M}, {N}, dtype=A.dtype)", f"torch.empty(({M}, {N}), dtype=A.dtype)",
-                    f"A.new_empty({M}, {N})", f"A.new_empty(({M}, {N}))", f"torch.empty({M}, {N}).to(A.dtype)",
-                    f"torch.empty([{M}, {N}], dtype=A.dtype)"][self.zeros]
-        return [f"torch.zeros({M}, {N}, dtype=A.dtype)", f"torch.zeros(({M}, {N}), dtype=A.dtype)",
-                f"A.new_zeros({M}, {N})", f"A.new_zeros(({M}, {N}))", f"torch.zeros({M}, {N}).to(A.dtype)",
-                f"torch.zeros([{M}, {N}], dtype=A.dtype)"][self.zeros]
+            return [
+                f"torch.empty({M}, {N}, dtype=A.dtype)",
+                f"torch.empty(({M}, {N}), dtype=A.dtype)",
+                f"A.new_empty({M}, {N})",
+                f"A.new_empty(({M}, {N}))",
+                f"torch.empty({M}, {N}).to(A.dtype)",
+                f"torch.empty([{M}, {N}], dtype=A.dtype)",
+            ][self.zeros]
+        return [
+            f"torch.zeros({M}, {N}, dtype=A.dtype)",
+            f"torch.zeros(({M}, {N}), dtype=A.dtype)",
+            f"A.new_zeros({M}, {N})",
+            f"A.new_zeros(({M}, {N}))",
+            f"torch.zeros({M}, {N}).to(A.dtype)",
+            f"torch.zeros([{M}, {N}], dtype=A.dtype)",
+        ][self.zeros]
 
     def at(self, name: str, a: str, b: str) -> str:
         return f"{name}[{a}, {b}]" if self.index == 0 else f"{name}[{a}][{b}]"
@@ -102,8 +131,9 @@ class Style:
 
     def product(self, i: str, k: str, j: str) -> str:
         a, b = f"A[{i}, {k}]", f"B[{k}, {j}]"
-        return [f"{a} * {b}", f"{a}.item() * {b}.item()", f"float({a}) * float({b})",
-                f"A[{i}][{k}] * B[{k}][{j}]"][self.element]
+        return [f"{a} * {b}", f"{a}.item() * {b}.item()", f"float({a}) * float({b})", f"A[{i}][{k}] * B[{k}][{j}]"][
+            self.element
+        ]
 
     def rng(self, bound: str) -> str:
         return f"range({bound})" if self.ranges == 0 else f"range(0, {bound})"
@@ -151,8 +181,11 @@ return {C}""")
 def loops_lists(st: Style, wrong: str = "") -> str:
     M, N, K, s, i, j, k = (st.n(x) for x in "MNKsijk")
     a, b = st.pick(("a", "b"), ("a_list", "b_list"), ("x", "y"))
-    tail = st.pick(f"return torch.tensor(rows, dtype=A.dtype)", f"out = torch.tensor(rows, dtype=A.dtype)\nreturn out",
-                   f"return torch.tensor(rows).to(A.dtype)")
+    tail = st.pick(
+        f"return torch.tensor(rows, dtype=A.dtype)",
+        f"out = torch.tensor(rows, dtype=A.dtype)\nreturn out",
+        f"return torch.tensor(rows).to(A.dtype)",
+    )
     return _block(f"""
 {a} = A.tolist()  # plain Python floats
 {b} = B.tolist()
@@ -283,8 +316,11 @@ return {C}""")
 
 def dots_stack(st: Style, wrong: str = "") -> str:
     i, j = st.n("i"), st.n("j")
-    rows, cols = st.pick(("range(A.shape[0])", "range(B.shape[1])"), ("range(len(A))", "range(B.size(1))"),
-                         ("range(A.size(0))", "range(B.size(1))"))
+    rows, cols = st.pick(
+        ("range(A.shape[0])", "range(B.shape[1])"),
+        ("range(len(A))", "range(B.size(1))"),
+        ("range(A.size(0))", "range(B.size(1))"),
+    )
     return _block(f"""
 return torch.stack([torch.stack([torch.dot(A[{i}], B[:, {j}]) for {j} in {cols}])
                     for {i} in {rows}])""")
@@ -529,8 +565,10 @@ return {C}""")
 
 def tiled_accumulator(st: Style, wrong: str = "") -> str:
     M, N, K, C = (st.n(x) for x in "MNKC")
-    block = st.pick(f"torch.zeros(min(tile, {M} - r), min(tile, {N} - c), dtype=A.dtype)",
-                    f"A.new_zeros(min(tile, {M} - r), min(tile, {N} - c))")
+    block = st.pick(
+        f"torch.zeros(min(tile, {M} - r), min(tile, {N} - c), dtype=A.dtype)",
+        f"A.new_zeros(min(tile, {M} - r), min(tile, {N} - c))",
+    )
     return _block(f"""
 {st.sizes()}
 {C} = {st.new(empty=True)}
@@ -538,8 +576,15 @@ for r in range(0, {M}, tile):
     for c in range(0, {N}, tile):
         block = {block}
         for p in range(0, {K}, tile):
-            {st.add("block", st.pick("torch.mm(A[r:r + tile, p:p + tile], B[p:p + tile, c:c + tile])",
-                                     "A[r:r + tile, p:p + tile] @ B[p:p + tile, c:c + tile]"))}
+            {
+        st.add(
+            "block",
+            st.pick(
+                "torch.mm(A[r:r + tile, p:p + tile], B[p:p + tile, c:c + tile])",
+                "A[r:r + tile, p:p + tile] @ B[p:p + tile, c:c + tile]",
+            ),
+        )
+    }
         {C}[r:r + tile, c:c + tile] = block
 return {C}""")
 
@@ -591,8 +636,9 @@ return torch.cat(band_rows, {st.pick("dim=0", "0")})""")
 
 def tiled_ceil(st: Style, wrong: str = "") -> str:
     M, N, K, C = (st.n(x) for x in "MNKC")
-    count = st.pick(lambda n: f"({n} + tile - 1) // tile", lambda n: f"math.ceil({n} / tile)",
-                    lambda n: f"-(-{n} // tile)")
+    count = st.pick(
+        lambda n: f"({n} + tile - 1) // tile", lambda n: f"math.ceil({n} / tile)", lambda n: f"-(-{n} // tile)"
+    )
     return _block(f"""
 {"import math" if "math" in count("x") else ""}
 {st.sizes()}
@@ -621,9 +667,15 @@ for i in range(0, {M}, tile):
 return {C}""")
 
 
-FLOPS = ["return 2 * M * N * K", "return M * N * K * 2", "return 2 * M * N * K  # a multiply and an add per term",
-         "flops = 2 * M * N * K\nreturn flops", "multiply_adds = M * N * K\nreturn 2 * multiply_adds",
-         "return int(2 * M * N * K)", "return M * N * (2 * K)"]
+FLOPS = [
+    "return 2 * M * N * K",
+    "return M * N * K * 2",
+    "return 2 * M * N * K  # a multiply and an add per term",
+    "flops = 2 * M * N * K\nreturn flops",
+    "multiply_adds = M * N * K\nreturn 2 * multiply_adds",
+    "return int(2 * M * N * K)",
+    "return M * N * (2 * K)",
+]
 FLOPS_WRONG = ["return M * N * K", "return M * N * (2 * K - 1)"]
 
 
@@ -634,25 +686,65 @@ def flops(st: Style, wrong: str = "") -> str:
 # function -> [(way, weight, mistake)]: the natural ways are the common ones; a mistake ("" for none) is what a
 # variant gets wrong when the student makes one
 VARIANTS = {
-    "matmul_loops": [(loops_accumulator, 8, "short"), (loops_direct, 4, ""), (loops_lists, 3, ""),
-                     (loops_ikj, 2, ""), (loops_comprehension, 2, ""), (loops_zip, 1, ""), (loops_enumerate, 1, ""),
-                     (loops_while, 1, "")],
-    "matmul_dots": [(dots_basic, 8, ""), (dots_row_first, 3, ""), (dots_stack, 2, ""), (dots_transpose, 2, ""),
-                    (dots_rows_list, 2, ""), (dots_columns, 1, ""), (dots_flat, 1, "")],
-    "matmul_outer": [(outer_basic, 8, "short"), (outer_broadcast, 3, ""), (outer_none, 3, ""), (outer_sum, 1, ""),
-                     (outer_stack, 2, ""), (outer_zip, 1, ""), (outer_list, 1, "")],
-    "gemm": [(gemm_plain, 6, ""), (gemm_branch, 5, ""), (gemm_matmul, 3, ""), (gemm_mm, 2, ""),
-             (gemm_inplace_add, 1, ""), (gemm_ternary, 2, ""), (gemm_scaled_first, 1, "")],
-    "matmul_tiled": [(tiled_slices, 7, "edge"), (tiled_bounds, 4, ""), (tiled_accumulator, 2, ""),
-                     (tiled_starts, 1, ""), (tiled_blocks, 1, ""), (tiled_rows_cat, 1, ""), (tiled_ceil, 2, "")],
+    "matmul_loops": [
+        (loops_accumulator, 8, "short"),
+        (loops_direct, 4, ""),
+        (loops_lists, 3, ""),
+        (loops_ikj, 2, ""),
+        (loops_comprehension, 2, ""),
+        (loops_zip, 1, ""),
+        (loops_enumerate, 1, ""),
+        (loops_while, 1, ""),
+    ],
+    "matmul_dots": [
+        (dots_basic, 8, ""),
+        (dots_row_first, 3, ""),
+        (dots_stack, 2, ""),
+        (dots_transpose, 2, ""),
+        (dots_rows_list, 2, ""),
+        (dots_columns, 1, ""),
+        (dots_flat, 1, ""),
+    ],
+    "matmul_outer": [
+        (outer_basic, 8, "short"),
+        (outer_broadcast, 3, ""),
+        (outer_none, 3, ""),
+        (outer_sum, 1, ""),
+        (outer_stack, 2, ""),
+        (outer_zip, 1, ""),
+        (outer_list, 1, ""),
+    ],
+    "gemm": [
+        (gemm_plain, 6, ""),
+        (gemm_branch, 5, ""),
+        (gemm_matmul, 3, ""),
+        (gemm_mm, 2, ""),
+        (gemm_inplace_add, 1, ""),
+        (gemm_ternary, 2, ""),
+        (gemm_scaled_first, 1, ""),
+    ],
+    "matmul_tiled": [
+        (tiled_slices, 7, "edge"),
+        (tiled_bounds, 4, ""),
+        (tiled_accumulator, 2, ""),
+        (tiled_starts, 1, ""),
+        (tiled_blocks, 1, ""),
+        (tiled_rows_cat, 1, ""),
+        (tiled_ceil, 2, ""),
+    ],
     "gemm_flops": [(flops, 1, "wrong")],
 }
 # a wrong way to write a function, beside the mistakes above
-WRONG_WAYS = {"matmul_loops": [loops_reset_outside], "matmul_dots": [dots_wrong_row],
-              "matmul_outer": [outer_wrong_column], "gemm": [gemm_addmm, gemm_in_place],
-              "matmul_tiled": [tiled_whole_rows], "gemm_flops": []}
+WRONG_WAYS = {
+    "matmul_loops": [loops_reset_outside],
+    "matmul_dots": [dots_wrong_row],
+    "matmul_outer": [outer_wrong_column],
+    "gemm": [gemm_addmm, gemm_in_place],
+    "matmul_tiled": [tiled_whole_rows],
+    "gemm_flops": [],
+}
 WRONG = {way.__name__ for ways in WRONG_WAYS.values() for way in ways}
-RULE_BROKEN = {"gemm_addmm", "tiled_whole_rows"}   # the right values, by a way the exercise rules out
+RULE_BROKEN = {"gemm_addmm", "tiled_whole_rows"}  # the right values, by a way the exercise rules out
 
 
 @dataclass
@@ -663,9 +755,9 @@ class Student:
     name: str
     bodies: dict[str, str]
     made: dict[str, str] = field(default_factory=dict)
-    copied: str | None = None        # the student whose answers they copied
+    copied: str | None = None  # the student whose answers they copied
     disguise: str | None = None
-    helpers: dict[str, str] = field(default_factory=dict)   # function -> module-level code before its def
+    helpers: dict[str, str] = field(default_factory=dict)  # function -> module-level code before its def
 
 
 def honest(name: str, rng: random.Random, *, mistakes: int = 0, unwritten: int = 0) -> Student:
@@ -704,7 +796,7 @@ def _local_names(code: str, params: str) -> list[str]:
             for n in ast.walk(node.target):
                 if isinstance(n, ast.Name) and n.id not in found:
                     found.append(n.id)
-    return found[len(params.split(",")):]
+    return found[len(params.split(",")) :]
 
 
 def _as_function(body: str) -> str:
@@ -739,11 +831,53 @@ def _renamed(body: str, names: dict[str, str]) -> str:
     return _body_of(ast.unparse(fn))
 
 
-_NEW_NAMES = ["acc_val", "total_sum", "res_mat", "nrows", "ncols", "inner_dim", "i1", "j1", "k1", "buf", "tmp_row",
-              "part", "ab_prod", "tile_out", "lhs", "rhs", "chunk", "dim_a", "dim_b", "step", "cursor", "blk",
-              "scratch", "entry", "vals", "grid", "prod_ab", "outm", "s_val", "xr", "yr", "zr", "q1", "q2", "q3"]
-_COMMENTS = ["# compute the product", "# loop over everything", "# my approach", "# result matrix",
-             "# accumulate here", "# this was tricky", "# done", "# fill in the output"]
+_NEW_NAMES = [
+    "acc_val",
+    "total_sum",
+    "res_mat",
+    "nrows",
+    "ncols",
+    "inner_dim",
+    "i1",
+    "j1",
+    "k1",
+    "buf",
+    "tmp_row",
+    "part",
+    "ab_prod",
+    "tile_out",
+    "lhs",
+    "rhs",
+    "chunk",
+    "dim_a",
+    "dim_b",
+    "step",
+    "cursor",
+    "blk",
+    "scratch",
+    "entry",
+    "vals",
+    "grid",
+    "prod_ab",
+    "outm",
+    "s_val",
+    "xr",
+    "yr",
+    "zr",
+    "q1",
+    "q2",
+    "q3",
+]
+_COMMENTS = [
+    "# compute the product",
+    "# loop over everything",
+    "# my approach",
+    "# result matrix",
+    "# accumulate here",
+    "# this was tricky",
+    "# done",
+    "# fill in the output",
+]
 
 
 def renamed(source: Student, rng: random.Random) -> dict[str, str]:
@@ -753,8 +887,9 @@ def renamed(source: Student, rng: random.Random) -> dict[str, str]:
         pool = iter(rng.sample(_NEW_NAMES, len(_NEW_NAMES)))
         names = {n: next(pool) for n in _local_names(body, PARAMS[fn])}
         lines = _renamed(body, names).splitlines()
-        out[fn] = "\n".join(line + (f"  {rng.choice(_COMMENTS)}" if line.strip() and rng.random() < 0.3 else "")
-                            for line in lines)
+        out[fn] = "\n".join(
+            line + (f"  {rng.choice(_COMMENTS)}" if line.strip() and rng.random() < 0.3 else "") for line in lines
+        )
     return out
 
 
@@ -775,8 +910,11 @@ class _Reorder(ast.NodeTransformer):
 
     def generic_visit(self, node):
         for name in ("body", "orelse"):
-            if isinstance(getattr(node, name, None), list) and getattr(node, name) and \
-                    isinstance(getattr(node, name)[0], ast.stmt):
+            if (
+                isinstance(getattr(node, name, None), list)
+                and getattr(node, name)
+                and isinstance(getattr(node, name)[0], ast.stmt)
+            ):
                 setattr(node, name, self._body(getattr(node, name)))
         for name, value in ast.iter_fields(node):
             if name in ("body", "orelse"):
@@ -797,8 +935,11 @@ class _Reorder(ast.NodeTransformer):
 
     def visit_BinOp(self, node: ast.BinOp):
         node = self.generic_visit(node)
-        if isinstance(node.op, (ast.Mult, ast.Add)) and not isinstance(node.op, ast.MatMult) and \
-                self.rng.random() < 0.7:
+        if (
+            isinstance(node.op, (ast.Mult, ast.Add))
+            and not isinstance(node.op, ast.MatMult)
+            and self.rng.random() < 0.7
+        ):
             node.left, node.right = node.right, node.left
         return node
 
@@ -837,8 +978,9 @@ def reordered(source: Student, rng: random.Random) -> dict[str, str]:
         tree = ast.parse(_as_function(body))
         tree = _Reorder(rng).visit(tree)
         code = _body_of(ast.unparse(tree))
-        out[fn] = "\n".join(line + (f"  {rng.choice(_COMMENTS)}" if rng.random() < 0.6 else "")
-                            for line in code.splitlines())
+        out[fn] = "\n".join(
+            line + (f"  {rng.choice(_COMMENTS)}" if rng.random() < 0.6 else "") for line in code.splitlines()
+        )
     return out
 
 
@@ -850,21 +992,39 @@ class _WhileLoops(ast.NodeTransformer):
 
     def visit_For(self, node: ast.For):
         node = self.generic_visit(node)
-        if not (isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call) and
-                isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and not node.orelse):
+        if not (
+            isinstance(node.target, ast.Name)
+            and isinstance(node.iter, ast.Call)
+            and isinstance(node.iter.func, ast.Name)
+            and node.iter.func.id == "range"
+            and not node.orelse
+        ):
             return node
         args = node.iter.args
-        start, stop, step = (ast.Constant(0), args[0], ast.Constant(1)) if len(args) == 1 else \
-            (args[0], args[1], args[2] if len(args) > 2 else ast.Constant(1))
+        start, stop, step = (
+            (ast.Constant(0), args[0], ast.Constant(1))
+            if len(args) == 1
+            else (args[0], args[1], args[2] if len(args) > 2 else ast.Constant(1))
+        )
         v = node.target.id
         counter = ast.parse(f"{v} += 0").body[0]
         counter.value = step
-        dead = [ast.parse(self.rng.choice(["steps_done = steps_done + 1", "debug_count += 1"]).replace(
-            "debug_count", "debug_count")).body[0]] if self.rng.random() < 0.5 else []
+        dead = (
+            [
+                ast.parse(
+                    self.rng.choice(["steps_done = steps_done + 1", "debug_count += 1"]).replace(
+                        "debug_count", "debug_count"
+                    )
+                ).body[0]
+            ]
+            if self.rng.random() < 0.5
+            else []
+        )
         init = ast.parse(f"{v} = 0").body[0]
         init.value = start
-        loop = ast.While(test=ast.Compare(ast.Name(v, ast.Load()), [ast.Lt()], [stop]),
-                         body=[*node.body, *dead, counter], orelse=[])
+        loop = ast.While(
+            test=ast.Compare(ast.Name(v, ast.Load()), [ast.Lt()], [stop]), body=[*node.body, *dead, counter], orelse=[]
+        )
         return [init, loop]
 
 
@@ -890,18 +1050,22 @@ def wrapped(source: Student, rng: random.Random) -> tuple[dict[str, str], dict[s
     """Every answer moved into a helper of its own, defined before the graded function in its cell, with its own
     parameter names; the graded function calls it."""
     bodies, helpers = {}, {}
-    style = rng.randrange(3)   # one copier wraps every function the same way, another copier differently
+    style = rng.randrange(3)  # one copier wraps every function the same way, another copier differently
     for fn, body in source.bodies.items():
         params = [p.strip() for p in PARAMS[fn].split(",")]
-        mine = {p: rng.choice([p.lower() + "_", "mat_" + p.lower(), p.lower() + "_in", "x_" + p.lower()])
-                for p in params}
+        mine = {
+            p: rng.choice([p.lower() + "_", "mat_" + p.lower(), p.lower() + "_in", "x_" + p.lower()]) for p in params
+        }
         if len(set(mine.values())) < len(mine):
             mine = {p: f"arg{n}" for n, p in enumerate(params)}
         helper = [f"_{fn}_impl", f"_compute_{fn.split('_')[-1]}", f"_{fn.split('_')[-1]}_helper"][style]
         helpers[fn] = f"def {helper}({', '.join(mine.values())}):\n" + _indent(_renamed(body, mine))
         call = f"{helper}({PARAMS[fn]})"
-        bodies[fn] = [f"return {call}", f"result = {call}\nreturn result",
-                      f"out = {call}  # see the helper\nreturn out"][style]
+        bodies[fn] = [
+            f"return {call}",
+            f"result = {call}\nreturn result",
+            f"out = {call}  # see the helper\nreturn out",
+        ][style]
     return bodies, helpers
 
 
@@ -926,7 +1090,7 @@ class Class:
 
     def pairs(self) -> set[frozenset]:
         """Every pair within a copy group: the pairs a report should link."""
-        return {frozenset((a, b)) for g in self.groups for n, a in enumerate(g) for b in g[n + 1:]}
+        return {frozenset((a, b)) for g in self.groups for n, a in enumerate(g) for b in g[n + 1 :]}
 
     def copied_pairs(self) -> dict[frozenset, str]:
         """Each copy with the student it copied -> its disguise (the pairs recall is measured on)."""
@@ -934,8 +1098,11 @@ class Class:
 
     def partial_copies(self) -> dict[frozenset, set[str]]:
         """Each partial copy's pair -> the functions it copied."""
-        return {frozenset((s.name, s.copied)): {f for f, how in s.made.items() if how.startswith("copied")}
-                for s in self.students.values() if s.disguise == "partial"}
+        return {
+            frozenset((s.name, s.copied)): {f for f, how in s.made.items() if how.startswith("copied")}
+            for s in self.students.values()
+            if s.disguise == "partial"
+        }
 
 
 def build(size: int, *, seed: int = 0, copies_per_disguise: int | None = None, group_size: int = 3) -> Class:
@@ -952,7 +1119,7 @@ def build(size: int, *, seed: int = 0, copies_per_disguise: int | None = None, g
     for n in range(n_honest):
         name = f"student{n + 1:02d}"
         if n == n_honest - 1:
-            students[name] = Student(name, {})     # the blank notebook
+            students[name] = Student(name, {})  # the blank notebook
             continue
         mistakes = rng.choices([0, 1, 2], weights=[6, 3, 1])[0]
         students[name] = honest(name, rng, mistakes=mistakes, unwritten=rng.choices([0, 1], weights=[5, 1])[0])
@@ -960,7 +1127,7 @@ def build(size: int, *, seed: int = 0, copies_per_disguise: int | None = None, g
     rng.shuffle(sources)
     groups: dict[str, list[str]] = {}
     kinds = [d for _ in range(per) for d in DISGUISES]
-    shared = min(group_size - 1, len(kinds))   # the first copies copy one student: a group
+    shared = min(group_size - 1, len(kinds))  # the first copies copy one student: a group
     for n, kind in enumerate(kinds):
         source = sources[0] if n < shared else sources[(n - shared + 1) % len(sources)]
         name = f"student{n_honest + n + 1:02d}"
@@ -999,8 +1166,11 @@ def build(size: int, *, seed: int = 0, copies_per_disguise: int | None = None, g
 def _stubs() -> dict[str, str]:
     from .classroom import student_version
 
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in student_version(AID).cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in student_version(AID).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
 
 
 def cell(stub: str, body: str, helper: str = "") -> str:
@@ -1016,8 +1186,9 @@ def answers_of(student: Student) -> dict[str, str]:
     out = {}
     for fn in FUNCTIONS:
         gid = f"{AID}-{fn}-solution"
-        out[gid] = cell(stubs[gid], student.bodies[fn], student.helpers.get(fn, "")) if fn in student.bodies \
-            else stubs[gid]
+        out[gid] = (
+            cell(stubs[gid], student.bodies[fn], student.helpers.get(fn, "")) if fn in student.bodies else stubs[gid]
+        )
     return out
 
 
@@ -1050,12 +1221,16 @@ def verify(klass: Class) -> list[str]:
             exec(compile(code, f"<{name}-{gid}>", "exec"), ns)  # noqa: S102 - the class's own answers
         for fn in s.bodies:
             args = {"gemm": (1.5, A, B, 0.5, C.clone()), "matmul_tiled": (A, B, 2), "gemm_flops": (5, 3, 7)}.get(
-                fn, (A, B))
+                fn, (A, B)
+            )
             want = {"gemm": 1.5 * A @ B + 0.5 * C, "gemm_flops": 2 * 5 * 3 * 7}.get(fn, A @ B)
             try:
                 got = ns[fn](*args)
-                right[name, fn] = bool(got == want) if fn == "gemm_flops" else bool(
-                    isinstance(got, torch.Tensor) and got.dtype == A.dtype and torch.allclose(got, want))
+                right[name, fn] = (
+                    bool(got == want)
+                    if fn == "gemm_flops"
+                    else bool(isinstance(got, torch.Tensor) and got.dtype == A.dtype and torch.allclose(got, want))
+                )
             except Exception:  # noqa: BLE001 - a wrong answer may raise
                 right[name, fn] = False
     problems = []

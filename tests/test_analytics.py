@@ -1,6 +1,7 @@
 """What an instructor learns from a graded class: similarity on a synthetic class with planted, disguised copies;
 item analysis on a class graded here, with one test cell broken on purpose (it passes only wrong answers); grades
 out to Canvas's gradebook import format."""
+
 from __future__ import annotations
 
 import argparse
@@ -66,16 +67,18 @@ def test_similarity_finds_whole_partial_and_grouped_copies(built_class):
         named = {result.short(g) for g in flagged[pair].matching()}
         assert functions <= named, (sorted(pair), functions, named)
     # a partial copy is flagged by its answers although its overall similarity is below the overall threshold
-    assert any(flagged[pair].overall < result.threshold and flagged[pair].why() == ["answers"] for pair in partial), \
-        [(flagged[p].overall, flagged[p].why()) for p in partial]
+    assert any(flagged[pair].overall < result.threshold and flagged[pair].why() == ["answers"] for pair in partial), [
+        (flagged[p].overall, flagged[p].why()) for p in partial
+    ]
     # each copy group (a student and everyone who copied them) is shown as one group
     groups = [set(g) for g in result.groups()]
     for group in klass.groups:
         assert sum(set(group) <= g for g in groups) == 1, (group, groups)
     # a one-line answer (gemm_flops) is below the noise threshold: two independent students never match on it
     honest = [s for s in klass.students.values() if not s.copied]
-    assert all(f"{GEMM}-gemm_flops-solution" not in p.raw for p in result.pairs
-               if {p.a, p.b} <= {s.name for s in honest}), "a one-line answer matched"
+    assert all(
+        f"{GEMM}-gemm_flops-solution" not in p.raw for p in result.pairs if {p.a, p.b} <= {s.name for s in honest}
+    ), "a one-line answer matched"
     # a passage that many students wrote alike counts less than one only two of them wrote
     assert similarity.rarity(2, 20) == 1.0 and similarity.rarity(20, 20) == 0.0
     assert 1.0 > similarity.rarity(3, 20) > similarity.rarity(10, 20) > 0.0
@@ -163,19 +166,30 @@ def graded_class(tmp_path_factory):
     code = solution_code(AID)
     dot = code[f"{AID}-dot-solution"]
     backwards = code[f"{AID}-top_k-solution"].replace("descending=True", "descending=False")
-    wrong = {"dot": dot.replace("return (x * w).sum()", "return (x * w).sum().to(torch.float64)"),
-             "cosine_similarity": code[f"{AID}-cosine_similarity-solution"].replace(
-                 "dots / norms.clamp_min(1e-8)", "2 * dots / norms.clamp_min(1e-8)"),
-             "dot_loop": code[f"{AID}-dot_loop-solution"].replace("total += ", "total = ")}
+    wrong = {
+        "dot": dot.replace("return (x * w).sum()", "return (x * w).sum().to(torch.float64)"),
+        "cosine_similarity": code[f"{AID}-cosine_similarity-solution"].replace(
+            "dots / norms.clamp_min(1e-8)", "2 * dots / norms.clamp_min(1e-8)"
+        ),
+        "dot_loop": code[f"{AID}-dot_loop-solution"].replace("total += ", "total = "),
+    }
     assert all(body != code[f"{AID}-{fn}-solution"] for fn, body in wrong.items())
     submitted = course / "grader" / "submitted"
     for n in (1, 2, 3):
         write(submitted, f"strong{n}", AID, answered(AID))
     for n, (fn, body) in enumerate(wrong.items(), 1):
-        write(submitted, f"weak{n}", AID, answered(AID, {f"{AID}-{fn}-solution": body,
-                                                        f"{AID}-top_k-solution": backwards}))
-    write(submitted, "dtype", AID, answered(AID, {f"{AID}-dot-solution": dot.replace(
-        "return (x * w).sum()", "return (x * w).sum().float()")}))
+        write(
+            submitted,
+            f"weak{n}",
+            AID,
+            answered(AID, {f"{AID}-{fn}-solution": body, f"{AID}-top_k-solution": backwards}),
+        )
+    write(
+        submitted,
+        "dtype",
+        AID,
+        answered(AID, {f"{AID}-dot-solution": dot.replace("return (x * w).sum()", "return (x * w).sum().float()")}),
+    )
     write(submitted, "blank", AID, student_version(AID))
     grading.autograde(AID, root=course, workers=2, progress=False)
     return course
@@ -183,8 +197,10 @@ def graded_class(tmp_path_factory):
 
 def _grades(course) -> dict[str, dict[str, tuple[float, float]]]:
     with Gradebook(database_url(course), grading.COURSE_ID) as gb:
-        return {sub.student.id: {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades}
-                for sub in gb.assignment_submissions(AID)}
+        return {
+            sub.student.id: {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades}
+            for sub in gb.assignment_submissions(AID)
+        }
 
 
 def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(graded_class):
@@ -198,8 +214,12 @@ def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(grad
     assert broken.discrimination is not None and broken.discrimination < 0, analysis.describe()
     assert any("negative discrimination" in f for f in broken.flags)
     # who passed and who lost the flagged test
-    assert broken.passed_by == ["weak1", "weak2", "weak3"] and broken.lost_by == ["dtype", "strong1", "strong2",
-                                                                                   "strong3"]
+    assert broken.passed_by == ["weak1", "weak2", "weak3"] and broken.lost_by == [
+        "dtype",
+        "strong1",
+        "strong2",
+        "strong3",
+    ]
     assert broken.lost == 4 and broken.difficulty == pytest.approx(3 / 7)
     # by hand: difficulty = mean fraction of points; discrimination = Pearson's r of the item against the rest
     grades = _grades(course)
@@ -252,9 +272,14 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     analysis = items.analyse(AID, database_url(course), course)
     m = analysis.misconceptions
     assert m.students == analysis.students and m.blank == ["blank"] and not m.unread
-    feedback = {s: {gid: text for p in (course / "grader" / "autograded" / s / AID).glob("*.ipynb")
-                    for gid, text in misconceptions.messages(nbformat.read(str(p), as_version=4)).items()}
-                for s in m.students}
+    feedback = {
+        s: {
+            gid: text
+            for p in (course / "grader" / "autograded" / s / AID).glob("*.ipynb")
+            for gid, text in misconceptions.messages(nbformat.read(str(p), as_version=4)).items()
+        }
+        for s in m.students
+    }
     # every failed test of every student is named under one cause of its function, and nothing else is
     named = [(s, gid) for causes in m.causes.values() for c in causes for s, gids in c.named.items() for gid in gids]
     assert sorted(named) == sorted((s, gid) for s, tests in feedback.items() for gid in tests)
@@ -264,8 +289,10 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
                 for gid in gids:
                     assert gid.split("-")[1] == function
                     words = c.label.split(" (next: ")[0]
-                    assert words in misconceptions.normalise(feedback[s][gid]) or \
-                        words == f"{misconceptions.NO_CAUSE} ({gid})", (words, feedback[s][gid])
+                    assert (
+                        words in misconceptions.normalise(feedback[s][gid])
+                        or words == f"{misconceptions.NO_CAUSE} ({gid})"
+                    ), (words, feedback[s][gid])
     # the planted mistakes: dot in the wrong dtype, met by weak1 on float32 and by dtype on float64, is one cause
     dtype = next(c for c in m.causes["dot"] if c.label.startswith("dtype ‹dtype›, expected ‹dtype›"))
     assert dtype.students == ["dtype", "weak1"] and dtype.line(len(m.students)).startswith("2 of 7: dtype")
@@ -277,8 +304,10 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     # top_k: the broken visible check fails every right answer, the hidden one the backwards rankings, neither with
     # a diagnosis: two causes, one per test; weak2's top_k is blamed on its cosine_similarity
     top = {tuple(c.students): (c.label, c.tests) for c in m.causes["top_k"]}
-    assert top[("dtype", "strong1", "strong2", "strong3")] == (f"{misconceptions.NO_CAUSE} ({AID}-top_k)",
-                                                               [f"{AID}-top_k"])
+    assert top[("dtype", "strong1", "strong2", "strong3")] == (
+        f"{misconceptions.NO_CAUSE} ({AID}-top_k)",
+        [f"{AID}-top_k"],
+    )
     assert top[("weak1", "weak3")][1] == [f"{AID}-top_k-hidden"]
     assert "`cosine_similarity` fails its check" in top[("weak2",)][0]
     assert m.causes["dot_loop"][0].students == ["weak3"] and m.causes["cosine_similarity"][0].students == ["weak2"]
@@ -290,8 +319,9 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     paths = items.write_report(analysis, course / "grader" / "reports")
     with open(paths[3], newline="") as f:
         rows = list(csv.DictReader(f))
-    assert {"function": "dot", "students": "2", "of": "7", "cause": dtype.label, "who": "dtype weak1"}.items() <= \
-        next(r for r in rows if r["cause"] == dtype.label).items()
+    assert {"function": "dot", "students": "2", "of": "7", "cause": dtype.label, "who": "dtype weak1"}.items() <= next(
+        r for r in rows if r["cause"] == dtype.label
+    ).items()
     assert "What the checks told the class" in paths[1].read_text() and "2 of 7" in paths[1].read_text()
 
 
@@ -328,6 +358,7 @@ def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
                 for j in range(B.shape[1]):
                     C[i, j] = sum(float(A[i, k]) * float(B[k, j]) for k in range(A.shape[1]))
             return C
+
         return matmul_loops
 
     as32 = message(ex02.check_matmul_loops, loops(torch.float32))
@@ -336,8 +367,10 @@ def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
     assert misconceptions.cause_of(as32) == misconceptions.cause_of(as64)
     assert misconceptions.cause_of(as32)[1] == "dtype ‹dtype›, expected ‹dtype› (the input's dtype)"
     # the same wrong count on other sizes: one key; another wrong count: another key (its next step differs)
-    half = [message(ex02.check_gemm_flops, lambda M, N, K: M * N * K, ex02.flops_cases([s])) for s in
-            ((3, 4, 5), (64, 32, 16))]
+    half = [
+        message(ex02.check_gemm_flops, lambda M, N, K: M * N * K, ex02.flops_cases([s]))
+        for s in ((3, 4, 5), (64, 32, 16))
+    ]
     minus = message(ex02.check_gemm_flops, lambda M, N, K: M * N * (2 * K - 1))
     assert misconceptions.cause_of(half[0]) == misconceptions.cause_of(half[1]) != misconceptions.cause_of(minus)
     # a rule broken is named with what was found; a wrong value with no diagnosis is said to be one
@@ -352,8 +385,14 @@ def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
 def test_canvas_export_has_canvas_columns_and_reports_who_is_missing(graded_class, tmp_path):
     course = graded_class
     roster = tmp_path / "roster.csv"
-    people = [("strong1", "One, Strong", "1001"), ("strong2", "Two, Strong", "1002"), ("weak1", "One, Weak", "1004"),
-              ("weak2", "Two, Weak", "1005"), ("weak3", "Three, Weak", "1006"), ("absent", "Away, Always", "1009")]
+    people = [
+        ("strong1", "One, Strong", "1001"),
+        ("strong2", "Two, Strong", "1002"),
+        ("weak1", "One, Weak", "1004"),
+        ("weak2", "Two, Weak", "1005"),
+        ("weak3", "Three, Weak", "1006"),
+        ("absent", "Away, Always", "1009"),
+    ]
     with open(roster, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["id", "name", "canvas_id", "sis_user_id", "sis_login_id", "section"])
@@ -368,15 +407,27 @@ def test_canvas_export_has_canvas_columns_and_reports_who_is_missing(graded_clas
         report = {r["student"]: r for r in csv.DictReader(f)}
     assert rows[1] == ["Points Possible", "", "", "", "", report["strong1"]["max_score"]]
     body = {r[0]: r for r in rows[2:]}
-    assert body["One, Strong"] == ["One, Strong", "1001", "S1001", "strong1@uni.example", "Section A",
-                                   report["strong1"]["score"]]
+    assert body["One, Strong"] == [
+        "One, Strong",
+        "1001",
+        "S1001",
+        "strong1@uni.example",
+        "Section A",
+        report["strong1"]["score"],
+    ]
     assert body["Away, Always"][-1] == ""  # no submission: blank, not 0
     assert len(body) == len(people)
     assert "absent: no submission of ex01_dot: left blank" in result.notes
     assert any(n.startswith("strong3 has a submission of ex01_dot but is not in the roster") for n in result.notes)
     # a plain CSV for any other LMS
-    plain = export.export(export.parse_assignments([AID], [AID], canvas=False), roster, root=course,
-                          url=database_url(course), canvas=False, out=tmp_path / "plain.csv")
+    plain = export.export(
+        export.parse_assignments([AID], [AID], canvas=False),
+        roster,
+        root=course,
+        url=database_url(course),
+        canvas=False,
+        out=tmp_path / "plain.csv",
+    )
     with open(plain.path, newline="") as f:
         assert list(csv.reader(f))[:2] == [["student", AID], ["strong1", report["strong1"]["score"]]]
     with pytest.raises(SystemExit, match=r"Canvas needs each assignment's numeric id.*ex01_dot=ID"):
@@ -390,13 +441,34 @@ def test_canvas_export_has_canvas_columns_and_reports_who_is_missing(graded_clas
 # assignment named "title (id)", the totals (read only), a "    Points Possible" row, a row per student, the Test
 # Student (no SIS login) last.
 CANVAS_EXPORT = [
-    ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{AID} (4321)", "Quiz 1 (4400)", "Current Score",
-     "Unposted Current Score", "Final Score", "Unposted Final Score"],
-    ["    Points Possible", "", "", "", "", "9.00", "5.00", "(read only)", "(read only)", "(read only)",
-     "(read only)"],
+    [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        f"{AID} (4321)",
+        "Quiz 1 (4400)",
+        "Current Score",
+        "Unposted Current Score",
+        "Final Score",
+        "Unposted Final Score",
+    ],
+    ["    Points Possible", "", "", "", "", "9.00", "5.00", "(read only)", "(read only)", "(read only)", "(read only)"],
     ["One, Strong", "1001", "S1001", "strong1", "Section A", "", "4.00", "80.00", "80.00", "30.77", "30.77"],
-    ["Two, Weak", "1005", "S1005", "weak2", "Section A and Section B", "", "5.00", "100.00", "100.00", "38.46",
-     "38.46"],
+    [
+        "Two, Weak",
+        "1005",
+        "S1005",
+        "weak2",
+        "Section A and Section B",
+        "",
+        "5.00",
+        "100.00",
+        "100.00",
+        "38.46",
+        "38.46",
+    ],
     ['="=Equals, Ed"', "1007", "S1007", "dtype", "Section B", "", "", "", "", "0.00", "0.00"],
     ["Student, Test", "1099", "", "", "Section A", "", "", "", "", "0.00", "0.00"],
 ]
@@ -416,45 +488,67 @@ def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(g
     with Gradebook(url, grading.COURSE_ID) as gb:
         gb.update_or_create_assignment(AID, duedate=due)
         for sub in gb.assignment_submissions(AID):
-            sub.timestamp = due + (datetime.timedelta(hours=2, minutes=31) if sub.student.id == "weak2"
-                                   else -datetime.timedelta(hours=1))
+            sub.timestamp = due + (
+                datetime.timedelta(hours=2, minutes=31) if sub.student.id == "weak2" else -datetime.timedelta(hours=1)
+            )
         gb.db.commit()
     refresh_late_penalties(AID, course, url)
     roster = tmp_path / "gradebook.csv"
-    with open(roster, "w", newline="", encoding="utf-8-sig") as f:   # Canvas may write a byte-order mark
+    with open(roster, "w", newline="", encoding="utf-8-sig") as f:  # Canvas may write a byte-order mark
         csv.writer(f).writerows(CANVAS_EXPORT)
     ids = export.canvas_assignment_ids(roster)
     assert ids == {AID: "4321", "Quiz 1": "4400"}
-    wanted = export.parse_assignments([AID], [AID], canvas=True, ids=ids)   # the id taken from the export
+    wanted = export.parse_assignments([AID], [AID], canvas=True, ids=ids)  # the id taken from the export
     result = export.export(wanted, roster, root=course, url=url, canvas=True)
     with open(result.path, newline="") as f:
         rows = list(csv.reader(f))
     with open(course / "grader" / "reports" / f"{AID}.csv") as f:
         report = {r["student"]: r for r in csv.DictReader(f)}
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{AID} (4321)"]
-    assert rows[2:] == [["One, Strong", "1001", "S1001", "strong1", "Section A", report["strong1"]["score"]],
-                        ["Two, Weak", "1005", "S1005", "weak2", "Section A and Section B", report["weak2"]["score"]],
-                        ["=Equals, Ed", "1007", "S1007", "dtype", "Section B", report["dtype"]["score"]]]
+    assert rows[2:] == [
+        ["One, Strong", "1001", "S1001", "strong1", "Section A", report["strong1"]["score"]],
+        ["Two, Weak", "1005", "S1005", "weak2", "Section A and Section B", report["weak2"]["score"]],
+        ["=Equals, Ed", "1007", "S1007", "dtype", "Section B", report["dtype"]["score"]],
+    ]
     # the late student: lateness and penalty in the notes, beside the export too; the policy stated
     assert float(report["weak2"]["seconds_late"]) == 9060 and float(report["strong1"]["seconds_late"]) == 0
     late = [n for n in result.notes if " late (" in n]
-    assert late == [f"weak2: {AID} submitted 2 h 31 min late (9060 s after their deadline); late penalty 0 of "
-                    f"{report['weak2']['max_score']} points applied: {report['weak2']['score']} exported"]
+    assert late == [
+        f"weak2: {AID} submitted 2 h 31 min late (9060 s after their deadline); late penalty 0 of "
+        f"{report['weak2']['max_score']} points applied: {report['weak2']['score']} exported"
+    ]
     assert result.notes[0].startswith("late policy: none (nbgrader's LateSubmissionPlugin, penalty_method 'none'")
     assert any(n.startswith("Student, Test (Canvas ID 1099) has no SIS Login ID: not exported") for n in result.notes)
     assert result.notes_path.read_text().splitlines() == result.notes
     # a semicolon-separated export (Canvas's setting for a comma decimal separator), first and last names apart
     semi = tmp_path / "semicolon.csv"
-    semi.write_text("LastName;FirstName;ID;SIS Login ID;Section;ex01_dot (4321)\n    Points Possible;;;;;9,00\n"
-                    "Weak;Two;1005;weak2;A;\n", encoding="utf-8")
+    semi.write_text(
+        "LastName;FirstName;ID;SIS Login ID;Section;ex01_dot (4321)\n    Points Possible;;;;;9,00\n"
+        "Weak;Two;1005;weak2;A;\n",
+        encoding="utf-8",
+    )
     assert export.read_roster(semi, canvas=True) == [
-        {"id": "weak2", "name": "Weak, Two", "canvas_id": "1005", "sis_user_id": "", "sis_login_id": "weak2",
-         "section": "A"}]
+        {
+            "id": "weak2",
+            "name": "Weak, Two",
+            "canvas_id": "1005",
+            "sis_user_id": "",
+            "sis_login_id": "weak2",
+            "section": "A",
+        }
+    ]
     with pytest.raises(SystemExit, match=r"without a column 'Email'.*--roster-id"):
         export.read_roster(roster, canvas=True, id_column="Email")
     # the command's own path (./course export ex01_dot --roster gradebook.csv --canvas): the id from the export
-    args = argparse.Namespace(command="export", assignments=[AID], roster=roster, canvas=True, db=None,
-                              output=tmp_path / "out.csv", roster_id=None)
+    args = argparse.Namespace(
+        command="export",
+        assignments=[AID],
+        roster=roster,
+        canvas=True,
+        db=None,
+        output=tmp_path / "out.csv",
+        roster_id=None,
+    )
     assert commands.run(args, course) == 0
     out = capsys.readouterr().out
     assert f"weak2: {AID} submitted 2 h 31 min late" in out and "late policy: none" in out

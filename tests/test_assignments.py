@@ -1,5 +1,6 @@
 """Every assignment: the solutions pass their visible and hidden checks, and each visible check announces exactly
 as many hidden checks as its hidden cell runs."""
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,11 @@ from .conftest import solution_namespace
 
 def _graded_cells(aid: str) -> dict[str, str]:
     nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+    }
 
 
 # Each assignment's solution cells run once, for all its checks, as in the notebook (one kernel, one namespace):
@@ -53,4 +57,5 @@ def test_solution_passes_and_visible_check_announces_the_hidden_count(aid, grade
             monkeypatch.setattr(module, "run_check", counting)
     exec(cells[f"{grade_id}-hidden"], ns)  # noqa: S102 - the hidden check, on the solution
     assert ran == [int(found.group(1))], (
-        f"{grade_id}: the visible check announces {found.group(1)} hidden checks, the hidden cell ran {ran}")
+        f"{grade_id}: the visible check announces {found.group(1)} hidden checks, the hidden cell ran {ran}"
+    )

@@ -1,6 +1,7 @@
 """The course's autograde (nbgrader underneath) grades every assignment as an instructor would: the solutions
 score full marks, the committed blank student version zero, and one wrong function loses exactly that function's
 points. Scores come from the gradebook, not from logs. Works for any assignment without per-assignment code."""
+
 from __future__ import annotations
 
 import ast
@@ -40,8 +41,11 @@ def solution_code(aid: str) -> dict[str, str]:
 @cache
 def points(aid: str) -> dict[str, float]:
     """grade_id of every graded test cell -> its points, from the solution notebook's nbgrader metadata."""
-    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"]) for c in _source(aid).cells
-            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+        for c in _source(aid).cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+    }
 
 
 def graded_functions(aid: str) -> list[str]:
@@ -85,25 +89,48 @@ def replaced(aid: str, grade_id: str, old: str, new: str) -> dict[str, str]:
 # Submissions beyond the generic ones: (assignment, student) -> (overrides, the function whose points are lost).
 EXTRA = {
     # dot calls torch.dot, which the exercise forbids: dot's points are lost; neuron, built on it, keeps its own.
-    ("ex01_dot", "forbidden_dot"): (lambda: replaced("ex01_dot", "ex01_dot-dot-solution", "(x * w).sum()",
-                                                     "torch.dot(x, w)"), "dot"),
+    ("ex01_dot", "forbidden_dot"): (
+        lambda: replaced("ex01_dot", "ex01_dot-dot-solution", "(x * w).sum()", "torch.dot(x, w)"),
+        "dot",
+    ),
     # conv2d_gemm calls F.conv2d, a convolution op the exercise forbids: only conv2d_gemm's points are lost.
-    ("ex04_conv", "forbidden_conv"): (lambda: replaced("ex04_conv", "ex04_conv-conv2d_gemm-solution",
-                                                       "out = w @ cols ", "out = F.conv2d(x, weight, None, stride, "
-                                                       "padding, dilation, groups).permute(1, 0, 2, 3).reshape(groups, "
-                                                       "M, N * L)  # "), "conv2d_gemm"),
+    ("ex04_conv", "forbidden_conv"): (
+        lambda: replaced(
+            "ex04_conv",
+            "ex04_conv-conv2d_gemm-solution",
+            "out = w @ cols ",
+            "out = F.conv2d(x, weight, None, stride, "
+            "padding, dilation, groups).permute(1, 0, 2, 3).reshape(groups, "
+            "M, N * L)  # ",
+        ),
+        "conv2d_gemm",
+    ),
     # qkv_projection runs three GEMMs, which its rule forbids: only qkv_projection's points are lost.
-    ("ex03_layers", "three_gemm_qkv"): (lambda: replaced(
-        "ex03_layers", "ex03_layers-qkv_projection-solution", "fused = x.reshape(-1, x.shape[-1]) @ W.T",
-        "fused = torch.cat([x.reshape(-1, x.shape[-1]) @ w.T for w in (Wq, Wk, Wv)], dim=1)"), "qkv_projection"),
+    ("ex03_layers", "three_gemm_qkv"): (
+        lambda: replaced(
+            "ex03_layers",
+            "ex03_layers-qkv_projection-solution",
+            "fused = x.reshape(-1, x.shape[-1]) @ W.T",
+            "fused = torch.cat([x.reshape(-1, x.shape[-1]) @ w.T for w in (Wq, Wk, Wv)], dim=1)",
+        ),
+        "qkv_projection",
+    ),
     # gnn_layer multiplies in the costlier order: right values, but only gnn_layer's points are lost.
-    ("ex03_layers", "costly_gnn"): (lambda: replaced(
-        "ex03_layers", "ex03_layers-gnn_layer-solution", "if W.shape[1] < W.shape[0]:", "if W.shape[1] > W.shape[0]:"),
-        "gnn_layer"),
+    ("ex03_layers", "costly_gnn"): (
+        lambda: replaced(
+            "ex03_layers",
+            "ex03_layers-gnn_layer-solution",
+            "if W.shape[1] < W.shape[0]:",
+            "if W.shape[1] > W.shape[0]:",
+        ),
+        "gnn_layer",
+    ),
     # the matmul wrapper launches the kernel but returns torch's product: a rule of the exercise, judged in the
     # kernel and carried to the grader as "broken"; only matmul_kernel's points are lost.
-    ("ex09_triton", "torch_matmul"): (lambda: replaced("ex09_triton", "ex09_triton-matmul_kernel-solution",
-                                                       "    return C", "    return A @ B"), "matmul_kernel"),
+    ("ex09_triton", "torch_matmul"): (
+        lambda: replaced("ex09_triton", "ex09_triton-matmul_kernel-solution", "    return C", "    return A @ B"),
+        "matmul_kernel",
+    ),
 }
 
 
@@ -196,8 +223,9 @@ def test_blank_student_version_scores_zero(grade, aid):
     assert set(per_test.values()) == {0.0}
 
 
-@pytest.mark.parametrize("aid, student", [(aid, s) for aid in ASSIGNMENTS for s in plan(aid)
-                                          if s not in ("perfect", "blank")])
+@pytest.mark.parametrize(
+    "aid, student", [(aid, s) for aid in ASSIGNMENTS for s in plan(aid) if s not in ("perfect", "blank")]
+)
 def test_one_wrong_function_loses_exactly_its_points(grade, aid, student):
     _, lost = plan(aid)[student]
     score, _, per_test = gradebook_scores(grade(aid), aid, student)
@@ -229,11 +257,13 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
     cls = jsonschema.validators.validator_for(validator.schema)
     checks = []
     original = cls.check_schema.__func__
-    monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, schema, **kw: (checks.append(1),
-                                                                                  original(c, schema, **kw))[1]))
+    monkeypatch.setattr(
+        cls, "check_schema", classmethod(lambda c, schema, **kw: (checks.append(1), original(c, schema, **kw))[1])
+    )
     cells = [cell for cell in _source("ex06_compile").cells if "nbgrader" in cell.metadata]
-    broken = nbformat.from_dict({**cells[1], "metadata": {"nbgrader": {**cells[1].metadata["nbgrader"],
-                                                                        "points": "two"}}})
+    broken = nbformat.from_dict(
+        {**cells[1], "metadata": {"nbgrader": {**cells[1].metadata["nbgrader"], "points": "two"}}}
+    )
     with pytest.raises(ValidationError) as nbgraders:
         jsonschema.validate(broken.metadata["nbgrader"], validator.schema)  # what nbgrader's method calls
     for cell in cells:  # nbgrader's own way: the schema checked once per cell
@@ -250,8 +280,9 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
         validator.validate_cell(broken)
     assert str(ours.value) == str(nbgraders.value) and "'two' is not of type 'number'" in str(ours.value)
     for version, error in ((2, SchemaTooOldError), (4, SchemaTooNewError)):
-        old = nbformat.from_dict({**cells[0], "metadata": {"nbgrader": {**cells[0].metadata["nbgrader"],
-                                                                         "schema_version": version}}})
+        old = nbformat.from_dict(
+            {**cells[0], "metadata": {"nbgrader": {**cells[0].metadata["nbgrader"], "schema_version": version}}}
+        )
         with pytest.raises(error):
             validator.validate_cell(old)
 
@@ -270,9 +301,11 @@ def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_on
     from twoprim.grading.execute import CpuTimedExecute, PromptKernelClient, PromptKernelManager
 
     assert CpuTimedExecute().kernel_manager_class is PromptKernelManager
-    chatter = ("--IPKernelApp.exec_lines=import threading, time, sys\n"
-               "def _chatter():\n    while True:\n        print('chatter', flush=True); time.sleep(0.02)\n"
-               "threading.Thread(target=_chatter, daemon=True).start()")
+    chatter = (
+        "--IPKernelApp.exec_lines=import threading, time, sys\n"
+        "def _chatter():\n    while True:\n        print('chatter', flush=True); time.sleep(0.02)\n"
+        "threading.Thread(target=_chatter, daemon=True).start()"
+    )
 
     async def start(manager_class):
         km = manager_class(kernel_name="python3")
@@ -289,8 +322,10 @@ def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_on
             msg_id = kc.execute("print('mine')")
             outputs, deadline, since, others = [], time.monotonic() + 30, time.strftime("%H:%M:%S"), 0
             while True:  # bounded as a whole: the chatter's messages arrive every 20 ms, a get alone never ends it
-                assert time.monotonic() < deadline, f"no idle status for print('mine') within 30 s (since {since}; " \
-                                                    f"its output so far {outputs}; {others} messages of the chatter)"
+                assert time.monotonic() < deadline, (
+                    f"no idle status for print('mine') within 30 s (since {since}; "
+                    f"its output so far {outputs}; {others} messages of the chatter)"
+                )
                 try:
                     msg = await kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
                 except Empty:

@@ -1,4 +1,5 @@
 """Learners calling their functions badly get an error naming what was wrong, never a silent broadcast."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,7 +46,9 @@ def test_mixed_dtypes_are_rejected(sol01):
 
 
 def test_bias_must_be_a_scalar(sol01):
-    with pytest.raises(TypeError, match=r"neuron: b must be a number or a one-element tensor, got Tensor of shape \(3,\)"):
+    with pytest.raises(
+        TypeError, match=r"neuron: b must be a number or a one-element tensor, got Tensor of shape \(3,\)"
+    ):
         sol01["neuron"](torch.ones(3), torch.ones(3), torch.ones(3))
 
 
@@ -54,9 +57,14 @@ def test_keys_of_the_wrong_width(sol01):
         sol01["cosine_similarity"](torch.ones(4), torch.ones(10, 5))
 
 
-@pytest.mark.parametrize("k, error, text", [(0, ValueError, r"k=0 but there are 3 keys; ask for 1 <= k <= 3"),
-                                            (4, ValueError, r"k=4 but there are 3 keys"),
-                                            (1.0, TypeError, r"k must be an int, got float")])
+@pytest.mark.parametrize(
+    "k, error, text",
+    [
+        (0, ValueError, r"k=0 but there are 3 keys; ask for 1 <= k <= 3"),
+        (4, ValueError, r"k=4 but there are 3 keys"),
+        (1.0, TypeError, r"k must be an int, got float"),
+    ],
+)
 def test_top_k_with_a_bad_k(sol01, k, error, text):
     with pytest.raises(error, match=text):
         sol01["top_k"](torch.ones(2), torch.ones(3, 2), k)

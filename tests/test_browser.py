@@ -8,6 +8,7 @@ readout changed; then it opens an exercise, presses nbgrader's Validate button a
 of each explorer (and of the verdict) goes to $TWOPRIM_ARTIFACTS, by default .artifacts/browser/. It never skips:
 without Chromium it fails and says how to install it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,7 @@ LESSONS = {
     "08_gemm_shapes": ("M", "ArrowLeft"),
 }
 LAB_SETTINGS = {  # nothing reaches the network, and every cell stays in the page (no virtual scrolling)
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                          "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
@@ -78,17 +78,29 @@ def lab(tmp_path_factory):
     committed = _digest()
     course = work / "course"
     shutil.copytree(ROOT / "lessons", course / "lessons", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    shutil.copytree(ROOT / "exercises" / "ex01_dot", course / "exercises" / "ex01_dot",
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(
+        ROOT / "exercises" / "ex01_dot",
+        course / "exercises" / "ex01_dot",
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints"),
+    )
     for name, values in LAB_SETTINGS.items():
         (work / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (work / "settings" / name).write_text(json.dumps(values))
     port = _free_port()
-    args = [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-            f"--IdentityProvider.token={TOKEN}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={course}",
-            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            f"--LabApp.user_settings_dir={work / 'settings'}", f"--LabApp.workspaces_dir={work / 'workspaces'}",
-            "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: each notebook opens in the one loaded app
+    args = [
+        str(Path(sys.executable).parent / "jupyter-lab"),
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={TOKEN}",
+        "--ServerApp.open_browser=False",
+        f"--ServerApp.root_dir={course}",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.user_settings_dir={work / 'settings'}",
+        f"--LabApp.workspaces_dir={work / 'workspaces'}",
+        "--LabApp.expose_app_in_browser=True",
+    ]  # window.jupyterapp: each notebook opens in the one loaded app
     if os.geteuid() == 0:
         args.append("--allow-root")  # CI runs as root, which JupyterLab otherwise refuses
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(work / "runtime"))
@@ -103,8 +115,9 @@ def lab(tmp_path_factory):
                 break
             except OSError:
                 assert proc.poll() is None, f"JupyterLab exited early:\n{(work / 'lab.log').read_text()}"
-                assert time.monotonic() < deadline, f"JupyterLab did not answer within 60 s:\n" \
-                                                    f"{(work / 'lab.log').read_text()}"
+                assert time.monotonic() < deadline, (
+                    f"JupyterLab did not answer within 60 s:\n{(work / 'lab.log').read_text()}"
+                )
                 time.sleep(0.3)
         yield {"base": base, "course": course, "log": work / "lab.log"}
     finally:
@@ -175,8 +188,10 @@ def _explained(page, lab, name: str):
         dialogs = page.locator(".jp-Dialog")
         shown = "\n".join(dialogs.nth(i).inner_text() for i in range(dialogs.count())) or "none"
         log = "\n".join(lab["log"].read_text().splitlines()[-20:])
-        raise AssertionError(f"{name}: {err}\nJupyterLab dialogs: {shown}\n"
-                             f"screenshot: {ARTIFACTS / f'{name}-failure.png'}\nend of the server log:\n{log}") from err
+        raise AssertionError(
+            f"{name}: {err}\nJupyterLab dialogs: {shown}\n"
+            f"screenshot: {ARTIFACTS / f'{name}-failure.png'}\nend of the server log:\n{log}"
+        ) from err
 
 
 def _run_cell(page, cell, timeout_s: float = 60) -> None:

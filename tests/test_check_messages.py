@@ -5,6 +5,7 @@ The assignments, their graded functions (the solution notebooks' check cells, `<
 (`check_<function>` in the assignment's module) are found from the course's files, so a new assignment is covered
 without editing this file; only what its messages say beyond the defaults goes in SAYS.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,10 +22,12 @@ from .test_autograde import graded_functions
 
 # Assignments whose checks take something other than one function returning tensors or numbers; their own test
 # files drive those checks with wrong answers of their kind
-OWN_DRIVERS = {"ex06_compile": "a model compiled with torch.compile, judged by its captured graphs",
-               "ex07_mlx": "functions returning MLX arrays",
-               "ex09_triton": "a Triton kernel and the wrapper that launches it",
-               "ex11_flash_attention": "a Triton kernel and the wrapper that launches it (tests/test_ex11.py)"}
+OWN_DRIVERS = {
+    "ex06_compile": "a model compiled with torch.compile, judged by its captured graphs",
+    "ex07_mlx": "functions returning MLX arrays",
+    "ex09_triton": "a Triton kernel and the wrapper that launches it",
+    "ex11_flash_attention": "a Triton kernel and the wrapper that launches it (tests/test_ex11.py)",
+}
 AIDS = [aid for aid in catalog.assignment_ids() if aid not in OWN_DRIVERS]
 FUNCTIONS = [(aid, fn) for aid in AIDS for fn in graded_functions(aid)]
 solutions = functools.cache(solution_namespace)
@@ -50,8 +53,11 @@ def spoil(out, how: str):
         return {"value": (out[0] + 1, *out[1:]), "shape": out[:-1], "dtype": tuple(float(v) for v in out)}[how]
     if isinstance(out, dict):  # counts by name
         first = next(iter(out))
-        return {"value": {**out, first: out[first] + 2}, "shape": {first: out[first]},
-                "dtype": {**out, first: float(out[first])}}[how]
+        return {
+            "value": {**out, first: out[first] + 2},
+            "shape": {first: out[first]},
+            "dtype": {**out, first: float(out[first])},
+        }[how]
     raise TypeError(f"no way to spoil a {type(out).__name__}: teach spoil() this return type")
 
 
@@ -101,7 +107,10 @@ SAYS = {
     ("ex08_shapes", "better_head_count", "value"): ("is not one of the two head counts (8, 16)",),
     ("ex08_shapes", "better_head_count", "shape"): ("returns a tuple (heads, ratio)",),
     ("ex08_shapes", "better_head_count", "dtype"): ("is not one of the two head counts (8, 16) (an int)",),
-    ("ex10_xla", "count_hlo_ops", "value"): ("differs:  stablehlo.dot_general: expected 2, got 4", "a name or metadata"),
+    ("ex10_xla", "count_hlo_ops", "value"): (
+        "differs:  stablehlo.dot_general: expected 2, got 4",
+        "a name or metadata",
+    ),
     ("ex10_xla", "count_hlo_ops", "shape"): ("differs:  stablehlo.add: expected 2, got 0",),
     ("ex10_xla", "count_hlo_ops", "dtype"): ("is not (str name: int count)",),
     ("ex10_xla", "dot_general_gemm", "value"): ("got:      (2, 64, 4096, 1024)", "each the product of its sizes"),

@@ -1,6 +1,7 @@
 """A failing check reads as the check in a notebook (and so in nbgrader's Validate dialog and in feedback, which
 print the cell's error as the kernel sent it): the verdict, then the next step, within the first lines, and no
 line of the course's own code; an error raised in the learner's code keeps the learner's frames, and only those."""
+
 from __future__ import annotations
 
 import re
@@ -12,25 +13,30 @@ from nbclient.exceptions import CellExecutionError
 from twoprim.config import ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-WRONG = '''from twoprim import ex01
+WRONG = """from twoprim import ex01
 def cosine_similarity(query, keys):
     return keys @ query  # forgot to divide by the norms
-ex01.check_cosine_similarity(cosine_similarity)'''
-RAISES = '''def helper(x):
+ex01.check_cosine_similarity(cosine_similarity)"""
+RAISES = """def helper(x):
     return x.no_such_attribute
 
 def dot(x, w):
     return helper(x)
-ex01.check_dot(dot)'''
+ex01.check_dot(dot)"""
 
 
 def _errors(*sources: str) -> list[list[str]]:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(ROOT)}})
+    client = NotebookClient(
+        nb, timeout=120, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(ROOT)}}
+    )
     client.execute()
-    return [[ANSI.sub("", line) for line in "\n".join(o.traceback).splitlines()]
-            for cell in nb.cells for o in cell.outputs if o.output_type == "error"]
+    return [
+        [ANSI.sub("", line) for line in "\n".join(o.traceback).splitlines()]
+        for cell in nb.cells
+        for o in cell.outputs
+        if o.output_type == "error"
+    ]
 
 
 def test_a_failing_check_shows_its_verdict_and_next_step_first_and_no_course_code():
@@ -42,7 +48,7 @@ def test_a_failing_check_shows_its_verdict_and_next_step_first_and_no_course_cod
         assert not any("twoprim" in l or "site-packages" in l or "Traceback" in l for l in lines), lines
 
     assert raised[0].startswith("✘ ex01_dot-dot: `dot` raised AttributeError") and "next:" in raised[1], raised
-    below = raised[raised.index("Your code raised it here:") + 1:]
+    below = raised[raised.index("Your code raised it here:") + 1 :]
     frames = [l for l in below if l.lstrip().startswith("File ")]
     assert [l.rsplit(" in ", 1)[1] for l in frames] == ["dot", "helper"], below  # the learner's frames, in order
     assert "return x.no_such_attribute" in "\n".join(below)
@@ -57,7 +63,8 @@ def test_validate_shows_the_check_first_and_no_course_code(tmp_path):
     from .classroom import answered, solution_code
 
     wrong = solution_code("ex01_dot")["ex01_dot-cosine_similarity-solution"].replace(
-        "return dots / norms.clamp_min(1e-8)", "return dots  # forgot the norms")
+        "return dots / norms.clamp_min(1e-8)", "return dots  # forgot the norms"
+    )
     path = tmp_path / "ex01_dot.ipynb"
     nbformat.write(answered("ex01_dot", {"ex01_dot-cosine_similarity-solution": wrong}), str(path))
     result = Validator().validate(str(path))

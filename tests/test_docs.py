@@ -1,6 +1,7 @@
 """README.md is for a newcomer and short; dated measurements live as data files (data/benchmarks/), and the one
 measurement README states agrees with its file; the guides it links to exist. (The site itself is built and
 checked at the end of tests/test_notebooks.py, after the lessons it renders have run.)"""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,9 @@ from twoprim.config import ROOT
 README = ROOT / "README.md"
 BENCHMARKS = ROOT / "data" / "benchmarks"
 ISO_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
-SUITE_LINE = re.compile(r"`make test` takes about (\d+) minutes on a (\d+)-core machine \(measured (\d{4}-\d\d-\d\d)\)\.")
+SUITE_LINE = re.compile(
+    r"`make test` takes about (\d+) minutes on a (\d+)-core machine \(measured (\d{4}-\d\d-\d\d)\)\."
+)
 RUN_FIELDS = {"date", "machine", "command", "numbers", "note"}
 
 
@@ -28,7 +31,8 @@ def test_the_readme_is_short_and_states_no_dated_measurement_but_the_suites_time
     dated = [p for p in _paragraphs(text) if ISO_DATE.search(p)]
     assert len(dated) == 1 and SUITE_LINE.fullmatch(dated[0]), (
         "README.md's only dated paragraph is the one line with the suite's time; a measurement goes to "
-        f"data/benchmarks/ (the site's Benchmarks page renders it). Dated paragraphs: {dated}")
+        f"data/benchmarks/ (the site's Benchmarks page renders it). Dated paragraphs: {dated}"
+    )
 
 
 def _runs() -> dict[str, list[dict]]:
@@ -40,10 +44,14 @@ def test_the_readmes_suite_time_is_the_newest_passing_run_of_its_data_file():
     passing = [r for r in _runs()["suite.json"] if r["numbers"].get("failed") == 0]
     newest = max(passing, key=lambda r: r["date"])  # runs of one day are in the order they were made
     newest = [r for r in passing if r["date"] == newest["date"]][-1]
-    assert (int(minutes), int(cores), measured) == (round(newest["numbers"]["wall_s"] / 60), newest["cpus"],
-                                                   newest["date"]), (
+    assert (int(minutes), int(cores), measured) == (
+        round(newest["numbers"]["wall_s"] / 60),
+        newest["cpus"],
+        newest["date"],
+    ), (
         f"README.md says {minutes} minutes on {cores} cores ({measured}); data/benchmarks/suite.json's newest passing "
-        f"run took {newest['numbers']['wall_s']} s on {newest['cpus']} cores ({newest['date']})")
+        f"run took {newest['numbers']['wall_s']} s on {newest['cpus']} cores ({newest['date']})"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in BENCHMARKS.glob("*.json")))
@@ -57,7 +65,9 @@ def test_each_benchmark_file_holds_one_record_per_run(name):
         assert "\n" not in run["note"] and len(run["note"]) <= 200, f"{name}: a note is one line: {run['note']!r}"
         rows = run["numbers"] if isinstance(run["numbers"], list) else [run["numbers"]]
         for row in rows:
-            assert set(row) <= set(data["columns"]), f"{name}: numbers without a column: {set(row) - set(data['columns'])}"
+            assert set(row) <= set(data["columns"]), (
+                f"{name}: numbers without a column: {set(row) - set(data['columns'])}"
+            )
 
 
 def test_the_readme_links_only_to_files_that_exist():
@@ -72,11 +82,15 @@ def test_the_guides_say_the_class_size_the_cluster_test_grades():
     size = int(re.search(r"^CLASS_SIZE = (\d+)", (ROOT / "tests" / "test_cluster.py").read_text(), re.M)[1])
     for page in ("cluster.md", "development.md"):
         said = re.findall(r"a class of (\d+)", (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8"))
-        assert said and {int(n) for n in said} == {size}, f"docs/guides/{page} says a class of {said}, the test grades {size}"
+        assert said and {int(n) for n in said} == {size}, (
+            f"docs/guides/{page} says a class of {said}, the test grades {size}"
+        )
 
 
-SIMILARITY_LINE = re.compile(r"on built classes of (\d+) to (\d+) students `./course similarity` flags copies with\s+"
-                             r"precision (\d\.\d\d)-(\d\.\d\d) and recall (\d\.\d\d)-(\d\.\d\d)")
+SIMILARITY_LINE = re.compile(
+    r"on built classes of (\d+) to (\d+) students `./course similarity` flags copies with\s+"
+    r"precision (\d\.\d\d)-(\d\.\d\d) and recall (\d\.\d\d)-(\d\.\d\d)"
+)
 
 
 def test_the_readmes_similarity_figures_are_the_newest_run_of_its_data_file():

@@ -1,4 +1,5 @@
 """The environment: one place holds the pins, environment.yml agrees with it, setup is not redone."""
+
 from __future__ import annotations
 
 import subprocess
@@ -52,8 +53,9 @@ def test_setup_is_not_redone_once_built():
     # `make test` built the environment before running us; asking again must find nothing to do.
     proc = subprocess.run(["make", "-q", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"make would rebuild .venv although it is up to date:\n{proc.stdout}{proc.stderr}"
-    dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True,
-                         timeout=120).stdout
+    dry = subprocess.run(
+        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     assert "pip install" not in dry, f"make test would reinstall packages:\n{dry}"
 
 
@@ -66,8 +68,14 @@ def test_ci_runs_the_readme_test_command():
 def test_the_course_command_is_on_the_environments_path():
     """`course progress` for a classroom student (./course hub puts the environment's bin/ first on every server's
     PATH) or a learner with the environment activated, without knowing where the course folder is."""
-    proc = subprocess.run(["course", "progress", "--help"], env={"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin"},
-                          cwd="/", capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["course", "progress", "--help"],
+        env={"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin"},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "usage: course progress" in proc.stdout, proc
 
 
@@ -75,7 +83,9 @@ def test_nbformat_imports_without_building_iri_parsers():
     # jsonschema 4.24 and later import rfc3987-syntax whenever it is installed, and it compiles ~35 Earley parsers
     # (lark) at import: 1.3-2 s in every process that imports nbformat, each grading worker and ./course command
     # among them. The pinned jsonschema must not pull it in, whatever else is installed.
-    code = ("import sys, nbformat, jsonschema, nbgrader.api; "
-            "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))")
+    code = (
+        "import sys, nbformat, jsonschema, nbgrader.api; "
+        "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert proc.stdout.strip() == "[]", f"importing nbformat and nbgrader also imported {proc.stdout.strip()}"

@@ -1,5 +1,6 @@
 """ex03_layers: every check explains a wrong value, shape and dtype; every stated rule catches what it rules out, by
 recording what ran; bad input to the solution functions gets a named error; the layers helpers are right."""
+
 from __future__ import annotations
 
 import math
@@ -28,6 +29,7 @@ def sol():
 
 # (the solutions pass; a wrong value, shape or dtype is explained: tests/test_check_messages.py)
 
+
 def test_qkv_must_return_three_tensors(sol):
     msg = fails(ex03.check_qkv_projection, lambda x, Wq, Wk, Wv: torch.cat(sol["qkv_projection"](x, Wq, Wk, Wv), -1))
     assert "but qkv_projection returns three tensors (q, k, v)" in msg
@@ -36,10 +38,12 @@ def test_qkv_must_return_three_tensors(sol):
 def test_not_written_yet_says_so():
     def linear(x, W, b):
         raise NotImplementedError()
+
     assert "`linear` is not written yet" in fails(ex03.check_linear, linear)
 
 
 # ---- every stated rule, caught on what ran
+
 
 def _rows(x):
     return x.reshape(-1, x.shape[-1])
@@ -47,10 +51,14 @@ def _rows(x):
 
 FORBIDDEN = {
     "linear": (lambda x, W, b: F.linear(x, W, b), "no torch.nn.functional.linear"),
-    "qkv_projection": (lambda x, Wq, Wk, Wv: F.linear(x, torch.cat([Wq, Wk, Wv])).split(
-        [Wq.shape[0], Wk.shape[0], Wv.shape[0]], -1), "no torch.nn.functional.linear"),
-    "mlp": (lambda x, W1, b1, W2, b2: F.linear(torch.relu(F.linear(x, W1, b1)), W2, b2),
-            "no torch.nn.functional.linear"),
+    "qkv_projection": (
+        lambda x, Wq, Wk, Wv: F.linear(x, torch.cat([Wq, Wk, Wv])).split([Wq.shape[0], Wk.shape[0], Wv.shape[0]], -1),
+        "no torch.nn.functional.linear",
+    ),
+    "mlp": (
+        lambda x, W1, b1, W2, b2: F.linear(torch.relu(F.linear(x, W1, b1)), W2, b2),
+        "no torch.nn.functional.linear",
+    ),
     "embedding_as_gemm": (lambda ids, table: table[ids], "no table[ids]"),
     "rnn_cell": (lambda x, h, W_ih, W_hh, b: torch.rnn_tanh_cell(x, h, W_ih, W_hh, b, None), "no nn.RNNCell"),
     "gnn_layer": (lambda adj, X, W: torch.linalg.multi_dot([adj, X, W]), "no torch.linalg.multi_dot"),
@@ -72,14 +80,16 @@ def test_nn_linear_module_is_caught():
             layer.weight.copy_(W)
             layer.bias.copy_(b)
             return layer(x)
+
     assert "it called torch.nn.functional.linear" in fails(ex03.check_linear, linear)
 
 
 def test_embedding_variants_of_a_gather_are_caught():
-    for fn, op in [(lambda ids, t: F.embedding(ids, t), "torch.nn.functional.embedding"),
-                   (lambda ids, t: t.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1), "index_select"),
-                   (lambda ids, t: torch.stack([t[int(i)] for i in ids.reshape(-1)]).reshape(*ids.shape, -1),
-                    "aten.select")]:
+    for fn, op in [
+        (lambda ids, t: F.embedding(ids, t), "torch.nn.functional.embedding"),
+        (lambda ids, t: t.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1), "index_select"),
+        (lambda ids, t: torch.stack([t[int(i)] for i in ids.reshape(-1)]).reshape(*ids.shape, -1), "aten.select"),
+    ]:
         assert op in fails(ex03.check_embedding_as_gemm, fn)
 
 
@@ -88,6 +98,7 @@ def test_gather_hidden_behind_a_real_gemm_is_still_caught():
         one_hot = F.one_hot(ids.reshape(-1).long(), table.shape[0]).to(table.dtype)
         (one_hot @ table)  # the GEMM runs, but the answer comes from a gather
         return table[ids]
+
     assert "it called aten.index" in fails(ex03.check_embedding_as_gemm, embedding_as_gemm)
 
 
@@ -95,6 +106,7 @@ def test_f_one_hot_is_allowed_with_int64_ids(capsys):
     def embedding_as_gemm(ids, table):
         one_hot = F.one_hot(ids.reshape(-1).long(), table.shape[0]).to(table.dtype)  # (n, V)
         return (one_hot @ table).reshape(*ids.shape, table.shape[1])
+
     ex03.check_embedding_as_gemm(embedding_as_gemm)
     assert capsys.readouterr().out.startswith("✔")
 
@@ -102,16 +114,18 @@ def test_f_one_hot_is_allowed_with_int64_ids(capsys):
 def test_embedding_gemm_must_contract_over_the_vocabulary():
     def embedding_as_gemm(ids, table):  # the right rows, but from a gather and an identity GEMM over D
         rows = (ids.reshape(-1, 1) == torch.arange(table.shape[0])).to(table.dtype)
-        picked = (rows[:, :, None] * table[None]).sum(1)                   # no GEMM op: element-wise and a sum
+        picked = (rows[:, :, None] * table[None]).sum(1)  # no GEMM op: element-wise and a sum
         return (picked @ torch.eye(table.shape[1], dtype=table.dtype)).reshape(*ids.shape, table.shape[1])
+
     msg = fails(ex03.check_embedding_as_gemm, embedding_as_gemm)
     assert "one GEMM: the one-hot matrix (n, V) times the table (V, D)" in msg
     assert "this function needs one GEMM: (5, 10) @ (10, 4)" in msg
 
 
 def test_linear_with_a_loop_over_rows_is_caught():
-    msg = fails(ex03.check_linear, lambda x, W, b: torch.stack([r @ W.T + b for r in _rows(x)]).reshape(
-        *x.shape[:-1], -1))
+    msg = fails(
+        ex03.check_linear, lambda x, W, b: torch.stack([r @ W.T + b for r in _rows(x)]).reshape(*x.shape[:-1], -1)
+    )
     assert "it ran 6 GEMM ops" in msg and "this function needs one GEMM: (6, 5) @ (5, 4)" in msg
 
 
@@ -130,8 +144,9 @@ def test_einsum_linear_counts_as_one_gemm(capsys):
 def test_qkv_three_gemms_and_stacked_bmm_are_caught():
     msg = fails(ex03.check_qkv_projection, lambda x, Wq, Wk, Wv: (x @ Wq.T, x @ Wk.T, x @ Wv.T))
     assert "it ran 3 GEMM ops" in msg and "(5, 8) @ (8, 24)" in msg
-    msg = fails(ex03.check_qkv_projection,
-                lambda x, Wq, Wk, Wv: tuple(_rows(x) @ torch.stack([Wq, Wk, Wv]).transpose(1, 2)))
+    msg = fails(
+        ex03.check_qkv_projection, lambda x, Wq, Wk, Wv: tuple(_rows(x) @ torch.stack([Wq, Wk, Wv]).transpose(1, 2))
+    )
     assert "bmm 3 × (5, 8) @ (8, 8)" in msg and "torch.cat them into one 2-D" in msg
 
 
@@ -141,21 +156,31 @@ def test_mlp_needs_two_gemms(sol):
     def mlp(x, W1, b1, W2, b2):  # the first layer computed twice
         linear(x, W1, b1)
         return linear(torch.relu(linear(x, W1, b1)), W2, b2)
+
     assert "it ran 3 GEMM ops" in fails(ex03.check_mlp, mlp)
 
 
 def test_rnn_accepts_two_gemms_or_one_fused(sol, capsys):
-    ex03.check_rnn_cell(lambda x, h, W_ih, W_hh, b: torch.tanh(
-        x.reshape(-1, x.shape[-1]) @ W_ih.T + h.reshape(-1, h.shape[-1]) @ W_hh.T + b).reshape(h.shape))
+    ex03.check_rnn_cell(
+        lambda x, h, W_ih, W_hh, b: torch.tanh(
+            x.reshape(-1, x.shape[-1]) @ W_ih.T + h.reshape(-1, h.shape[-1]) @ W_hh.T + b
+        ).reshape(h.shape)
+    )
     ex03.check_rnn_cell(sol["rnn_cell"])
     assert capsys.readouterr().out.count("✔") == 2
-    msg = fails(ex03.check_rnn_cell, lambda x, h, W_ih, W_hh, b: torch.tanh(
-        torch.stack([r @ W_ih.T for r in _rows(x)]).reshape(*x.shape[:-1], -1) + h @ W_hh.T + b))
+    msg = fails(
+        ex03.check_rnn_cell,
+        lambda x, h, W_ih, W_hh, b: torch.tanh(
+            torch.stack([r @ W_ih.T for r in _rows(x)]).reshape(*x.shape[:-1], -1) + h @ W_hh.T + b
+        ),
+    )
     assert "GEMM ops" in msg and "one GEMM per weight" in msg
 
 
-@pytest.mark.parametrize("order, wrong_case", [(lambda a, X, W: (a @ X) @ W, "cheaper: adj @ (X @ W)"),
-                                               (lambda a, X, W: a @ (X @ W), "cheaper: (adj @ X) @ W")])
+@pytest.mark.parametrize(
+    "order, wrong_case",
+    [(lambda a, X, W: (a @ X) @ W, "cheaper: adj @ (X @ W)"), (lambda a, X, W: a @ (X @ W), "cheaper: (adj @ X) @ W")],
+)
 def test_gnn_in_the_costlier_order_is_caught_with_both_flop_counts(order, wrong_case):
     msg = fails(ex03.check_gnn_layer, order)
     assert "two GEMMs, in the cheaper order" in msg and wrong_case in msg
@@ -168,12 +193,17 @@ def test_gnn_flops_of_both_orders():
 
 
 def test_numpy_escape_is_caught():
-    msg = fails(ex03.check_rnn_cell, lambda x, h, W_ih, W_hh, b: torch.tanh(torch.from_numpy(
-        x.numpy() @ W_ih.numpy().T + h.numpy() @ W_hh.numpy().T + b.numpy())))
+    msg = fails(
+        ex03.check_rnn_cell,
+        lambda x, h, W_ih, W_hh, b: torch.tanh(
+            torch.from_numpy(x.numpy() @ W_ih.numpy().T + h.numpy() @ W_hh.numpy().T + b.numpy())
+        ),
+    )
     assert "torch.Tensor.numpy" in msg
 
 
 # ---- case builders make what their labels say
+
 
 def test_case_builders_make_the_layouts_they_name():
     (case,) = ex03.linear_cases([((2, 3, 5), 4, "lead", "T")])
@@ -205,42 +235,102 @@ def test_gnn_adjacency_is_gcn_normalised():
 
 # ---- bad input gets a named error, never a broadcast
 
-@pytest.mark.parametrize("name, args, error, text", [
-    ("linear", (torch.ones(2, 3, 5), torch.ones(4, 6), torch.ones(4)), ValueError,
-     r"linear: x has shape \(2, 3, 5\), W has shape \(4, 6\); W must be \(out, 5\)"),
-    ("linear", (torch.ones(2, 5), torch.ones(4, 5), torch.ones(5)), ValueError,
-     r"linear: b has shape \(5,\), W has shape \(4, 5\); b must be \(4,\)"),
-    ("linear", (torch.ones(2, 5), torch.ones(4, 5), torch.ones(1)), ValueError, r"b must be \(4,\)"),
-    ("linear", (torch.ones(()), torch.ones(4, 1), torch.ones(4)), ValueError, "at least 1-D; got a 0-d tensor"),
-    ("linear", (torch.ones(2, 5), torch.ones(4, 5, dtype=torch.float64), torch.ones(4)), TypeError,
-     r"x is torch.float32 but W is torch.float64"),
-    ("linear", (torch.ones(2, 5, dtype=torch.int64), torch.ones(4, 5), torch.ones(4)), TypeError,
-     "must be floating point"),
-    ("linear", ([[1.0] * 5], torch.ones(4, 5), torch.ones(4)), TypeError, r"x must be a torch.Tensor, got list"),
-    ("qkv_projection", (torch.ones(3, 8), torch.ones(8, 8), torch.ones(8, 7), torch.ones(8, 8)), ValueError,
-     r"x has shape \(3, 8\), Wk has shape \(8, 7\); Wk must be \(d, 8\)"),
-    ("mlp", (torch.ones(3, 4), torch.ones(6, 4), torch.ones(6), torch.ones(2, 5), torch.ones(2)), ValueError,
-     r"W1 has shape \(6, 4\), W2 has shape \(2, 5\); W2 must be \(out, 6\)"),
-    ("mlp", (torch.ones(3, 4), torch.ones(6, 4), torch.ones(4), torch.ones(2, 6), torch.ones(2)), ValueError,
-     r"b1 must be \(6,\)"),
-    ("embedding_as_gemm", (torch.tensor([0, 5]), torch.ones(5, 3)), IndexError,
-     r"ids run from 0 to 5, but table has shape \(5, 3\): 5 rows, so every id must lie in \[0, 4\]"),
-    ("embedding_as_gemm", (torch.tensor([-1, 2]), torch.ones(5, 3)), IndexError, r"ids run from -1 to 2"),
-    ("embedding_as_gemm", (torch.tensor([0.0, 1.0]), torch.ones(5, 3)), TypeError,
-     r"ids must be an integer tensor .* got torch.float32; convert it with ids.long\(\)"),
-    ("embedding_as_gemm", (torch.tensor([True]), torch.ones(5, 3)), TypeError, "ids must be an integer tensor"),
-    ("embedding_as_gemm", (torch.tensor([0]), torch.ones(5)), ValueError, r"table must be a 2-D matrix"),
-    ("rnn_cell", (torch.ones(4, 3), torch.ones(5, 6), torch.ones(6, 3), torch.ones(6, 6), torch.ones(6)), ValueError,
-     r"x has shape \(4, 3\), h has shape \(5, 6\); x and h need the same leading dimensions"),
-    ("rnn_cell", (torch.ones(4, 3), torch.ones(4, 6), torch.ones(5, 3), torch.ones(6, 6), torch.ones(6)), ValueError,
-     r"W_ih must have 6 rows"),
-    ("gnn_layer", (torch.ones(4, 5), torch.ones(4, 3), torch.ones(3, 2)), ValueError,
-     r"adj has shape \(4, 5\); an adjacency matrix is square"),
-    ("gnn_layer", (torch.ones(4, 4), torch.ones(5, 3), torch.ones(3, 2)), ValueError,
-     r"X must have one row per node: \(4, F_in\)"),
-    ("gnn_layer", (torch.ones(4, 4), torch.ones(4, 3), torch.ones(2, 3)), ValueError,
-     r"W must be \(3, F_out\): \(in, out\)"),
-])
+
+@pytest.mark.parametrize(
+    "name, args, error, text",
+    [
+        (
+            "linear",
+            (torch.ones(2, 3, 5), torch.ones(4, 6), torch.ones(4)),
+            ValueError,
+            r"linear: x has shape \(2, 3, 5\), W has shape \(4, 6\); W must be \(out, 5\)",
+        ),
+        (
+            "linear",
+            (torch.ones(2, 5), torch.ones(4, 5), torch.ones(5)),
+            ValueError,
+            r"linear: b has shape \(5,\), W has shape \(4, 5\); b must be \(4,\)",
+        ),
+        ("linear", (torch.ones(2, 5), torch.ones(4, 5), torch.ones(1)), ValueError, r"b must be \(4,\)"),
+        ("linear", (torch.ones(()), torch.ones(4, 1), torch.ones(4)), ValueError, "at least 1-D; got a 0-d tensor"),
+        (
+            "linear",
+            (torch.ones(2, 5), torch.ones(4, 5, dtype=torch.float64), torch.ones(4)),
+            TypeError,
+            r"x is torch.float32 but W is torch.float64",
+        ),
+        (
+            "linear",
+            (torch.ones(2, 5, dtype=torch.int64), torch.ones(4, 5), torch.ones(4)),
+            TypeError,
+            "must be floating point",
+        ),
+        ("linear", ([[1.0] * 5], torch.ones(4, 5), torch.ones(4)), TypeError, r"x must be a torch.Tensor, got list"),
+        (
+            "qkv_projection",
+            (torch.ones(3, 8), torch.ones(8, 8), torch.ones(8, 7), torch.ones(8, 8)),
+            ValueError,
+            r"x has shape \(3, 8\), Wk has shape \(8, 7\); Wk must be \(d, 8\)",
+        ),
+        (
+            "mlp",
+            (torch.ones(3, 4), torch.ones(6, 4), torch.ones(6), torch.ones(2, 5), torch.ones(2)),
+            ValueError,
+            r"W1 has shape \(6, 4\), W2 has shape \(2, 5\); W2 must be \(out, 6\)",
+        ),
+        (
+            "mlp",
+            (torch.ones(3, 4), torch.ones(6, 4), torch.ones(4), torch.ones(2, 6), torch.ones(2)),
+            ValueError,
+            r"b1 must be \(6,\)",
+        ),
+        (
+            "embedding_as_gemm",
+            (torch.tensor([0, 5]), torch.ones(5, 3)),
+            IndexError,
+            r"ids run from 0 to 5, but table has shape \(5, 3\): 5 rows, so every id must lie in \[0, 4\]",
+        ),
+        ("embedding_as_gemm", (torch.tensor([-1, 2]), torch.ones(5, 3)), IndexError, r"ids run from -1 to 2"),
+        (
+            "embedding_as_gemm",
+            (torch.tensor([0.0, 1.0]), torch.ones(5, 3)),
+            TypeError,
+            r"ids must be an integer tensor .* got torch.float32; convert it with ids.long\(\)",
+        ),
+        ("embedding_as_gemm", (torch.tensor([True]), torch.ones(5, 3)), TypeError, "ids must be an integer tensor"),
+        ("embedding_as_gemm", (torch.tensor([0]), torch.ones(5)), ValueError, r"table must be a 2-D matrix"),
+        (
+            "rnn_cell",
+            (torch.ones(4, 3), torch.ones(5, 6), torch.ones(6, 3), torch.ones(6, 6), torch.ones(6)),
+            ValueError,
+            r"x has shape \(4, 3\), h has shape \(5, 6\); x and h need the same leading dimensions",
+        ),
+        (
+            "rnn_cell",
+            (torch.ones(4, 3), torch.ones(4, 6), torch.ones(5, 3), torch.ones(6, 6), torch.ones(6)),
+            ValueError,
+            r"W_ih must have 6 rows",
+        ),
+        (
+            "gnn_layer",
+            (torch.ones(4, 5), torch.ones(4, 3), torch.ones(3, 2)),
+            ValueError,
+            r"adj has shape \(4, 5\); an adjacency matrix is square",
+        ),
+        (
+            "gnn_layer",
+            (torch.ones(4, 4), torch.ones(5, 3), torch.ones(3, 2)),
+            ValueError,
+            r"X must have one row per node: \(4, F_in\)",
+        ),
+        (
+            "gnn_layer",
+            (torch.ones(4, 4), torch.ones(4, 3), torch.ones(2, 3)),
+            ValueError,
+            r"W must be \(3, F_out\): \(in, out\)",
+        ),
+    ],
+)
 def test_bad_input_names_the_problem(sol, name, args, error, text):
     with pytest.raises(error, match=text):
         sol[name](*args)
@@ -248,18 +338,22 @@ def test_bad_input_names_the_problem(sol, name, args, error, text):
 
 # ---- the layers helpers
 
-@pytest.mark.parametrize("op, shapes, expected", [
-    ("mm", ((6, 5), (5, 4)), (1, 6, 4, 5)),
-    ("addmm", ((4,), (6, 5), (5, 4)), (1, 6, 4, 5)),
-    ("bmm", ((3, 2, 5), (3, 5, 4)), (3, 2, 4, 5)),
-    ("baddbmm", ((3, 2, 4), (3, 2, 5), (3, 5, 4)), (3, 2, 4, 5)),
-    ("addbmm", ((2, 4), (3, 2, 5), (3, 5, 4)), (1, 2, 4, 15)),
-    ("mv", ((4, 5), (5,)), (1, 4, 1, 5)),
-    ("addmv", ((4,), (4, 5), (5,)), (1, 4, 1, 5)),
-    ("dot", ((7,), (7,)), (1, 1, 1, 7)),
-    ("outer", ((3,), (4,)), (1, 3, 4, 1)),
-    ("linear", ((2, 3, 5), (4, 5)), (1, 6, 4, 5)),
-])
+
+@pytest.mark.parametrize(
+    "op, shapes, expected",
+    [
+        ("mm", ((6, 5), (5, 4)), (1, 6, 4, 5)),
+        ("addmm", ((4,), (6, 5), (5, 4)), (1, 6, 4, 5)),
+        ("bmm", ((3, 2, 5), (3, 5, 4)), (3, 2, 4, 5)),
+        ("baddbmm", ((3, 2, 4), (3, 2, 5), (3, 5, 4)), (3, 2, 4, 5)),
+        ("addbmm", ((2, 4), (3, 2, 5), (3, 5, 4)), (1, 2, 4, 15)),
+        ("mv", ((4, 5), (5,)), (1, 4, 1, 5)),
+        ("addmv", ((4,), (4, 5), (5,)), (1, 4, 1, 5)),
+        ("dot", ((7,), (7,)), (1, 1, 1, 7)),
+        ("outer", ((3,), (4,)), (1, 3, 4, 1)),
+        ("linear", ((2, 3, 5), (4, 5)), (1, 6, 4, 5)),
+    ],
+)
 def test_gemm_mnk_reads_every_gemm_op(op, shapes, expected):
     g = layers.gemm_mnk(op, shapes)
     assert (g.batch, g.M, g.N, g.K) == expected
@@ -345,7 +439,7 @@ def test_round_mantissa_is_bfloat16_at_7_bits_and_tf32_at_10():
     x = torch.randn(10_000)
     assert torch.equal(layers.round_mantissa(x, 7), x.bfloat16().float())
     tf32 = layers.round_mantissa(x, 10)
-    assert ((tf32 - x).abs() <= x.abs() * 2.0 ** -11).all()
+    assert ((tf32 - x).abs() <= x.abs() * 2.0**-11).all()
     assert (tf32.view(torch.int32) & ((1 << 13) - 1) == 0).all()  # the 13 dropped bits are zero
     assert torch.equal(layers.round_mantissa(x, 23), x)
     with pytest.raises(TypeError):
@@ -359,16 +453,32 @@ def test_relative_error():
 def test_gemm_sweep_and_plots():
     rates = layers.gemm_sweep([(8, 8, 8), (16, 4, 9), (3, 4, 9)], rounds=1, budget=0.001)
     assert len(rates) == 3 and all(r > 0 for r in rates)
-    fig = layers.sweep_plot([8, 9, 16], [1.0, 0.5, 2.0], marks={"multiple of 8": lambda n: n % 8 == 0},
-                            xlabel="N", ylabel="GFLOP/s", title="t")
+    fig = layers.sweep_plot(
+        [8, 9, 16],
+        [1.0, 0.5, 2.0],
+        marks={"multiple of 8": lambda n: n % 8 == 0},
+        xlabel="N",
+        ylabel="GFLOP/s",
+        title="t",
+    )
     assert len(fig.axes[0].collections) == 1  # the marked points
     fig = layers.bars(["a", "b"], {"x": [1.0, 2.0], "y": [3.0, 4.0]}, ylabel="TFLOP/s", title="t")
     assert len(fig.axes[0].patches) == 4
 
 
 def test_fastest_is_the_fastest_single_call_after_the_warm_up(monkeypatch):
-    clock = iter([0.0, 0.5,              # warm-up call: 0.5 s, the fastest of all, and not counted
-                  10.0, 13.0, 20.0, 21.0, 30.0, 32.0])  # calls of 3, 1 and 2 s
+    clock = iter(
+        [
+            0.0,
+            0.5,  # warm-up call: 0.5 s, the fastest of all, and not counted
+            10.0,
+            13.0,
+            20.0,
+            21.0,
+            30.0,
+            32.0,
+        ]
+    )  # calls of 3, 1 and 2 s
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
     assert timing.fastest(lambda: None, budget=0.1, min_calls=3) == timing.Fastest(1.0, 3, 3, False)
 
@@ -394,6 +504,7 @@ def test_op_tree_shows_what_addmm_does_inside():
 # ---- every rule ex03 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
 # check before its case was added, and fails it now with a message about its own mistake
 
+
 def _rows_of(x):
     return x.flatten(0, -2)  # wrong for x of rank 1: there is no leading dimension to fold
 
@@ -411,6 +522,7 @@ def _qkv(rows_of):
         fused = rows_of(x) @ torch.cat([Wq, Wk, Wv]).T
         q, k, v = fused.split([Wq.shape[0], Wk.shape[0], Wv.shape[0]], dim=1)
         return tuple(t.reshape(*x.shape[:-1], -1) for t in (q, k, v))
+
     return qkv_projection
 
 
@@ -418,12 +530,14 @@ def _mlp(rows_of):
     def mlp(x, W1, b1, W2, b2):
         h = torch.relu(torch.addmm(b1, rows_of(x), W1.T))
         return torch.addmm(b2, h, W2.T).reshape(*x.shape[:-1], -1)
+
     return mlp
 
 
 def _rnn(rows_of):
     def rnn_cell(x, h, W_ih, W_hh, b):
         return torch.tanh(rows_of(x) @ W_ih.T + rows_of(h) @ W_hh.T + b).reshape(h.shape)
+
     return rnn_cell
 
 
@@ -436,27 +550,74 @@ _RANK1 = lambda c: c.label.startswith(("x (7,)", "x (3,)"))  # noqa: E731
 _LEAD = lambda c: "first two dims swapped" in c.label  # noqa: E731
 
 
-@pytest.mark.parametrize("check, wrong, rule, says", [
-    (ex03.check_linear, lambda sol: named("linear", _linear_rank), _RANK1, ("Dimension out of range",)),
-    (ex03.check_linear, lambda sol: ignores_strides(sol["linear"], 1), lambda c: "W (3, 8) transposed" in c.label,
-     ("`W` read as if it were contiguous",)),
-    (ex03.check_qkv_projection, lambda sol: named("qkv_projection", _qkv(_rows_of)), _RANK1,
-     ("Dimension out of range",)),
-    (ex03.check_qkv_projection, lambda sol: named("qkv_projection", _qkv(_rows_view)), _LEAD,
-     ("view size is not compatible with input tensor's size and stride",)),
-    (ex03.check_mlp, lambda sol: named("mlp", _mlp(_rows_of)), _RANK1, ("Dimension out of range",)),
-    (ex03.check_mlp, lambda sol: named("mlp", _mlp(_rows_view)), _LEAD,
-     ("view size is not compatible with input tensor's size and stride",)),
-    (ex03.check_embedding_as_gemm, lambda sol: named("embedding_as_gemm", _embedding_unflatten),
-     lambda c: c.label.startswith("ids ()"), ("unflatten: sizes must be non-empty",)),
-    (ex03.check_embedding_as_gemm, lambda sol: ignores_strides(sol["embedding_as_gemm"], 1),
-     lambda c: "transposed" in c.label, ("`table` read as if it were contiguous",)),
-    (ex03.check_rnn_cell, lambda sol: named("rnn_cell", _rnn(_rows_of)), _RANK1, ("Dimension out of range",)),
-    (ex03.check_rnn_cell, lambda sol: named("rnn_cell", _rnn(_rows_view)), _LEAD,
-     ("view size is not compatible with input tensor's size and stride",)),
-    (ex03.check_gnn_layer, lambda sol: ignores_strides(sol["gnn_layer"]), lambda c: "transposed" in c.label,
-     ("read as if", "contiguous")),
-], ids=["linear-rank1", "linear-W-strides", "qkv-rank1", "qkv-strides", "mlp-rank1", "mlp-strides", "embedding-0d",
-        "embedding-table-strides", "rnn-rank1", "rnn-strides", "gnn-strides"])
+@pytest.mark.parametrize(
+    "check, wrong, rule, says",
+    [
+        (ex03.check_linear, lambda sol: named("linear", _linear_rank), _RANK1, ("Dimension out of range",)),
+        (
+            ex03.check_linear,
+            lambda sol: ignores_strides(sol["linear"], 1),
+            lambda c: "W (3, 8) transposed" in c.label,
+            ("`W` read as if it were contiguous",),
+        ),
+        (
+            ex03.check_qkv_projection,
+            lambda sol: named("qkv_projection", _qkv(_rows_of)),
+            _RANK1,
+            ("Dimension out of range",),
+        ),
+        (
+            ex03.check_qkv_projection,
+            lambda sol: named("qkv_projection", _qkv(_rows_view)),
+            _LEAD,
+            ("view size is not compatible with input tensor's size and stride",),
+        ),
+        (ex03.check_mlp, lambda sol: named("mlp", _mlp(_rows_of)), _RANK1, ("Dimension out of range",)),
+        (
+            ex03.check_mlp,
+            lambda sol: named("mlp", _mlp(_rows_view)),
+            _LEAD,
+            ("view size is not compatible with input tensor's size and stride",),
+        ),
+        (
+            ex03.check_embedding_as_gemm,
+            lambda sol: named("embedding_as_gemm", _embedding_unflatten),
+            lambda c: c.label.startswith("ids ()"),
+            ("unflatten: sizes must be non-empty",),
+        ),
+        (
+            ex03.check_embedding_as_gemm,
+            lambda sol: ignores_strides(sol["embedding_as_gemm"], 1),
+            lambda c: "transposed" in c.label,
+            ("`table` read as if it were contiguous",),
+        ),
+        (ex03.check_rnn_cell, lambda sol: named("rnn_cell", _rnn(_rows_of)), _RANK1, ("Dimension out of range",)),
+        (
+            ex03.check_rnn_cell,
+            lambda sol: named("rnn_cell", _rnn(_rows_view)),
+            _LEAD,
+            ("view size is not compatible with input tensor's size and stride",),
+        ),
+        (
+            ex03.check_gnn_layer,
+            lambda sol: ignores_strides(sol["gnn_layer"]),
+            lambda c: "transposed" in c.label,
+            ("read as if", "contiguous"),
+        ),
+    ],
+    ids=[
+        "linear-rank1",
+        "linear-W-strides",
+        "qkv-rank1",
+        "qkv-strides",
+        "mlp-rank1",
+        "mlp-strides",
+        "embedding-0d",
+        "embedding-table-strides",
+        "rnn-rank1",
+        "rnn-strides",
+        "gnn-strides",
+    ],
+)
 def test_each_stated_rule_of_ex03_has_a_visible_case(sol, check, wrong, rule, says):
     assert_rule_is_visible(check, wrong(sol), rule, *says)

@@ -1,5 +1,6 @@
 """ex06_compile: the grader's ground truth (facts about torch 2.13 the course pins, asserted on purpose), the
 compiler helpers lesson 06 uses, every check's messages, and the guards on the solution functions."""
+
 from __future__ import annotations
 
 import operator
@@ -34,6 +35,7 @@ def mlp():
 
 
 # ---- the facts lesson 06 and the issue state, measured by the grader's own capture (torch 2.13)
+
 
 def test_dynamo_graph_of_the_mlp_is_linear_relu_linear():
     cap = compiler.capture_graphs(mlp(), torch.randn(4, 16), "dynamo")
@@ -130,7 +132,7 @@ def test_captures_skip_timing_the_guards_but_the_guards_still_guard():
     torch._dynamo.reset()
     compiled = torch.compile(lambda x: x * 2, backend=lambda gm, ex: graphs.append(gm) or gm.forward, dynamic=False)
     compiled(torch.ones(3))
-    compiled(torch.ones(3))                  # the guards hold: nothing compiled again
+    compiled(torch.ones(3))  # the guards hold: nothing compiled again
     compiled(torch.ones(3, dtype=torch.float64))  # a guard fails: compiled again
     torch._dynamo.reset()
     assert len(graphs) == 2
@@ -146,13 +148,17 @@ def test_capture_rejects_unknown_levels_and_an_impossible_backward():
 
 def test_gemm_nodes_lists_operand_shapes():
     cap = compiler.capture_graphs(mlp(), torch.randn(4, 16), "aten", train=True)
-    assert compiler.gemm_nodes(cap.forward[0]) == [("addmm", ((32,), (4, 16), (16, 32)), (4, 32)),
-                                                   ("addmm", ((8,), (4, 32), (32, 8)), (4, 8))]
+    assert compiler.gemm_nodes(cap.forward[0]) == [
+        ("addmm", ((32,), (4, 16), (16, 32)), (4, 32)),
+        ("addmm", ((8,), (4, 32), (32, 8)), (4, 8)),
+    ]
     assert sorted(shapes for _, shapes, _ in compiler.gemm_nodes(cap.backward[0])) == sorted(
-        [((4, 8), (8, 32)), ((8, 4), (4, 32)), ((32, 4), (4, 16))])
+        [((4, 8), (8, 32)), ((8, 4), (4, 32)), ((32, 4), (4, 16))]
+    )
 
 
 # ---- counting nodes
+
 
 def test_count_ops_names_functions_methods_and_aten_packets():
     graph = torch.fx.Graph()
@@ -165,8 +171,11 @@ def test_count_ops_names_functions_methods_and_aten_packets():
     gm = torch.fx.GraphModule(nn.Module(), graph)
     assert compiler.count_ops(gm) == Counter(addmm=2, matmul=1, sum=1)
     assert compiler.gemms_in(gm, "aten") == 2 and compiler.gemms_in(gm, "dynamo") == 3
-    assert [compiler.target_name(n) for n in gm.graph.nodes][:3] == ["x", "torch.ops.aten.addmm.default",
-                                                                      "_operator.matmul"]
+    assert [compiler.target_name(n) for n in gm.graph.nodes][:3] == [
+        "x",
+        "torch.ops.aten.addmm.default",
+        "_operator.matmul",
+    ]
     with pytest.raises(TypeError, match="expected a torch.fx.GraphModule"):
         compiler.count_ops([gm])
 
@@ -184,8 +193,11 @@ def test_data_file_is_the_spec_measurement():
 
 
 def test_kernel_calls_of_the_h200_output_are_mm_fused_triton_addmm():
-    assert compiler.kernel_calls(H200_CODE) == ["extern_kernels.mm", "triton_poi_fused_addmm_relu_0",
-                                                "extern_kernels.addmm"]
+    assert compiler.kernel_calls(H200_CODE) == [
+        "extern_kernels.mm",
+        "triton_poi_fused_addmm_relu_0",
+        "extern_kernels.addmm",
+    ]
     lines = compiler.call_lines(H200_CODE)
     assert lines[-1] == "return (buf2, )" and not any(line.startswith(("assert_", "del ")) for line in lines)
     kernel = compiler.kernel_source(H200_CODE, "triton_poi_fused_addmm_relu_0")
@@ -250,16 +262,21 @@ def test_captured_output_sets_torch_logs_aside_and_puts_it_back(monkeypatch):
 
 
 def test_torch_logs_set_after_import_does_nothing_and_disables_set_logs():
-    script = ("import os, torch\n"
-              "m = torch.nn.Linear(4, 4)\n"
-              "os.environ['TORCH_LOGS'] = 'graph_code'\n"
-              "torch.compile(m, backend='eager')(torch.randn(2, 4))\n"
-              "torch._logging.set_logs(graph_code=True)\n"
-              "torch._dynamo.reset()\n"
-              "torch.compile(m, backend='eager')(torch.randn(2, 4))\n")
-    out = compiler.run_scripts({"late": (script, {}),
-                                "early": (script.replace("os.environ['TORCH_LOGS'] = 'graph_code'\n", ""),
-                                          {"TORCH_LOGS": "graph_code"})})
+    script = (
+        "import os, torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "os.environ['TORCH_LOGS'] = 'graph_code'\n"
+        "torch.compile(m, backend='eager')(torch.randn(2, 4))\n"
+        "torch._logging.set_logs(graph_code=True)\n"
+        "torch._dynamo.reset()\n"
+        "torch.compile(m, backend='eager')(torch.randn(2, 4))\n"
+    )
+    out = compiler.run_scripts(
+        {
+            "late": (script, {}),
+            "early": (script.replace("os.environ['TORCH_LOGS'] = 'graph_code'\n", ""), {"TORCH_LOGS": "graph_code"}),
+        }
+    )
     assert "torch._C._nn.linear" not in out["late"] and "ignoring call to set_logs" in out["late"]
     assert "torch._C._nn.linear" in out["early"]
 
@@ -277,10 +294,13 @@ def test_flop_split_counts_gemms_with_flopcounter_and_the_rest_per_element():
 
 # ---- the checks: what a learner reads
 
+
 def counting(fn):
     """count_ops written with a mistake `fn(node)` returning the name to count, or None."""
+
     def count_ops(graph_module):
         return Counter(n for n in map(fn, graph_module.graph.nodes) if n is not None)
+
     return count_ops
 
 
@@ -290,13 +310,17 @@ def test_count_ops_passes_and_announces_hidden(sol06, capsys):
     assert out.startswith("✔ ex06_compile-count_ops:") and "Grading runs 16 more hidden checks" in out
 
 
-@pytest.mark.parametrize("mistake, hint", [
-    (lambda n: str(n.target) if n.op == "call_function" else None, "__name__"),
-    (lambda n: getattr(n.target, "__name__", None) if n.op == "call_function" else None, "overloadpacket"),
-    (lambda n: compiler._op_name(n) if n.op == "call_function" else None, "call_method"),
-    (lambda n: compiler._op_name(n) or n.op, "node kinds"),
-    (lambda n: n.name, "node.name is the variable"),
-], ids=["str-target", "overload-name", "no-methods", "counts-placeholders", "node-names"])
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (lambda n: str(n.target) if n.op == "call_function" else None, "__name__"),
+        (lambda n: getattr(n.target, "__name__", None) if n.op == "call_function" else None, "overloadpacket"),
+        (lambda n: compiler._op_name(n) if n.op == "call_function" else None, "call_method"),
+        (lambda n: compiler._op_name(n) or n.op, "node kinds"),
+        (lambda n: n.name, "node.name is the variable"),
+    ],
+    ids=["str-target", "overload-name", "no-methods", "counts-placeholders", "node-names"],
+)
 def test_count_ops_wrong_value_says_which_ops_differ_and_what_to_fix(mistake, hint):
     msg = fails(ex06.check_count_ops, counting(mistake))
     assert msg.startswith("✘ ex06_compile-count_ops: wrong result.")
@@ -326,8 +350,11 @@ def capture_with(sol06, **changes):
         def keeping(graphs):
             return lambda gm, ex: graphs.append(gm) or make_boxed_func(gm.forward)
 
-        backend = ((lambda gm, ex: forward.append(gm) or gm.forward) if level == "dynamo"
-                   else aot_autograd(fw_compiler=keeping(forward), bw_compiler=keeping(backward)))
+        backend = (
+            (lambda gm, ex: forward.append(gm) or gm.forward)
+            if level == "dynamo"
+            else aot_autograd(fw_compiler=keeping(forward), bw_compiler=keeping(backward))
+        )
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=backend)
         if train and changes.get("backward", True):
@@ -347,11 +374,15 @@ def test_capture_passes(sol06, capsys):
     assert "✔ ex06_compile-capture" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("change, text", [
-    ({"backward": False}, "the backward graphs are missing"),
-    ({"no_grad": False}, "torch.no_grad()"),
-    ({"keep": []}, "create the list inside capture"),
-], ids=["no-backward", "no-no_grad", "list-outlives-call"])
+@pytest.mark.parametrize(
+    "change, text",
+    [
+        ({"backward": False}, "the backward graphs are missing"),
+        ({"no_grad": False}, "torch.no_grad()"),
+        ({"keep": []}, "create the list inside capture"),
+    ],
+    ids=["no-backward", "no-no_grad", "list-outlives-call"],
+)
 def test_capture_mistakes_are_explained(sol06, change, text):
     msg = fails(ex06.check_capture, capture_with(sol06, **change))
     assert msg.startswith("✘ ex06_compile-capture: wrong result.") and "expected:" in msg and text in msg
@@ -386,8 +417,9 @@ def test_a_broken_count_ops_is_named_first_in_gemm_counts_message():
     fails(ex06.check_count_ops, ns["count_ops"])
     msg = fails(ex06.check_gemm_count, ns["gemm_count"])
     first, why, *rest = msg.splitlines()
-    assert first == ("✘ ex06_compile-gemm_count: `count_ops` fails its check (ex06_compile-count_ops); fix it "
-                     "first."), first
+    assert first == (
+        "✘ ex06_compile-gemm_count: `count_ops` fails its check (ex06_compile-count_ops); fix it first."
+    ), first
     assert why.startswith("  why:      `gemm_count` calls `count_ops`"), why
     assert rest[0] == "  ✘ ex06_compile-gemm_count: wrong result.", rest  # what gemm_count's own check saw
     exec("def count_ops(graph_module):\n    return Counter()\n", ns)  # redefined, its check not run again
@@ -402,27 +434,35 @@ def test_gemm_count_mistakes_are_explained(sol06):
         graphs = capture(model, x, level, train)
         n_fw = len(capture(model, x, level, False)) if level == "aten" else len(graphs)
         return sum(count_ops(g)[n] for g in graphs[:n_fw] for n in ex06.GEMM_OPS[level])
+
     msg = fails(ex06.check_gemm_count, forward_only)
     assert "add the GEMMs of the backward graphs too" in msg and "expected: 5" in msg and "got:      2" in msg
 
     def first_graph(model, x, level, train=False):
         return sum(count_ops(capture(model, x, level, train)[0])[n] for n in ex06.GEMM_OPS[level])
+
     assert "not only the first" in fails(ex06.check_gemm_count, first_graph, ex06.model_cases([S("break", "dynamo")]))
 
     def aten_names(model, x, level, train=False):
         return sum(count_ops(g)[n] for g in capture(model, x, level, train) for n in ex06.GEMM_OPS["aten"])
+
     assert "count only the GEMM names of this level" in fails(ex06.check_gemm_count, aten_names)
     assert "but gemm_count returns an int" in fails(ex06.check_gemm_count, lambda *a: 2.0)
 
 
 # ---- the rule: the grader's code is not the learner's
 
-@pytest.mark.parametrize("check, cheat", [
-    (ex06.check_count_ops, lambda gm: compiler.count_ops(gm)),
-    (ex06.check_count_ops, lambda gm: Counter(filter(None, map(compiler.op_name, gm.graph.nodes)))),
-    (ex06.check_capture, lambda model, x, level, train=False: compiler.capture(model, x, level, train)),
-    (ex06.check_gemm_count, lambda model, x, level, train=False: compiler.gemm_count(model, x, level, train)),
-], ids=["count_ops", "op_name", "capture", "gemm_count"])
+
+@pytest.mark.parametrize(
+    "check, cheat",
+    [
+        (ex06.check_count_ops, lambda gm: compiler.count_ops(gm)),
+        (ex06.check_count_ops, lambda gm: Counter(filter(None, map(compiler.op_name, gm.graph.nodes)))),
+        (ex06.check_capture, lambda model, x, level, train=False: compiler.capture(model, x, level, train)),
+        (ex06.check_gemm_count, lambda model, x, level, train=False: compiler.gemm_count(model, x, level, train)),
+    ],
+    ids=["count_ops", "op_name", "capture", "gemm_count"],
+)
 def test_calling_the_grader_is_caught(check, cheat):
     msg = fails(check, cheat)
     assert "breaks a rule of this exercise: your own code: no calls to twoprim.topics.inside_torch_compile" in msg
@@ -442,8 +482,13 @@ def test_learner_code_runs_outside_the_recorder(sol06):
 
 # ---- the short answers
 
-ANSWERS = {"forward_gemms": 2, "backward_gemms": 3, "backward_gemms_input_grad": 4, "no_bias_gemms": {"mm": 2},
-           "graph_break_graphs": 2}
+ANSWERS = {
+    "forward_gemms": 2,
+    "backward_gemms": 3,
+    "backward_gemms_input_grad": 4,
+    "no_bias_gemms": {"mm": 2},
+    "graph_break_graphs": 2,
+}
 
 
 @pytest.mark.parametrize("name", list(ANSWERS))
@@ -460,12 +505,18 @@ def test_answers_visible_form_and_hidden_value(sol06, name, capsys):
     assert msg.startswith(f"✘ ex06_compile-{name}: wrong result.")
 
 
-@pytest.mark.parametrize("name, wrong, text", [
-    ("forward_gemms", ..., "is a count: an int"), ("forward_gemms", 2.0, "is a count: an int"),
-    ("backward_gemms", True, "is a count: an int"), ("graph_break_graphs", -1, "is a count: an int"),
-    ("no_bias_gemms", 2, "is a dict {op name: count}"), ("no_bias_gemms", {"matmul": 2}, "ATen GEMM name"),
-    ("no_bias_gemms", {"mm": 2.0}, "ATen GEMM name"),
-])
+@pytest.mark.parametrize(
+    "name, wrong, text",
+    [
+        ("forward_gemms", ..., "is a count: an int"),
+        ("forward_gemms", 2.0, "is a count: an int"),
+        ("backward_gemms", True, "is a count: an int"),
+        ("graph_break_graphs", -1, "is a count: an int"),
+        ("no_bias_gemms", 2, "is a dict {op name: count}"),
+        ("no_bias_gemms", {"matmul": 2}, "ATen GEMM name"),
+        ("no_bias_gemms", {"mm": 2.0}, "ATen GEMM name"),
+    ],
+)
 def test_answers_of_the_wrong_form_fail_the_visible_check(name, wrong, text):
     msg = fails(getattr(ex06, f"check_{name}"), wrong, hidden=1)
     assert f"✘ ex06_compile-{name}: wrong result." in msg and text in msg
@@ -482,9 +533,16 @@ def test_a_wrong_answer_of_the_right_form_is_answered_never_passed(name, wrong, 
     assert result.answered
 
 
-@pytest.mark.parametrize("name, wrong", [("forward_gemms", 3), ("backward_gemms", 4),
-                                         ("backward_gemms_input_grad", 3), ("no_bias_gemms", {"addmm": 2}),
-                                         ("graph_break_graphs", 1)])
+@pytest.mark.parametrize(
+    "name, wrong",
+    [
+        ("forward_gemms", 3),
+        ("backward_gemms", 4),
+        ("backward_gemms_input_grad", 3),
+        ("no_bias_gemms", {"addmm": 2}),
+        ("graph_break_graphs", 1),
+    ],
+)
 def test_wrong_answers_fail_the_hidden_check_with_how_to_measure(name, wrong):
     msg = fails(getattr(ex06, f"check_{name}"), wrong, ex06.answer_cases(name))
     assert "measure it" in msg and f"got:      {wrong!r}" in msg and "expected:" in msg
@@ -492,9 +550,13 @@ def test_wrong_answers_fail_the_hidden_check_with_how_to_measure(name, wrong):
 
 # ---- the guards on the solution functions: errors that name what was wrong
 
+
 def test_count_ops_rejects_what_is_not_a_graph(sol06):
-    with pytest.raises(TypeError, match=r"count_ops: graph_module must be a torch.fx.GraphModule.*got list.*"
-                                        r"capture returns a list, pass one of its graphs"):
+    with pytest.raises(
+        TypeError,
+        match=r"count_ops: graph_module must be a torch.fx.GraphModule.*got list.*"
+        r"capture returns a list, pass one of its graphs",
+    ):
         sol06["count_ops"]([])
     with pytest.raises(TypeError, match=r"got Sequential \(a model: capture it first"):
         sol06["count_ops"](mlp())
@@ -511,8 +573,11 @@ def test_capture_and_gemm_count_guard_their_arguments(sol06, fn):
         f(model, torch.ones(4, 16, dtype=torch.int64), "aten")
     with pytest.raises(TypeError, match=rf"{fn}: the model's parameters are torch.float32 but x is torch.float64"):
         f(model, x.double(), "aten")
-    with pytest.raises(ValueError, match=rf"{fn}: model\(x\) fails before any compiling, for x of shape \(4, 7\): "
-                                         r"RuntimeError: mat1 and mat2 shapes cannot be multiplied"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{fn}: model\(x\) fails before any compiling, for x of shape \(4, 7\): "
+        r"RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+    ):
         f(model, torch.randn(4, 7), "dynamo")
     with pytest.raises(TypeError, match=rf"{fn}: train must be True or False, got str 'yes'"):
         f(model, x, "aten", "yes")

@@ -1,5 +1,6 @@
 """ex07_mlx: every check explains a wrong value, shape and dtype; every stated rule catches its forbidden spelling;
 bad input gets a named error; the MLX tools (tracing, pending graphs, drawing, timing) do what the lesson says."""
+
 from __future__ import annotations
 
 import math
@@ -35,6 +36,7 @@ CHECKS = {"mlx_dot": ex07.check_mlx_dot, "mlx_gemm": ex07.check_mlx_gemm, "mlx_a
 
 # ---- passing
 
+
 @pytest.mark.parametrize("name", [*CHECKS, "mlx_op_counts", "lazy_answer"])
 def test_solution_passes_and_says_what_it_proved(sol07, name, capsys):
     check = {**CHECKS, "mlx_op_counts": ex07.check_mlx_op_counts, "lazy_answer": ex07.check_lazy_answer}[name]
@@ -52,19 +54,37 @@ def test_tried_line_describes_mlx_arrays(sol07):
 def test_tolerances_hold_for_the_solution_on_many_random_cases(sol07):
     """Guards against flaky tolerances: many shapes, seeds and dtypes, the large-score cases included."""
     for seed in range(3):
-        ex07.check_mlx_attention(sol07["mlx_attention"], ex07.attention_cases(
-            [(2, 3, 7, 13), (1, 2, 64, 64), (1, 1, 31, 1), (2, 2, 17, 8)],
-            ["float16", "bfloat16", "float32", "float64"], seed=seed))
-        ex07.check_mlx_attention(sol07["mlx_attention"], ex07.attention_cases(
-            [(1, 2, 33, 16), (2, 1, 17, 7)], ["float16", "float32", "float64"], score_scale=10.0, seed=10 + seed))
-        ex07.check_mlx_gemm(sol07["mlx_gemm"], ex07.gemm_cases(
-            [(1, 1, 1), (7, 13, 5), (64, 32, 300), (3, 4, 2000)], ["float16", "bfloat16", "float32", "float64"],
-            scalars=[(0.75, -1.5), (2.0, 0.5), (-1.0, 1.0)], seed=seed))
-        ex07.check_mlx_dot(sol07["mlx_dot"], ex07.vector_cases([1, 97, 4099, 100_000],
-                                                             ["float16", "bfloat16", "float32", "float64"], seed=seed))
+        ex07.check_mlx_attention(
+            sol07["mlx_attention"],
+            ex07.attention_cases(
+                [(2, 3, 7, 13), (1, 2, 64, 64), (1, 1, 31, 1), (2, 2, 17, 8)],
+                ["float16", "bfloat16", "float32", "float64"],
+                seed=seed,
+            ),
+        )
+        ex07.check_mlx_attention(
+            sol07["mlx_attention"],
+            ex07.attention_cases(
+                [(1, 2, 33, 16), (2, 1, 17, 7)], ["float16", "float32", "float64"], score_scale=10.0, seed=10 + seed
+            ),
+        )
+        ex07.check_mlx_gemm(
+            sol07["mlx_gemm"],
+            ex07.gemm_cases(
+                [(1, 1, 1), (7, 13, 5), (64, 32, 300), (3, 4, 2000)],
+                ["float16", "bfloat16", "float32", "float64"],
+                scalars=[(0.75, -1.5), (2.0, 0.5), (-1.0, 1.0)],
+                seed=seed,
+            ),
+        )
+        ex07.check_mlx_dot(
+            sol07["mlx_dot"],
+            ex07.vector_cases([1, 97, 4099, 100_000], ["float16", "bfloat16", "float32", "float64"], seed=seed),
+        )
 
 
 # ---- a wrong value, a wrong shape, a wrong dtype: every array check explains each
+
 
 def _wrong(right, how):
     def wrong(*args, **kwargs):
@@ -74,6 +94,7 @@ def _wrong(right, how):
         if how == "shape":
             return out[None]
         return out.astype(mx.float16 if out.dtype != mx.float16 else mx.float32)
+
     wrong.__name__ = right.__name__
     return wrong
 
@@ -95,6 +116,7 @@ def test_returning_torch_or_numpy_is_reported(sol07, name):
 
     def as_numpy(*args, **kwargs):
         return np.array(right(*args, **kwargs))
+
     msg = fails(CHECKS[name], as_numpy)
     assert "a NumPy float" in msg and "should be a float32 MLX array" in msg
 
@@ -105,6 +127,7 @@ def test_not_written_yet_says_so(name):
 
     def stub(*args, **kwargs):
         raise NotImplementedError()
+
     stub.__name__ = name
     msg = fails(check, stub)
     assert f"`{name}` is not written yet" in msg
@@ -118,6 +141,7 @@ def test_a_function_returning_nothing_fails_with_a_clear_message(name):
 
 
 # ---- the rules each exercise states, caught on what the function built
+
 
 def _attention(q, k, v, causal=False, *, softmax=None, scale=None):
     S, D = q.shape[-2], q.shape[-1]
@@ -144,6 +168,7 @@ def test_dot_that_evaluates_inside_cannot_be_traced():
 def test_dot_computed_in_torch_is_caught():
     def via_torch(x, w):
         return mx.array(torch.dot(torch.from_numpy(np.array(x)), torch.from_numpy(np.array(w))).numpy())
+
     msg = fails(ex07.check_mlx_dot, via_torch)
     assert "computed with MLX operations" in msg and "it computed with torch" in msg
 
@@ -159,6 +184,7 @@ def test_gemm_modifying_c_in_place_is_caught():
         C *= beta
         C += alpha * (A @ B)
         return C
+
     msg = fails(ex07.check_mlx_gemm, in_place)
     assert "returns a new array and leaves C unchanged" in msg and "modified in place" in msg
 
@@ -166,12 +192,14 @@ def test_gemm_modifying_c_in_place_is_caught():
 def test_gemm_with_two_gemm_primitives_is_caught():
     def two(alpha, A, B, beta, C):
         return alpha * (A @ B) + beta * (C @ mx.eye(C.shape[1], dtype=C.dtype)) if beta else alpha * (A @ B)
+
     msg = fails(ex07.check_mlx_gemm, two)
     assert "one GEMM primitive (AddMM or Matmul)" in msg and "it built 2 GEMM primitives where 1 is enough" in msg
 
 
-@pytest.mark.parametrize("softmax", [lambda s: mx.softmax(s, axis=-1), lambda s: nn.softmax(s, axis=-1)],
-                         ids=["mx.softmax", "nn.softmax"])
+@pytest.mark.parametrize(
+    "softmax", [lambda s: mx.softmax(s, axis=-1), lambda s: nn.softmax(s, axis=-1)], ids=["mx.softmax", "nn.softmax"]
+)
 def test_attention_with_a_builtin_softmax_is_caught(softmax):
     msg = fails(ex07.check_mlx_attention, lambda q, k, v, causal=False: _attention(q, k, v, causal, softmax=softmax))
     assert "attention written with matmuls and your own stable softmax" in msg and "it built Softmax" in msg
@@ -179,8 +207,10 @@ def test_attention_with_a_builtin_softmax_is_caught(softmax):
 
 def test_attention_with_mlx_fast_sdpa_is_caught():
     def fast(q, k, v, causal=False):
-        return mx.fast.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(q.shape[-1]),
-                                                    mask="causal" if causal else None)
+        return mx.fast.scaled_dot_product_attention(
+            q, k, v, scale=1 / math.sqrt(q.shape[-1]), mask="causal" if causal else None
+        )
+
     msg = fails(ex07.check_mlx_attention, fast)
     assert "breaks a rule of this exercise" in msg
     assert "Softmax" in msg or "ScaledDotProductAttention" in msg
@@ -189,8 +219,18 @@ def test_attention_with_mlx_fast_sdpa_is_caught():
 def test_attention_looping_over_heads_is_caught():
     def loop(q, k, v, causal=False):
         B, H = q.shape[:2]
-        return mx.stack([mx.stack([_attention(q[b, h][None, None], k[b, h][None, None], v[b, h][None, None],
-                                              causal)[0, 0] for h in range(H)]) for b in range(B)])
+        return mx.stack(
+            [
+                mx.stack(
+                    [
+                        _attention(q[b, h][None, None], k[b, h][None, None], v[b, h][None, None], causal)[0, 0]
+                        for h in range(H)
+                    ]
+                )
+                for b in range(B)
+            ]
+        )
+
     msg = fails(ex07.check_mlx_attention, loop)
     assert "two batched GEMMs" in msg and "it built 4 GEMM primitives where 2 are enough" in msg
 
@@ -198,6 +238,7 @@ def test_attention_looping_over_heads_is_caught():
 def test_attention_with_an_unstable_softmax_overflows_on_large_scores():
     def unstable(q, k, v, causal=False):
         return _attention(q, k, v, causal, softmax=lambda s: mx.exp(s) / mx.exp(s).sum(axis=-1, keepdims=True))
+
     msg = fails(ex07.check_mlx_attention, unstable)
     assert "(large scores)" in msg and "NaN where a number was expected" in msg
 
@@ -224,6 +265,7 @@ def test_op_counts_counting_every_entry_gets_the_primitive_hint():
         counts = Counter()
         mx.export_function(lambda e: counts.update([e.get("name", e["type"])]), fun, *args)
         return counts
+
     msg = fails(ex07.check_mlx_op_counts, every_entry)
     assert "extra:    constants ×1, inputs ×1, keyword_inputs ×1, outputs ×1" in msg
     assert "count only those whose entry['type'] == 'primitive'" in msg
@@ -233,12 +275,14 @@ def test_op_counts_from_a_pending_graph_gets_the_export_hint():
     def from_dot(fun, *args):
         out = fun(*args)
         return mlx_tools.parse_dot(_dot(*(out if isinstance(out, (list, tuple)) else [out]))).counts()
+
     msg = fails(ex07.check_mlx_op_counts, from_dot)
     assert "missing:" in msg and "names of a pending graph" in msg
 
 
 def _dot(*arrays):
     import io
+
     out = io.StringIO()
     mx.export_to_dot(out, *arrays)
     return out.getvalue()
@@ -249,6 +293,7 @@ def test_op_counts_returning_a_list_is_reported():
         names = []
         mx.export_function(lambda e: e["type"] == "primitive" and names.append(e["name"]), fun, *args)
         return names
+
     msg = fails(ex07.check_mlx_op_counts, as_list)
     assert "but mlx_op_counts returns a Counter of primitive names" in msg
 
@@ -271,6 +316,7 @@ def test_every_hidden_op_count_subject_traces():
 
 
 # ---- the short answer
+
 
 def test_lazy_answer_wrong_value_form_and_key_are_reported(sol07):
     right = sol07["lazy_answer"]()
@@ -301,6 +347,7 @@ def test_the_notebook_shows_exactly_the_scenario_grading_measures():
 
 # ---- bad input to the solution functions
 
+
 def test_dot_mismatched_lengths_name_both_shapes(sol07):
     with pytest.raises(ValueError, match=r"mlx_dot: x has shape \(3,\), w has shape \(4,\); .*same length"):
         sol07["mlx_dot"](mx.ones(3), mx.ones(4))
@@ -311,11 +358,14 @@ def test_dot_broadcastable_shapes_are_rejected(sol07):
         sol07["mlx_dot"](mx.ones(1), mx.ones(5))
 
 
-@pytest.mark.parametrize("value, hint", [
-    (torch.ones(3), r"got Tensor \(convert it with mx.array\(t.numpy\(\)\)"),
-    (np.ones(3), r"got ndarray \(convert it with mx.array"),
-    ([1.0, 2.0, 3.0], r"got list \(wrap it with mx.array"),
-])
+@pytest.mark.parametrize(
+    "value, hint",
+    [
+        (torch.ones(3), r"got Tensor \(convert it with mx.array\(t.numpy\(\)\)"),
+        (np.ones(3), r"got ndarray \(convert it with mx.array"),
+        ([1.0, 2.0, 3.0], r"got list \(wrap it with mx.array"),
+    ],
+)
 def test_non_mlx_input_says_how_to_convert(sol07, value, hint):
     with pytest.raises(TypeError, match=rf"mlx_dot: x must be an MLX array \(mlx.core.array\), {hint}"):
         sol07["mlx_dot"](value, mx.ones(3))
@@ -359,6 +409,7 @@ def test_op_counts_bad_input(sol07):
 
 
 # ---- twoprim.topics.mlx
+
 
 def test_primitive_counts_and_gemm_count():
     A, B, C = mx.ones((3, 4)), mx.ones((4, 5)), mx.ones((3, 5))
@@ -435,18 +486,22 @@ def test_build_is_cheap_and_eval_does_the_work():
 
 def test_blas_libraries_finds_the_reference_blas_on_linux():
     import platform
+
     found = mlx_tools.blas_libraries()
     if platform.system() == "Linux":
         assert any("libblas" in f for f in found), found
 
 
 def test_format_counts_orders_by_count_then_gemm_first():
-    assert mlx_tools.format_counts(Counter({"Transpose": 2, "AddMM": 2, "Maximum": 1})) == \
-        "AddMM ×2, Transpose ×2, Maximum ×1"
+    assert (
+        mlx_tools.format_counts(Counter({"Transpose": 2, "AddMM": 2, "Maximum": 1}))
+        == "AddMM ×2, Transpose ×2, Maximum ×1"
+    )
     assert mlx_tools.format_counts(Counter()) == "(none)"
 
 
 # ---- lesson 07 on a machine without MLX: every MLX cell says what it skips, nothing fails
+
 
 @pytest.mark.notebook
 def test_lesson_07_runs_without_mlx_and_says_what_it_skips(tmp_path, monkeypatch):
@@ -470,6 +525,7 @@ def test_lesson_07_runs_without_mlx_and_says_what_it_skips(tmp_path, monkeypatch
 # ---- every rule ex07 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
 # check before its case was added, and fails it now with a message about its own mistake
 
+
 def _gemm_array_scalars(alpha, A, B, beta, C):
     """Wrong: alpha and beta as MLX arrays (float32), which promote a float16 result to float32."""
     if beta == 0:
@@ -487,10 +543,15 @@ def _attention_array_scale(q, k, v, causal=False):
     return (weights / weights.sum(axis=-1, keepdims=True)) @ v
 
 
-@pytest.mark.parametrize("check, wrong", [
-    (ex07.check_mlx_gemm, named("mlx_gemm", _gemm_array_scalars)),
-    (ex07.check_mlx_attention, named("mlx_attention", _attention_array_scale)),
-], ids=["gemm", "attention"])
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (ex07.check_mlx_gemm, named("mlx_gemm", _gemm_array_scalars)),
+        (ex07.check_mlx_attention, named("mlx_attention", _attention_array_scale)),
+    ],
+    ids=["gemm", "attention"],
+)
 def test_float16_keeps_its_dtype_in_the_visible_checks(check, wrong):
-    assert_rule_is_visible(check, wrong, lambda c: "float16" in c.label,
-                           "dtype float32, expected float16 (the input's dtype)")
+    assert_rule_is_visible(
+        check, wrong, lambda c: "float16" in c.label, "dtype float32, expected float16 (the input's dtype)"
+    )

@@ -1,6 +1,7 @@
 """ex10_xla and lesson 10: the op counts agree with the compiled texts read another way (MLIR's own parser, XLA's
 cost analysis); each check names the cause on at least three wrong versions per function; the rule against calling
 the grader's code holds; bad input gets a named error."""
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ def _mlir_walk(text: str) -> Counter:
 
 # ---- lesson 10's counts, against the texts read another way
 
+
 def test_lesson_mlp_counts_agree_with_the_compiled_texts():
     closed = xla_tools.jaxpr(_lesson_mlp, *LESSON_ARGS)
     assert xla_tools.jaxpr_ops(closed)["dot_general"] == 2 == len(xla_tools.dot_dims(closed))  # one per layer
@@ -63,7 +65,7 @@ def test_lesson_mlp_counts_agree_with_the_compiled_texts():
     # every instruction line has exactly one ' = ' before its opcode; the opcode regex agrees with a plain one
     assert ops["dot"] == len(re.findall(r"= \S+ dot\(", hlo)) == 2
     assert ops["fusion"] == len(re.findall(r"= \S+ fusion\(", hlo)) == len(xla_tools.fusions(hlo))
-    assert xla_tools.word_count(hlo, "dot") > ops["dot"]            # the trap the lesson shows: words over-count
+    assert xla_tools.word_count(hlo, "dot") > ops["dot"]  # the trap the lesson shows: words over-count
     assert xla_tools.word_count(hlo, "fusion") > ops["fusion"]
     dots_in_fusions = sum(f["ops"]["dot"] for f in xla_tools.fusions(hlo))
     entry_dots = sum(op == "dot" for op, _ in xla_tools.hlo_computations(hlo)[_entry(hlo)])
@@ -105,17 +107,18 @@ def test_gemm_shape_agrees_with_xla_and_the_result_shape(dims, lhs, rhs):
     b, m, n, k = xla_tools.gemm_shape(dims, lhs, rhs)
     a, c = np.ones(lhs, np.float32), np.ones(rhs, np.float32)
     out = lax.dot_general(a, c, dims)
-    assert math.prod(out.shape) == b * m * n                      # result: (batch..., lhs free..., rhs free...)
-    assert float(out.reshape(-1)[0]) == k                         # ones: each element sums K products
+    assert math.prod(out.shape) == b * m * n  # result: (batch..., lhs free..., rhs free...)
+    assert float(out.reshape(-1)[0]) == k  # ones: each element sums K products
     compiled = jax.jit(lambda p, q: lax.dot_general(p, q, dims)).lower(a, c).compile()
     xla = compiled.cost_analysis()["flops"]
     if dims[0][0]:
-        assert xla == xla_tools.gemm_flops(dims, lhs, rhs)          # 2·batch·M·N·K, as the course counts
+        assert xla == xla_tools.gemm_flops(dims, lhs, rhs)  # 2·batch·M·N·K, as the course counts
     else:  # nothing contracted (an outer product): XLA counts the multiplies only; the course keeps 2·M·N·K
         assert xla * 2 == xla_tools.gemm_flops(dims, lhs, rhs)
 
 
 # ---- the checks: the solution passes; wrong versions are named
+
 
 @pytest.mark.parametrize("name", ["count_hlo_ops", "dot_general_gemm", "dot_general_flops", "gemm_counts"])
 def test_solution_passes_and_says_what_it_proved(sol10, name, capsys):
@@ -167,14 +170,17 @@ def _scaffolding(text):
     return Counter(re.findall(r'^\s*(?:%\S+ = )?"?([a-z_]+(?:\.\w+)?)\b', text, re.M))
 
 
-@pytest.mark.parametrize("wrong,cases,cause", [
-    (_by_name, [("mlp", "hlo")], "instruction names"),
-    (_entry_only, [("mlp", "hlo")], "only the ENTRY computation was counted"),
-    (_no_root, [("mlp", "hlo")], "the lines starting 'ROOT' are instructions too"),
-    (_words, [("mlp", "hlo")], "a name or metadata"),
-    (_no_dialect, [("mlp", "stablehlo")], "with their dialect"),
-    (_scaffolding, [("mlp", "stablehlo")], "scaffolding"),
-])
+@pytest.mark.parametrize(
+    "wrong,cases,cause",
+    [
+        (_by_name, [("mlp", "hlo")], "instruction names"),
+        (_entry_only, [("mlp", "hlo")], "only the ENTRY computation was counted"),
+        (_no_root, [("mlp", "hlo")], "the lines starting 'ROOT' are instructions too"),
+        (_words, [("mlp", "hlo")], "a name or metadata"),
+        (_no_dialect, [("mlp", "stablehlo")], "with their dialect"),
+        (_scaffolding, [("mlp", "stablehlo")], "scaffolding"),
+    ],
+)
 def test_count_hlo_ops_names_the_cause(wrong, cases, cause):
     msg = fails(ex10.check_count_hlo_ops, wrong, ex10.module_cases(cases))
     assert "wrong result" in msg or "differs" in msg, msg
@@ -185,24 +191,30 @@ def _gemm_from(sol, transform):
     return lambda dims, lhs, rhs: transform(sol(dims, lhs, rhs), dims, lhs, rhs)
 
 
-@pytest.mark.parametrize("transform,cause", [
-    (lambda r, d, l, rr: (r[0], r[2], r[1], r[3]), "they are swapped"),
-    (lambda r, d, l, rr: (1, r[0] * r[1], r[2], r[3]), "batch dimensions are not part of M"),
-    (lambda r, d, l, rr: (r[0], r[1], r[2], l[d[0][0][0]] if d[0][0] else 1), "not only the first"),
-    (lambda r, d, l, rr: (r[0], l[0], r[2], r[3]), "lhs_shape[0]"),
-    (lambda r, d, l, rr: [float(v) for v in r], "each a Python int"),
-])
+@pytest.mark.parametrize(
+    "transform,cause",
+    [
+        (lambda r, d, l, rr: (r[0], r[2], r[1], r[3]), "they are swapped"),
+        (lambda r, d, l, rr: (1, r[0] * r[1], r[2], r[3]), "batch dimensions are not part of M"),
+        (lambda r, d, l, rr: (r[0], r[1], r[2], l[d[0][0][0]] if d[0][0] else 1), "not only the first"),
+        (lambda r, d, l, rr: (r[0], l[0], r[2], r[3]), "lhs_shape[0]"),
+        (lambda r, d, l, rr: [float(v) for v in r], "each a Python int"),
+    ],
+)
 def test_dot_general_gemm_names_the_cause(sol10, transform, cause):
     msg = fails(ex10.check_dot_general_gemm, _gemm_from(sol10["dot_general_gemm"], transform))
     assert cause in msg, msg
 
 
-@pytest.mark.parametrize("wrong,cause", [
-    (lambda g: lambda *a: math.prod(g(*a)), "a multiply-add is 2 FLOPs"),
-    (lambda g: lambda *a: 2 * math.prod(g(*a)[1:]), "multiply by batch too"),
-    (lambda g: lambda *a: float(2 * math.prod(g(*a))), "return an int"),
-    (lambda g: lambda *a: 2 * math.prod(g(*a)) * g(*a)[3], "count K once"),
-])
+@pytest.mark.parametrize(
+    "wrong,cause",
+    [
+        (lambda g: lambda *a: math.prod(g(*a)), "a multiply-add is 2 FLOPs"),
+        (lambda g: lambda *a: 2 * math.prod(g(*a)[1:]), "multiply by batch too"),
+        (lambda g: lambda *a: float(2 * math.prod(g(*a))), "return an int"),
+        (lambda g: lambda *a: 2 * math.prod(g(*a)) * g(*a)[3], "count K once"),
+    ],
+)
 def test_dot_general_flops_names_the_cause(sol10, wrong, cause):
     msg = fails(ex10.check_dot_general_flops, wrong(sol10["dot_general_gemm"]))
     assert cause in msg, msg
@@ -210,26 +222,40 @@ def test_dot_general_flops_names_the_cause(sol10, wrong, cause):
 
 def _flat(f, x, *params):
     """Wrong: does not look inside nested jaxprs."""
+
     def count(g, *a):
         return sum(e.primitive.name == "dot_general" for e in jax.make_jaxpr(g)(*a).jaxpr.eqns)
+
     return count(f, x, *params), count(lambda p: jax.grad(lambda q: jnp.sum(f(x, *q)))(p), params)
 
 
 def _from_stablehlo(f, x, *params):
     """Wrong: counts the lowered StableHLO's dot_generals."""
     grad = jax.grad(lambda p: jnp.sum(f(x, *p)))
-    return (jax.jit(f).lower(x, *params).as_text().count("stablehlo.dot_general"),
-            jax.jit(grad).lower(params).as_text().count("stablehlo.dot_general"))
+    return (
+        jax.jit(f).lower(x, *params).as_text().count("stablehlo.dot_general"),
+        jax.jit(grad).lower(params).as_text().count("stablehlo.dot_general"),
+    )
 
 
-@pytest.mark.parametrize("wrong,subjects,cause", [
-    (lambda sol: lambda f, *a: sol(f, *a)[::-1], ["mlp"], "the order is (forward, gradient)"),
-    (lambda sol: lambda f, *a: (sol(f, *a)[0], sol(f, *a)[1] - sol(f, *a)[0]), ["mlp"], "holds the forward pass too"),
-    (lambda sol: _flat, ["nested"], "count the dot_generals inside it too"),
-    (lambda sol: _from_stablehlo, ["mlp"], "lowered StableHLO's count"),
-    (lambda sol: lambda f, x, *p: (sol(f, x, *p)[0], sol(lambda *a: f(*a), x, *p)[1] + 1), ["mlp"],
-     "with respect to the parameters only"),
-])
+@pytest.mark.parametrize(
+    "wrong,subjects,cause",
+    [
+        (lambda sol: lambda f, *a: sol(f, *a)[::-1], ["mlp"], "the order is (forward, gradient)"),
+        (
+            lambda sol: lambda f, *a: (sol(f, *a)[0], sol(f, *a)[1] - sol(f, *a)[0]),
+            ["mlp"],
+            "holds the forward pass too",
+        ),
+        (lambda sol: _flat, ["nested"], "count the dot_generals inside it too"),
+        (lambda sol: _from_stablehlo, ["mlp"], "lowered StableHLO's count"),
+        (
+            lambda sol: lambda f, x, *p: (sol(f, x, *p)[0], sol(lambda *a: f(*a), x, *p)[1] + 1),
+            ["mlp"],
+            "with respect to the parameters only",
+        ),
+    ],
+)
 def test_gemm_counts_names_the_cause(sol10, wrong, subjects, cause):
     msg = fails(ex10.check_gemm_counts, wrong(sol10["gemm_counts"]), ex10.model_cases(subjects))
     assert cause in msg, msg
@@ -243,6 +269,7 @@ def test_calling_the_grader_is_caught():
 
 
 # ---- bad input
+
 
 def test_guards_name_what_is_wrong():
     with pytest.raises(TypeError, match=r"call \.as_text\(\) on it first"):
@@ -259,6 +286,7 @@ def test_guards_name_what_is_wrong():
 
 # ---- every rule ex10 states has a visible case (issue #43): a wrong answer breaking only that rule passed the visible
 # check before its case was added, and fails it now with a message about its own mistake
+
 
 def _counting(mode):
     """gemm_counts that walks nested jaxprs, but: "flat" not at all, "no-scan" not into a loop's body, "per-step" a
@@ -290,13 +318,22 @@ def _counting(mode):
 _NESTED = lambda c: c.label.startswith(("`jitted`", "`loop`"))  # noqa: E731
 
 
-@pytest.mark.parametrize("mode, rule, says", [
-    ("flat", _NESTED, ("nested jaxprs were not counted: the dot_generals inside `jit` equations are missing",
-                       "the forward jaxpr: 2 inside `jit`")),
-    ("no-scan", _NESTED, ("nested jaxprs were not counted: the dot_generals inside `scan` equations are missing",)),
-    ("per-step", _NESTED, ("a loop body counts once, not once per step",)),
-    ("once", _NESTED, ("a nested jaxpr counts each time an equation calls it",)),
-])
+@pytest.mark.parametrize(
+    "mode, rule, says",
+    [
+        (
+            "flat",
+            _NESTED,
+            (
+                "nested jaxprs were not counted: the dot_generals inside `jit` equations are missing",
+                "the forward jaxpr: 2 inside `jit`",
+            ),
+        ),
+        ("no-scan", _NESTED, ("nested jaxprs were not counted: the dot_generals inside `scan` equations are missing",)),
+        ("per-step", _NESTED, ("a loop body counts once, not once per step",)),
+        ("once", _NESTED, ("a nested jaxpr counts each time an equation calls it",)),
+    ],
+)
 def test_gemm_counts_rules_on_nested_jaxprs_are_in_its_visible_check(mode, rule, says):
     assert_rule_is_visible(ex10.check_gemm_counts, _counting(mode), rule, *says)
 
@@ -308,8 +345,13 @@ def test_count_hlo_ops_statements_without_a_result_are_in_its_visible_check(sol1
             return sol10["count_hlo_ops"](text)
         return Counter(re.findall(r"^\s*%\S+ = (stablehlo\.\w+)", text, re.M))
 
-    assert_rule_is_visible(ex10.check_count_hlo_ops, count_hlo_ops, lambda c: "`loop`" in c.label,
-                           "stablehlo.return: expected 2, got 0", "statements without a result")
+    assert_rule_is_visible(
+        ex10.check_count_hlo_ops,
+        count_hlo_ops,
+        lambda c: "`loop`" in c.label,
+        "stablehlo.return: expected 2, got 0",
+        "statements without a result",
+    )
 
 
 def test_the_printed_hlo_leaves_out_only_the_source_location_tables():

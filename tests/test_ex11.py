@@ -4,6 +4,7 @@ the wrong output (no rescale, no scale, the causal mask off by one, 0 for −inf
 kernel (the scores written to a buffer and read back, a broadcast product beside one tl.dot, a float16 accumulator,
 one block of keys as wide as S). Every kernel runs in Triton's interpreter on CPU tensors; each wrong kernel is the
 solution's cell with one edit, as a learner's would be."""
+
 from __future__ import annotations
 
 import itertools
@@ -58,12 +59,17 @@ def test_the_solution_passes_and_its_tick_names_the_compiled_evidence(sol, capsy
     out = capsys.readouterr().out
     assert "✔ ex11_flash_attention-flash_attention_kernel: " in out and "passed 7 cases" in out, out
     assert "as Triton's launcher specialises the launch of case '(B, H, S, D) = (2, 2, 100, 32), float16" in out, out
-    assert re.search(r"TTIR: 2 tt\.dot inside scf\.for #0: f16·f16 -> f32 \(64×32, sums over 32, line \d+\), "
-                     r"f16·f16 -> f32 \(64×32, sums over 32, line \d+\)", out), out
+    assert re.search(
+        r"TTIR: 2 tt\.dot inside scf\.for #0: f16·f16 -> f32 \(64×32, sums over 32, line \d+\), "
+        r"f16·f16 -> f32 \(64×32, sums over 32, line \d+\)",
+        out,
+    ), out
     assert "the loop carries tensor<64xf32>, tensor<64xf32> (m, l) and tensor<64x32xf32> (the accumulator)" in out
     assert re.search(r"tt\.store of a 64×32 f16 tile to o_ptr after the loop \(line \d+\)", out), out
-    assert ("PTX:  one pass through the loop: 4 wgmma.mma_async in 2 wgmma groups, 131,072 multiply-adds on the "
-            "tensor cores (its dots need 131,072)") in out, out
+    assert (
+        "PTX:  one pass through the loop: 4 wgmma.mma_async in 2 wgmma groups, 131,072 multiply-adds on the "
+        "tensor cores (its dots need 131,072)"
+    ) in out, out
     assert "sm_80: 16 mma.sync" in out and "program(s) resident at once on each SM of an NVIDIA H100/H200" in out
 
 
@@ -77,8 +83,16 @@ def test_the_solution_compiles_to_two_tensor_core_groups_in_the_loop(sol, blocks
     q = torch.empty(1, 2, 1024, d, dtype=torch.float16)
     args = (q, q, q, torch.empty_like(q), 2, 1024, 0.125, *q.stride(), *q.stride(), *q.stride(), *q.stride())
     for target in ("sm_90", "sm_80"):
-        c = triton_compile.compile_launch(sol["flash_attention_kernel"], *args, D=d, CAUSAL=True, BLOCK_M=bm,
-                                          BLOCK_N=bn, target=target, num_warps=warps)
+        c = triton_compile.compile_launch(
+            sol["flash_attention_kernel"],
+            *args,
+            D=d,
+            CAUSAL=True,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            target=target,
+            num_warps=warps,
+        )
         assert c.error is None, c.error
         ev = flash.loop_evidence(c)
         assert len(ev.dots) == 2 and not ev.other_dots and not ev.unrolled
@@ -98,13 +112,32 @@ def test_a_launch_whose_loop_the_compiler_removed_is_not_judged_on_its_loop(sol)
     compile cannot show the loop (its tt.dots stand outside any loop); the rule leaves it to the check's other launches
     and a check of S = 1 cases alone passes."""
     q = torch.empty(1, 1, 1, 32, dtype=torch.float16)
-    c = triton_compile.compile_launch(sol["flash_attention_kernel"], q, q, q, torch.empty_like(q), 1, 1, 0.2,
-                                      *q.stride(), *q.stride(), *q.stride(), *q.stride(), D=32, CAUSAL=False,
-                                      BLOCK_M=64, BLOCK_N=32, target="sm_90")
+    c = triton_compile.compile_launch(
+        sol["flash_attention_kernel"],
+        q,
+        q,
+        q,
+        torch.empty_like(q),
+        1,
+        1,
+        0.2,
+        *q.stride(),
+        *q.stride(),
+        *q.stride(),
+        *q.stride(),
+        D=32,
+        CAUSAL=False,
+        BLOCK_M=64,
+        BLOCK_N=32,
+        target="sm_90",
+    )
     assert c.error is None and "S" in c.ones and ex11._loop_compiled_away(c)
     assert flash.loop_evidence(c).loop is None and c.tensor_core_macs() == 2 * 64 * 32 * 32
-    ex11.check_flash_attention_kernel(sol["flash_attention_kernel"], sol["flash_attention"],
-                                      ex11.attention_cases([(1, 1, 1, 32)], [torch.float16], seed=3))
+    ex11.check_flash_attention_kernel(
+        sol["flash_attention_kernel"],
+        sol["flash_attention"],
+        ex11.attention_cases([(1, 1, 1, 32)], [torch.float16], seed=3),
+    )
 
 
 # ---- wrong values, each told its own cause --------------------------------------------------------------------
@@ -115,10 +148,15 @@ ACC = "acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)"
 def test_an_accumulator_not_rescaled_is_told_its_cause_and_the_rows_it_spoils():
     msg = fails(check, variant((ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")))
     assert "(B, H, S, D) = (1, 2, 64, 32), float32, not causal" in msg, msg
-    assert ("cause:    O matches the loop over blocks of 32 keys (2 blocks for S = 64) in which the accumulator is not "
-            "rescaled by exp(m_old − m_new) when the running max grows") in msg, msg
-    rows = re.search(r"whose max never grew after the first block are right \(largest error ([\d.e+-]+)\), those whose "
-                     r"max grew are wrong \(largest error by how often it grew, 1 time: ([\d.e+-]+)\)", msg)
+    assert (
+        "cause:    O matches the loop over blocks of 32 keys (2 blocks for S = 64) in which the accumulator is not "
+        "rescaled by exp(m_old − m_new) when the running max grows"
+    ) in msg, msg
+    rows = re.search(
+        r"whose max never grew after the first block are right \(largest error ([\d.e+-]+)\), those whose "
+        r"max grew are wrong \(largest error by how often it grew, 1 time: ([\d.e+-]+)\)",
+        msg,
+    )
     assert rows and float(rows.group(1)) < 1e-5 < 0.05 < float(rows.group(2)), msg
     assert "multiply both l and the accumulator by alpha = exp(m − m_new)" in msg.split("next:")[1]
 
@@ -135,8 +173,13 @@ def test_the_scale_missing_is_told_its_cause():
 
 
 def test_exp2_without_log2e_is_told_its_cause():
-    msg = fails(check, variant(("correction = tl.exp(m_i - m_new)", "correction = tl.exp2(m_i - m_new)"),
-                               ("p = tl.exp(qk - m_new[:, None])", "p = tl.exp2(qk - m_new[:, None])")))
+    msg = fails(
+        check,
+        variant(
+            ("correction = tl.exp(m_i - m_new)", "correction = tl.exp2(m_i - m_new)"),
+            ("p = tl.exp(qk - m_new[:, None])", "p = tl.exp2(qk - m_new[:, None])"),
+        ),
+    )
     assert "q·k/√D·ln 2: tl.exp2 of the scores without the factor log2(e)" in msg, msg
 
 
@@ -144,16 +187,20 @@ def test_a_causal_mask_off_by_one_is_told_its_cause():
     """The first causal case (S = 20) fails: query i sees keys up to i − 1, and row 0 sees nothing (NaN)."""
     msg = fails(check, variant(("cols[None, :] <= offs_m[:, None]", "cols[None, :] < offs_m[:, None]")))
     assert "(B, H, S, D) = (1, 2, 20, 16), float32, causal" in msg, msg
-    assert ("cause:    O equals causal attention in which query i sees keys 0..i−1 only: the mask hides the diagonal "
-            "(key i itself); row 0 sees no key at all, so it comes out NaN (0/0)") in msg, msg
+    assert (
+        "cause:    O equals causal attention in which query i sees keys 0..i−1 only: the mask hides the diagonal "
+        "(key i itself); row 0 sees no key at all, so it comes out NaN (0/0)"
+    ) in msg, msg
     assert "the diagonal included" in msg.split("next:")[1]
 
 
 def test_masked_scores_filled_with_zero_are_told_their_cause():
     msg = fails(check, variant(('qk = tl.where(visible, qk, float("-inf"))', "qk = tl.where(visible, qk, 0.0)")))
     assert "(B, H, S, D) = (2, 2, 100, 32), float16, not causal" in msg, msg
-    assert ("O matches the loop over blocks of 32 keys with the scores of the 28 padding keys past S = 100 in the last "
-            "block of 32 set to 0 instead of −inf") in msg, msg
+    assert (
+        "O matches the loop over blocks of 32 keys with the scores of the 28 padding keys past S = 100 in the last "
+        "block of 32 set to 0 instead of −inf"
+    ) in msg, msg
 
 
 def test_a_grid_that_rounds_down_is_told_its_ragged_block_is_missing():
@@ -176,15 +223,19 @@ def test_a_mistake_no_pattern_fits_gets_the_generic_list_and_says_so():
 
 def test_strides_ignored_are_told_their_cause():
     """q, k, v addressed as if contiguous: the first head-interleaved case fails with that cause."""
-    msg = fails(check, variant(("*q.stride(), *k.stride(), *v.stride(), *o.stride()",
-                                "*o.stride(), *o.stride(), *o.stride(), *o.stride()")))  # O's: contiguous
+    msg = fails(
+        check,
+        variant(
+            ("*q.stride(), *k.stride(), *v.stride(), *o.stride()", "*o.stride(), *o.stride(), *o.stride(), *o.stride()")
+        ),
+    )  # O's: contiguous
     assert "q, k, v views of a (B, S, H, D) tensor" in msg, msg
     assert "cause:    O equals attention of q, k, v read as if contiguous: the loads ignore their strides" in msg, msg
 
 
 # ---- right values, not FlashAttention: read from the compiled kernel -------------------------------------------
 
-SCRATCH = '''
+SCRATCH = """
 @triton.jit
 def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, H, S, scale,
                            stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
@@ -230,7 +281,7 @@ def flash_attention(q, k, v, causal=False):
                                                        *k.stride(), *v.stride(), *o.stride(), D=D, CAUSAL=causal,
                                                        BLOCK_M=64, BLOCK_N=32)
     return o
-'''
+"""
 
 
 def test_scores_written_to_a_buffer_and_read_back_are_not_flash_attention():
@@ -243,57 +294,73 @@ def test_scores_written_to_a_buffer_and_read_back_are_not_flash_attention():
     assert torch.allclose(ns["flash_attention"](q, k, v), flash.reference(q, k, v), atol=1e-5)
     msg = fails(check, ns)
     assert "breaks a rule of this exercise: flash_attention_kernel compiles for a GPU (sm_90) to FlashAttention" in msg
-    assert re.search(r"found:    compiled for sm_90, the kernel stores a 64×32 f32 tile to s_ptr \(line \d+: "
-                     r"`tl\.store\(scores \+ keys\[None, :\].*`\) inside a loop and loads it back \(line \d+: "
-                     r"`s = tl\.load\(scores \+ keys\[None, :\].*`\): the scores make a round trip through global "
-                     r"memory", msg), msg
+    assert re.search(
+        r"found:    compiled for sm_90, the kernel stores a 64×32 f32 tile to s_ptr \(line \d+: "
+        r"`tl\.store\(scores \+ keys\[None, :\].*`\) inside a loop and loads it back \(line \d+: "
+        r"`s = tl\.load\(scores \+ keys\[None, :\].*`\): the scores make a round trip through global "
+        r"memory",
+        msg,
+    ), msg
     assert "right values, not FlashAttention" in msg and "the kernel's only store is O's tile" in msg.split("next:")[1]
 
 
 def test_one_tl_dot_and_a_broadcast_product_is_not_on_the_tensor_cores():
     """Triton makes the broadcast multiply and tl.sum a dot of float32 blocks at full precision: one pass through the
     PTX loop does half the tensor-core multiply-adds the two products need."""
-    ns = variant((ACC, "acc = acc * correction[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], "
-                       "axis=1)"))
+    ns = variant(
+        (ACC, "acc = acc * correction[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)")
+    )
     msg = fails(check, ns)
-    assert re.search(r"found:    compiled for sm_90, one pass through the loop does [\d,]+ multiply-adds on the tensor "
-                     r"cores where its two products need [\d,]+: the product at line \d+: `acc = acc \* correction"
-                     r"\[:, None\] \+ tl\.sum\(p\[:, :, None\] \* v.*` is a tt\.dot of f32·f32 at full float32 "
-                     r"precision \(inputPrecision = ieee", msg), msg
+    assert re.search(
+        r"found:    compiled for sm_90, one pass through the loop does [\d,]+ multiply-adds on the tensor "
+        r"cores where its two products need [\d,]+: the product at line \d+: `acc = acc \* correction"
+        r"\[:, None\] \+ tl\.sum\(p\[:, :, None\] \* v.*` is a tt\.dot of f32·f32 at full float32 "
+        r"precision \(inputPrecision = ieee",
+        msg,
+    ), msg
     done, need = (int(n.replace(",", "")) for n in re.findall(r"does ([\d,]+) .* need ([\d,]+):", msg)[0])
     assert 2 * done == need
     assert "tl.dot(p.to(v.dtype), v)" in msg.split("next:")[1]
 
 
 def test_a_float16_accumulator_is_read_from_the_loop_it_carries():
-    ns = variant(("acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, D), dtype=q.dtype)"),
-                 (ACC, "acc = (acc * correction[:, None] + tl.dot(p.to(v.dtype), v)).to(q.dtype)"))
+    ns = variant(
+        ("acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, D), dtype=q.dtype)"),
+        (ACC, "acc = (acc * correction[:, None] + tl.dot(p.to(v.dtype), v)).to(q.dtype)"),
+    )
     msg = fails(check, ns)
     assert "(B, H, S, D) = (2, 2, 100, 32), float16" in msg, msg
-    assert ("compiled for sm_90, the loop over key blocks carries tensor<64x32xf16> from one block to the next: m, l "
-            "and the accumulator are rounded to f16 at every block") in msg, msg
+    assert (
+        "compiled for sm_90, the loop over key blocks carries tensor<64x32xf16> from one block to the next: m, l "
+        "and the accumulator are rounded to f16 at every block"
+    ) in msg, msg
 
 
 def test_a_block_of_keys_as_wide_as_s_breaks_the_streaming_rule():
     msg = fails(check, variant(("BLOCK_M, BLOCK_N = 64, 32", "BLOCK_M, BLOCK_N = 64, triton.next_power_of_2(S)")))
     assert "(B, H, S, D) = (2, 2, 100, 32), float16" in msg, msg
-    assert ("found:    for S = 100 no program called tl.dot more than 2 time(s) (sums over [32, 128]): one block of "
-            "keys covers all 100 keys, so the loop over key blocks runs once") in msg, msg
+    assert (
+        "found:    for S = 100 no program called tl.dot more than 2 time(s) (sums over [32, 128]): one block of "
+        "keys covers all 100 keys, so the loop over key blocks runs once"
+    ) in msg, msg
 
 
 def test_attention_in_torch_breaks_the_rule(sol):
     def flash_attention(q, k, v, causal=False):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
     msg = fails(ex11.check_flash_attention_kernel, sol["flash_attention_kernel"], flash_attention)
     assert "breaks a rule" in msg and "launched no Triton kernel" in msg, msg
 
 
 def test_the_guard_names_what_is_wrong(sol):
     q = torch.randn(1, 2, 8, 32)
-    for args, error, said in [((q.double(), q.double(), q.double()), TypeError, "tl.dot multiplies float32, float16"),
-                              ((q[..., :24], q[..., :24], q[..., :24]), ValueError, "head size D = 24"),
-                              ((q, q[:, :1], q), ValueError, "differ"),
-                              ((q[0], q[0], q[0]), ValueError, "4-D")]:
+    for args, error, said in [
+        ((q.double(), q.double(), q.double()), TypeError, "tl.dot multiplies float32, float16"),
+        ((q[..., :24], q[..., :24], q[..., :24]), ValueError, "head size D = 24"),
+        ((q, q[:, :1], q), ValueError, "differ"),
+        ((q[0], q[0], q[0]), ValueError, "4-D"),
+    ]:
         with pytest.raises(error, match=re.escape(said)):
             sol["flash_attention"](*args)
 

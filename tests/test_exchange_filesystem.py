@@ -11,6 +11,7 @@ made (ben can change nothing of ann's), a classmate's file in a folder nbgrader'
 alone, a backdated older folder named, a notebook in a subfolder refused with its expected path, lateness to the
 second.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,29 +37,51 @@ from .accounts import delete_account, python_as, shared_tmp
 from .classroom import answered, course_copy, solution_code
 
 AID = "ex01_dot"
-ANN_DOT = ('def dot(x, w):\n    """ann\'s own: x·w = Σᵢ xᵢ wᵢ."""\n    guards.same_length("dot", x=x, w=w)\n'
-           '    return (x * w).sum()  # (n,) * (n,) -> ()\n')
+ANN_DOT = (
+    'def dot(x, w):\n    """ann\'s own: x·w = Σᵢ xᵢ wᵢ."""\n    guards.same_length("dot", x=x, w=w)\n'
+    "    return (x * w).sum()  # (n,) * (n,) -> ()\n"
+)
 LATE_POLICY = '\nc.LateSubmissionPlugin.penalty_method = "zero"  # late scores nothing\n'
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="students are Unix accounts, which only root can make "
-                                                          "(CI runs as root)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="students are Unix accounts, which only root can make (CI runs as root)"
+)
 
 
 def _as(user: str, script: str) -> None:
     """Run `script` in sh as the account `user`, with nothing but the shell tools every student has."""
     pw = pwd.getpwnam(user)
-    proc = subprocess.run(["sh", "-ec", script], user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/"}, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["sh", "-ec", script],
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, f"{user}: {proc.stderr}"
 
 
-def _submit(inbound: Path, user: str, named: str, notebook: Path, *, stamp: str = "2026-12-02 09:00:00.000000 UTC",
-            then: str = "") -> Path:
+def _submit(
+    inbound: Path,
+    user: str,
+    named: str,
+    notebook: Path,
+    *,
+    stamp: str = "2026-12-02 09:00:00.000000 UTC",
+    then: str = "",
+) -> Path:
     """What `nbgrader submit` does, as `user`, with the name `named`: a folder in inbound/ and the files in it;
     then `then`, a shell line in which $NB is the notebook handed in."""
     folder = inbound / f"{named}+{AID}+{stamp}+{secrets.token_urlsafe(9)}"
-    _as(user, f"NB='{folder}/{AID}.ipynb'\nmkdir '{folder}'\ncp '{notebook}' \"$NB\"\n"
-              f"printf '%s' '{stamp}' > '{folder}/timestamp.txt'\n{then}")
+    _as(
+        user,
+        f"NB='{folder}/{AID}.ipynb'\nmkdir '{folder}'\ncp '{notebook}' \"$NB\"\n"
+        f"printf '%s' '{stamp}' > '{folder}/timestamp.txt'\n{then}",
+    )
     return folder
 
 
@@ -70,8 +93,9 @@ def exchange_class(tmp_path_factory):
     base = shared_tmp("twoprim-exchange-test-")
     try:
         for name in names.values():
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
-                           timeout=60)
+            subprocess.run(
+                ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, timeout=60
+            )
             made.append(name)
         course = course_copy(tmp_path_factory.mktemp("exchange") / "course", AID)
         with open(course / "grader" / "nbgrader_config.py", "a") as f:
@@ -86,9 +110,14 @@ def exchange_class(tmp_path_factory):
         # what students hand in, readable by their accounts
         work = base / "work"
         work.mkdir(mode=0o755)
-        notebooks = {"ann": answered(AID, {f"{AID}-dot-solution": ANN_DOT}), "right": answered(AID),
-                     "wrong": answered(AID, {f"{AID}-dot-solution": solution_code(AID)[f"{AID}-dot-solution"].replace(
-                         "return", "return 0 *", 1)})}
+        notebooks = {
+            "ann": answered(AID, {f"{AID}-dot-solution": ANN_DOT}),
+            "right": answered(AID),
+            "wrong": answered(
+                AID,
+                {f"{AID}-dot-solution": solution_code(AID)[f"{AID}-dot-solution"].replace("return", "return 0 *", 1)},
+            ),
+        }
         for key, nb in notebooks.items():
             nbformat.write(nb, str(work / f"{key}.ipynb"))
             (work / f"{key}.ipynb").chmod(0o644)
@@ -97,13 +126,19 @@ def exchange_class(tmp_path_factory):
         ann_folder = _submit(inbound, ann, ann, work / "ann.ipynb")
         attacks = {
             "forged": _submit(inbound, ben, ann, work / "wrong.ipynb", stamp="2026-12-02 09:30:00.000000 UTC"),
-            "solution_link": _submit(inbound, ben, ben, work / "wrong.ipynb",
-                                     then=f"ln -sf '{solution}' \"$NB\""),
+            "solution_link": _submit(inbound, ben, ben, work / "wrong.ipynb", then=f"ln -sf '{solution}' \"$NB\""),
             "folder_link": None,
-            "other_students_file": _submit(inbound, cat, cat, work / "wrong.ipynb",
-                                           then=f"ln -sf '{ann_folder}/{AID}.ipynb' \"$NB\""),
-            "fifo": _submit(inbound, cat, cat, work / "wrong.ipynb", stamp="2026-12-02 09:10:00.000000 UTC",
-                            then='rm "$NB" && mkfifo "$NB"'),
+            "other_students_file": _submit(
+                inbound, cat, cat, work / "wrong.ipynb", then=f"ln -sf '{ann_folder}/{AID}.ipynb' \"$NB\""
+            ),
+            "fifo": _submit(
+                inbound,
+                cat,
+                cat,
+                work / "wrong.ipynb",
+                stamp="2026-12-02 09:10:00.000000 UTC",
+                then='rm "$NB" && mkfifo "$NB"',
+            ),
         }
         with pytest.raises(AssertionError, match="Operation not permitted"):  # the sticky bit: not his to move
             _as(ben, f"mv '{ann_folder}' '{inbound}/{ben}+{AID}+taken'")
@@ -123,9 +158,20 @@ def exchange_class(tmp_path_factory):
         garbage = _submit(inbound, eve, eve, work / "right.ipynb", stamp="the day before the deadline, honest")
         before = {p: (p.lstat().st_mode, p.lstat().st_mtime_ns) for p in inbound.rglob("*")}
         mp.undo()
-        yield {"course": course, "exchange": exchange, "inbound": inbound, "names": names, "ann": ann_folder,
-               "attacks": attacks, "before": before, "backdated": backdated, "garbage": garbage, "work": work,
-               "solution": solution, "due": due}
+        yield {
+            "course": course,
+            "exchange": exchange,
+            "inbound": inbound,
+            "names": names,
+            "ann": ann_folder,
+            "attacks": attacks,
+            "before": before,
+            "backdated": backdated,
+            "garbage": garbage,
+            "work": work,
+            "solution": solution,
+            "due": due,
+        }
     finally:
         for name in made:
             delete_account(name)
@@ -158,8 +204,11 @@ def test_collect_takes_only_what_each_students_own_account_made(exchange_class):
         "folder_link": (ben, ben, f"a symbolic link to {c['ann']} in place of a submission folder"),
         "other_students_file": (cat, cat, f"{AID}.ipynb is a symbolic link to {c['ann']}/{AID}.ipynb"),
         "fifo": (cat, cat, f"{AID}.ipynb is a FIFO, not a regular file"),
-        "hard_link": (cat, cat, f"{AID}.ipynb belongs to account {ann}, not to {cat} (a hard link to someone "
-                                f"else's file)"),
+        "hard_link": (
+            cat,
+            cat,
+            f"{AID}.ipynb belongs to account {ann}, not to {cat} (a hard link to someone else's file)",
+        ),
     }
     assert len(aside) == len(expected), report["set_aside"]
     for kind, (account, named, reason) in expected.items():
@@ -173,8 +222,10 @@ def test_collect_takes_only_what_each_students_own_account_made(exchange_class):
     assert {p: (p.lstat().st_mode, p.lstat().st_mtime_ns) for p in c["inbound"].rglob("*")} == c["before"]
 
     # the submission time is the arrival the collector saw, never the student's clock
-    arrived = {s: datetime.datetime.strptime((submitted / s / AID / "timestamp.txt").read_text(), intake.STAMP)
-               for s in (ann, dan, eve)}
+    arrived = {
+        s: datetime.datetime.strptime((submitted / s / AID / "timestamp.txt").read_text(), intake.STAMP)
+        for s in (ann, dan, eve)
+    }
     due = c["due"].replace(tzinfo=None)
     assert arrived[ann] < due < arrived[dan] and due < arrived[eve], (arrived, due)
     claims = {r["student"]: r["claimed"] for r in report["new"]}
@@ -194,7 +245,11 @@ def test_collect_takes_only_what_each_students_own_account_made(exchange_class):
         rows = {r["student"]: r for r in csv.DictReader(f)}
     assert sorted(rows) == sorted([ann, dan, eve])
     assert {k: rows[ann][k] for k in ("status", "score", "seconds_late", "late_penalty")} == {
-        "status": "graded", "score": "15", "seconds_late": "0", "late_penalty": "0"}, rows[ann]
+        "status": "graded",
+        "score": "15",
+        "seconds_late": "0",
+        "late_penalty": "0",
+    }, rows[ann]
     for student in (dan, eve):
         assert rows[student]["status"] == "graded", rows[student]
         assert float(rows[student]["seconds_late"]) > 0, rows[student]
@@ -230,10 +285,12 @@ def test_names_no_exchange_could_have_made_are_set_aside(tmp_path):
     folder, or a student's name that is not a plain folder name."""
     course = course_copy(tmp_path / "course", AID)
     now = datetime.datetime(2026, 12, 2, 9)
-    subs = [intake.Submission("ann", {"../../escape.ipynb": b"{}"}, now, "test 1"),
-            intake.Submission("../ann", {f"{AID}.ipynb": b"{}"}, now, "test 2"),
-            intake.Submission("bob", {"/etc/passwd": b"x"}, now, "test 3"),
-            intake.Submission("cy", {f"{AID}.ipynb": b"{}", "sub/data.csv": b"1,2\n"}, now, "test 4")]
+    subs = [
+        intake.Submission("ann", {"../../escape.ipynb": b"{}"}, now, "test 1"),
+        intake.Submission("../ann", {f"{AID}.ipynb": b"{}"}, now, "test 2"),
+        intake.Submission("bob", {"/etc/passwd": b"x"}, now, "test 3"),
+        intake.Submission("cy", {f"{AID}.ipynb": b"{}", "sub/data.csv": b"1,2\n"}, now, "test 4"),
+    ]
     report = intake.admit(AID, subs, [], root=course)
     assert [s.path for s in report.set_aside] == ["test 1", "test 2", "test 3"], report.set_aside
     assert "not a plain relative path" in report.set_aside[0].reason
@@ -245,7 +302,7 @@ def test_names_no_exchange_could_have_made_are_set_aside(tmp_path):
 
 # --- submissions sealed at submit; what collect names ---------------------------------------------------------
 
-SUBMIT = '''
+SUBMIT = """
 import os, sys
 from traitlets.config import Config
 from nbgrader.auth import Authenticator
@@ -271,7 +328,7 @@ except ExchangeError as err:
     print("refused:", err)
     sys.exit(3)
 print("submitted:", os.path.join(submit.inbound_path, submit.assignment_filename))
-'''
+"""
 
 
 def _nbgrader_submit(c: dict, user: str, notebooks: dict[str, Path], *, course_config: bool = True) -> Path:
@@ -292,17 +349,32 @@ def _submit_as(c: dict, user: str, notebooks: dict[str, Path], *, course_config:
         (home / "exercises" / AID / rel).write_bytes(source.read_bytes())
     subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(home)], check=True, timeout=60)
     home.chmod(0o700)
-    code = SUBMIT.format(course_id=grading.COURSE_ID, aid=AID, exchange=str(c["exchange"]),
-                         work=str(home / "exercises"), cache=str(home / "cache"), course_config=course_config,
-                         grader=str(c["course"] / "grader"))
+    code = SUBMIT.format(
+        course_id=grading.COURSE_ID,
+        aid=AID,
+        exchange=str(c["exchange"]),
+        work=str(home / "exercises"),
+        cache=str(home / "cache"),
+        course_config=course_config,
+        grader=str(c["course"] / "grader"),
+    )
     return python_as(user, code, cwd=str(home))
 
 
 def _try_as(user: str, script: str) -> subprocess.CompletedProcess:
     """`script` in sh as `user`, its result whatever it is (what the file system let them do)."""
     pw = pwd.getpwnam(user)
-    return subprocess.run(["sh", "-c", script], user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/"}, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["sh", "-c", script],
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def _collect(c: dict) -> str:
@@ -323,8 +395,9 @@ def sealed_class(tmp_path_factory):
     base = shared_tmp("twoprim-sealed-test-")
     try:
         for name in names.values():
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
-                           timeout=60)
+            subprocess.run(
+                ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, timeout=60
+            )
             made.append(name)
         course = course_copy(tmp_path_factory.mktemp("sealed") / "course", AID)
         exchange = base / "exchange"
@@ -342,8 +415,7 @@ def sealed_class(tmp_path_factory):
         for key, nb in {"ann": answered(AID, {f"{AID}-dot-solution": ANN_DOT}), "right": answered(AID)}.items():
             nbformat.write(nb, str(work / f"{key}.ipynb"))
             (work / f"{key}.ipynb").chmod(0o644)
-        yield {"course": course, "exchange": exchange, "inbound": inbound, "names": names, "base": base,
-               "work": work}
+        yield {"course": course, "exchange": exchange, "inbound": inbound, "names": names, "base": base, "work": work}
     finally:
         for name in made:
             delete_account(name)
@@ -362,18 +434,32 @@ def test_a_classmate_cannot_change_a_submission_and_an_intruders_file_is_set_asi
     sealed = _nbgrader_submit(c, ann, {f"{AID}.ipynb": c["work"] / "ann.ipynb"})
     notebook = sealed / f"{AID}.ipynb"
     st = sealed.stat()
-    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, pwd.getpwnam(ann).pw_uid,
-                                                                inbound.stat().st_gid), oct(st.st_mode)
-    assert stat.S_IMODE(notebook.stat().st_mode) == 0o640 and notebook.read_bytes() == \
-        (c["work"] / "ann.ipynb").read_bytes()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (
+        0o750,
+        pwd.getpwnam(ann).pw_uid,
+        inbound.stat().st_gid,
+    ), oct(st.st_mode)
+    assert (
+        stat.S_IMODE(notebook.stat().st_mode) == 0o640
+        and notebook.read_bytes() == (c["work"] / "ann.ipynb").read_bytes()
+    )
     assert not [p for p in inbound.iterdir() if p.name.startswith(".submitting-")]  # nothing left half-made
     before = {p.name: p.read_bytes() for p in sealed.iterdir()}
-    for attempt in (f"ls '{sealed}'", f"cat '{notebook}'", f"echo mine > '{sealed}/extra.txt'",
-                    f"mv '{notebook}' '{sealed}/renamed.ipynb'", f"rm -f '{notebook}'", f"chmod 777 '{sealed}'",
-                    f"mv '{sealed}' '{inbound}/{ben}+{AID}+taken'"):
+    for attempt in (
+        f"ls '{sealed}'",
+        f"cat '{notebook}'",
+        f"echo mine > '{sealed}/extra.txt'",
+        f"mv '{notebook}' '{sealed}/renamed.ipynb'",
+        f"rm -f '{notebook}'",
+        f"chmod 777 '{sealed}'",
+        f"mv '{sealed}' '{inbound}/{ben}+{AID}+taken'",
+    ):
         tried = _try_as(ben, attempt)
-        assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "not permitted" in tried.stderr), \
-            (attempt, tried.returncode, tried.stderr)
+        assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "not permitted" in tried.stderr), (
+            attempt,
+            tried.returncode,
+            tried.stderr,
+        )
     assert {p.name: p.read_bytes() for p in sealed.iterdir()} == before
 
     time.sleep(0.05)  # a later arrival, to the kernel's clock
@@ -389,18 +475,23 @@ def test_a_classmate_cannot_change_a_submission_and_an_intruders_file_is_set_asi
     within = {Path(s["path"]).name: s for s in report["set_aside"] if s["within"]}
     assert sorted(within) == ["extra.txt", "more"], report["set_aside"]
     for name, s in within.items():
-        assert (s["account"], s["named"]) == (ben, ann) and f"belongs to account {ben}: set aside, {ann}'s own " \
-            f"files collected without it" in s["reason"] and "mode 0777" in s["reason"], s
+        assert (
+            (s["account"], s["named"]) == (ben, ann)
+            and f"belongs to account {ben}: set aside, {ann}'s own files collected without it" in s["reason"]
+            and "mode 0777" in s["reason"]
+        ), s
         line = [l for l in text.splitlines() if s["path"] in l]
         assert len(line) == 1 and line[0].startswith(f"  {ben}: "), (name, text)
     assert "2 file(s) set aside from a student's submission, the rest of it taken as usual" in text, text
     older = [l for l in text.splitlines() if sealed.name in l]
-    assert len(older) == 1 and older[0].startswith(f"  {ann}: arrived ") and f"before {ann}'s newest " \
-        f"(inbound/{plain.name}" in older[0], text
+    assert (
+        len(older) == 1
+        and older[0].startswith(f"  {ann}: arrived ")
+        and f"before {ann}'s newest (inbound/{plain.name}" in older[0]
+    ), text
 
 
-def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_lateness_to_the_second(
-        sealed_class):
+def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_lateness_to_the_second(sealed_class):
     """ben's backdated folder (an old time in its name, its timestamp.txt and its files' times), then his real
     submission: the backdated one is named, with his account, as older. cat's only notebook in sub/: the course's
     submit refuses it naming the expected path, and a folder made by hand with it is set aside naming that path.
@@ -410,31 +501,52 @@ def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_l
     c = sealed_class
     ben, cat, dan = c["names"]["ben"], c["names"]["cat"], c["names"]["dan"]
     old = "2026-01-01 00:00:00.000000 UTC"
-    backdated = _submit(c["inbound"], ben, ben, c["work"] / "right.ipynb", stamp=old,
-                        then="touch -d '2026-01-01 00:00' \"$NB\" \"$(dirname \"$NB\")\"")
+    backdated = _submit(
+        c["inbound"],
+        ben,
+        ben,
+        c["work"] / "right.ipynb",
+        stamp=old,
+        then='touch -d \'2026-01-01 00:00\' "$NB" "$(dirname "$NB")"',
+    )
     time.sleep(0.05)
     real = _nbgrader_submit(c, ben, {f"{AID}.ipynb": c["work"] / "right.ipynb"})
 
     status, out = _submit_as(c, cat, {f"sub/{AID}.ipynb": c["work"] / "right.ipynb"})
-    assert status == 3 and f"sub/{AID}.ipynb is not where the release put it: the notebook must be {AID}.ipynb, " \
-        f"as fetched ({AID}/{AID}.ipynb)" in out, out
-    nested = _submit(c["inbound"], cat, cat, c["work"] / "right.ipynb",
-                     then=f"mkdir \"$(dirname \"$NB\")/sub\" && mv \"$NB\" \"$(dirname \"$NB\")/sub/{AID}.ipynb\"")
+    assert (
+        status == 3
+        and f"sub/{AID}.ipynb is not where the release put it: the notebook must be {AID}.ipynb, "
+        f"as fetched ({AID}/{AID}.ipynb)"
+        in out
+    ), out
+    nested = _submit(
+        c["inbound"],
+        cat,
+        cat,
+        c["work"] / "right.ipynb",
+        then=f'mkdir "$(dirname "$NB")/sub" && mv "$NB" "$(dirname "$NB")/sub/{AID}.ipynb"',
+    )
     _nbgrader_submit(c, dan, {f"{AID}.ipynb": c["work"] / "right.ipynb"})
 
     text = _collect(c)
     lines = text.splitlines()
     named = [l for l in lines if backdated.name in l]
-    assert len(named) == 1 and named[0].startswith(f"  {ben}: arrived ") and f"before {ben}'s newest " \
-        f"(inbound/{real.name}" in named[0] and f"its own timestamp.txt says {old!r} (not used)" in named[0], text
+    assert (
+        len(named) == 1
+        and named[0].startswith(f"  {ben}: arrived ")
+        and f"before {ben}'s newest (inbound/{real.name}" in named[0]
+        and f"its own timestamp.txt says {old!r} (not used)" in named[0]
+    ), text
     assert (c["course"] / "grader" / "submitted" / ben / AID / "timestamp.txt").read_text() > "2026-01-02"
     aside = [l for l in lines if nested.name in l]
-    assert len(aside) == 1 and aside[0].startswith(f"  {cat}: sub/{AID}.ipynb is not where the release put it: "
-                                                   f"the notebook must be {AID}.ipynb"), text
+    assert len(aside) == 1 and aside[0].startswith(
+        f"  {cat}: sub/{AID}.ipynb is not where the release put it: the notebook must be {AID}.ipynb"
+    ), text
     assert not (c["course"] / "grader" / "submitted" / cat).exists()
 
     arrived = datetime.datetime.strptime(
-        (c["course"] / "grader" / "submitted" / dan / AID / "timestamp.txt").read_text(), intake.STAMP)
+        (c["course"] / "grader" / "submitted" / dan / AID / "timestamp.txt").read_text(), intake.STAMP
+    )
     with gradebook(database_url(c["course"])) as gb:  # what ./course release --due writes
         gb.update_or_create_assignment(AID, duedate=arrived - datetime.timedelta(seconds=9.4))
     text = _collect(c)

@@ -9,6 +9,7 @@ Quotas: the 51st submission and one past the stored bytes refused naming the lim
 collect listing the refusals. Once as the hub starts it (`python -m twoprim.exchange.service`, a stub for the hub's
 API): its defaults, and its memory under its own limit while three 400 MB uploads arrive.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -65,8 +66,9 @@ class Running:
         def run():
             asyncio.set_event_loop(self.loop)
             app = svc.make_app(self.store, StubHubAuth(), course=COURSE, instructors={"teach"}, **kw)
-            self.server = app.listen(self.port, address="127.0.0.1", max_body_size=app.settings.get(
-                "max_body_size") or 10**9)
+            self.server = app.listen(
+                self.port, address="127.0.0.1", max_body_size=app.settings.get("max_body_size") or 10**9
+            )
             ready.set()
             self.loop.run_forever()
 
@@ -135,8 +137,11 @@ def room(tmp_path):
     stub = _notebook("def dot(x, w):\n    raise NotImplementedError")
     (course / "exercises" / AID / f"{AID}.ipynb").write_bytes(stub)
     (course / "exercises" / AID / "data.csv").write_text("1,2\n")
-    state = {"course": course, "tmp": tmp_path,
-             "service": Running(tmp_path / "store", max_file=2_000_000, max_submission=8_000_000)}
+    state = {
+        "course": course,
+        "tmp": tmp_path,
+        "service": Running(tmp_path / "store", max_file=2_000_000, max_submission=8_000_000),
+    }
     try:
         yield state
     finally:
@@ -164,8 +169,9 @@ def test_a_class_cycle_through_nbgrader_classes(room):
 
     ann = _config(course, _home(room, "ann"), s.url, "t-ann")
     _, listed = _run("List", ann, aid="")
-    assert [(a["assignment_id"], a["status"], [n["notebook_id"] for n in a["notebooks"]]) for a in listed] == \
-        [(AID, "released", [AID])]
+    assert [(a["assignment_id"], a["status"], [n["notebook_id"] for n in a["notebooks"]]) for a in listed] == [
+        (AID, "released", [AID])
+    ]
     _run("FetchAssignment", ann)
     mine = _home(room, "ann") / AID / f"{AID}.ipynb"
     assert mine.read_bytes() == (course / "exercises" / AID / f"{AID}.ipynb").read_bytes()
@@ -216,8 +222,9 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     assert newest["local_feedback_path"] == str(html.parent)
 
     # the instructor's own account reads the store directly (./course collect as the instructor, no token)
-    (course / "grader" / "classroom.json").write_text(json.dumps(
-        {"exchange_kind": "service", "exchange_url": s.url, "exchange_store": str(s.store.folder)}))
+    (course / "grader" / "classroom.json").write_text(
+        json.dumps({"exchange_kind": "service", "exchange_url": s.url, "exchange_store": str(s.store.folder)})
+    )
     env = os.environ.pop("JUPYTERHUB_API_TOKEN", None)
     try:
         direct = collect_from_service(AID, course)
@@ -241,8 +248,9 @@ def test_a_student_cannot_act_for_another_or_see_the_class(room):
             _run("Submit", c)
     ann_id = s.store.submissions(COURSE, student="ann")[0]["id"]
     ben = _config(course, _home(room, "ben"), s.url, "t-ben")
-    with pytest.raises(ExchangeError, match="refused \\(403\\): you are ben \\(the hub says so\\): you cannot submit "
-                                            "as ann"):
+    with pytest.raises(
+        ExchangeError, match="refused \\(403\\): you are ben \\(the hub says so\\): you cannot submit as ann"
+    ):
         _run("Submit", ben, coursedir={"student_id": "ann"})
     assert [r["student"] for r in s.store.submissions(COURSE)] == ["ann"]  # nothing stored for the forged one
 
@@ -271,13 +279,16 @@ def test_a_student_cannot_act_for_another_or_see_the_class(room):
         _run("List", ben, inbound=True)
     assert [r["student"] for r in s.store.submissions(COURSE)] == ["ann"]
     # ben's own, with no `as` or `as` himself, is stored as his
-    assert s.call("POST", f"submissions/{COURSE}/{AID}", "t-ben", params={"as": "ben"}, data=body).json()["student"] \
+    assert (
+        s.call("POST", f"submissions/{COURSE}/{AID}", "t-ben", params={"as": "ben"}, data=body).json()["student"]
         == "ben"
+    )
     mine = s.call("GET", f"submissions/{COURSE}", "t-ben").json()
     assert [r["student"] for r in mine] == ["ben"]
     # the instructor sees all
-    assert sorted(r["student"] for r in s.call("GET", f"submissions/{COURSE}", "t-teach", params={"all": 1}).json()) \
-        == ["ann", "ben"]
+    assert sorted(
+        r["student"] for r in s.call("GET", f"submissions/{COURSE}", "t-teach", params={"all": 1}).json()
+    ) == ["ann", "ben"]
     none = s.call("GET", f"submissions/{COURSE}")
     assert none.status_code == 401 and "no token" in none.json()["error"]
     unknown = s.call("GET", f"submissions/{COURSE}", "t-forged")
@@ -298,11 +309,14 @@ def test_size_limit_is_named_and_a_restart_keeps_every_submission(room, tmp_path
     big = _notebook("big", pad=2_100_000)
     small = _notebook("small", pad=1_500_000)
     over = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({f"{AID}.ipynb": big}))
-    assert over.status_code == 413 and f"{AID}.ipynb is {svc.megabytes(len(big))}, over the limit of 2 MB per file" \
-        in over.json()["error"], over.text
+    assert (
+        over.status_code == 413
+        and f"{AID}.ipynb is {svc.megabytes(len(big))}, over the limit of 2 MB per file" in over.json()["error"]
+    ), over.text
     whole = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=b"\0" * 8_100_000)
-    assert whole.status_code == 413 and "over the limit of 8 MB for everything handed in at once" in \
-        whole.json()["error"]
+    assert (
+        whole.status_code == 413 and "over the limit of 8 MB for everything handed in at once" in whole.json()["error"]
+    )
     link = io.BytesIO()
     with tarfile.open(fileobj=link, mode="w") as tar:
         info = tarfile.TarInfo(f"{AID}.ipynb")
@@ -329,8 +343,9 @@ def test_size_limit_is_named_and_a_restart_keeps_every_submission(room, tmp_path
     again = Running(s.store.folder, max_file=2_000_000, max_submission=8_000_000)
     room["service"] = again  # the fixture stops this one
     listed = again.call("GET", f"submissions/{COURSE}", "t-teach", params={"all": 1}).json()
-    assert [(r["id"], r["student"], r["timestamp"]) for r in listed] == \
-        [(r["id"], r["student"], r["timestamp"]) for r in before]
+    assert [(r["id"], r["student"], r["timestamp"]) for r in listed] == [
+        (r["id"], r["student"], r["timestamp"]) for r in before
+    ]
     files = svc.unpack(again.call("GET", f"submission/{done.submission['id']}", "t-ann").content)
     assert files[f"{AID}.ipynb"] == small
     later = again.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({f"{AID}.ipynb": small}))
@@ -346,18 +361,39 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
 
     from twoprim.classroom.hub_config import Plan, write_run_folder
 
-    common = dict(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp",
-                  exchange=tmp_path / "exchange", instructor="teach", students=("ann", "ben"), port=8000,
-                  hub_port=8001, proxy_api_port=8002)
+    common = dict(
+        course=tmp_path / "course",
+        venv=tmp_path / "venv",
+        proxy=tmp_path / "chp",
+        exchange=tmp_path / "exchange",
+        instructor="teach",
+        students=("ann", "ben"),
+        port=8000,
+        hub_port=8001,
+        proxy_api_port=8002,
+    )
     plan = Plan(**common, service_port=8003, max_file_mb=50)
     (tmp_path / "run").mkdir()
     config = write_run_folder(plan, tmp_path / "run")
     hub = PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
     [service] = [s for s in hub.JupyterHub.services if s["name"] == svc.NAME]  # (beside the idle culler)
     assert service["user"] == "teach" and service["url"] == "http://127.0.0.1:8003"
-    assert service["command"][-14:] == ["--course", COURSE, "--instructor", "teach", "--max-file-mb", "50",
-                                        "--max-submissions", "50", "--max-stored-mb", "500", "--memory-mb", "512",
-                                        "--gradebook", f"sqlite:///{tmp_path / 'course' / 'grader' / 'gradebook.db'}"]
+    assert service["command"][-14:] == [
+        "--course",
+        COURSE,
+        "--instructor",
+        "teach",
+        "--max-file-mb",
+        "50",
+        "--max-submissions",
+        "50",
+        "--max-stored-mb",
+        "500",
+        "--memory-mb",
+        "512",
+        "--gradebook",
+        f"sqlite:///{tmp_path / 'course' / 'grader' / 'gradebook.db'}",
+    ]
     assert svc.SCOPE in hub.Spawner.server_token_scopes
     assert {"name": "user", "scopes": ["self", svc.SCOPE]} in hub.JupyterHub.load_roles
     student = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "run" / "student")).load_config()
@@ -387,18 +423,33 @@ def test_the_hubs_quota_options_reach_the_service_and_nonsense_is_refused(tmp_pa
     from twoprim.classroom.limits import protected
     from twoprim.core.errors import CourseError
 
-    plan = Plan(course=tmp_path / "course", venv=tmp_path / "venv", proxy=tmp_path / "chp", exchange=tmp_path / "x",
-                instructor="teach", students=("ann",), port=8000, hub_port=8001, proxy_api_port=8002, service_port=8003)
+    plan = Plan(
+        course=tmp_path / "course",
+        venv=tmp_path / "venv",
+        proxy=tmp_path / "chp",
+        exchange=tmp_path / "x",
+        instructor="teach",
+        students=("ann",),
+        port=8000,
+        hub_port=8001,
+        proxy_api_port=8002,
+        service_port=8003,
+    )
     defaults = _parser().parse_args([])
     assert (defaults.max_submissions, defaults.max_stored_mb) == (50, 500.0)
     given = protected(plan, _parser().parse_args(["--max-submissions", "20", "--max-stored-mb", "250"]))
     (tmp_path / "run").mkdir()
     config = write_run_folder(given, tmp_path / "run")
-    [service] = [s for s in PyFileConfigLoader(config.name, path=str(config.parent)).load_config().JupyterHub.services
-                 if s["name"] == svc.NAME]
+    [service] = [
+        s
+        for s in PyFileConfigLoader(config.name, path=str(config.parent)).load_config().JupyterHub.services
+        if s["name"] == svc.NAME
+    ]
     command = service["command"]
-    assert command[command.index("--max-submissions") + 1] == "20" and \
-        command[command.index("--max-stored-mb") + 1] == "250"
+    assert (
+        command[command.index("--max-submissions") + 1] == "20"
+        and command[command.index("--max-stored-mb") + 1] == "250"
+    )
     for flag in ("--max-submissions", "--max-stored-mb"):
         with pytest.raises(CourseError, match=f"{flag} 0 is not a positive number: give the most each student"):
             protected(plan, _parser().parse_args([flag, "0"]))
@@ -433,8 +484,10 @@ def test_each_student_sees_their_own_deadline_read_from_the_gradebook_at_each_re
         assert listing == {AID: "2026-12-09T22:59:00Z", "ex02_gemm": None}
         grant_extension(AID, "ann", datetime.datetime(2026, 12, 11, 12), tmp_path, url)
         _gradebook_with_due_dates(tmp_path, {"ex02_gemm": datetime.datetime(2026, 12, 16, 22, 59)})  # formgrader
-        seen = {who: {e["assignment_id"]: e["due"] for e in running.call("GET", f"assignments/{COURSE}", tok).json()}
-                for tok, who in TOKENS.items()}
+        seen = {
+            who: {e["assignment_id"]: e["due"] for e in running.call("GET", f"assignments/{COURSE}", tok).json()}
+            for tok, who in TOKENS.items()
+        }
         assert seen["ann"] == {AID: "2026-12-11T12:00:00Z", "ex02_gemm": "2026-12-16T22:59:00Z"}
         assert seen["ben"] == seen["teach"] == {AID: "2026-12-09T22:59:00Z", "ex02_gemm": "2026-12-16T22:59:00Z"}
         assert running.call("GET", f"assignments/{COURSE}").status_code == 401  # a token, as for everything else
@@ -475,9 +528,15 @@ def _collect_as_the_instructor(room) -> str:
 
     course = room["course"]
     (course / "grader").mkdir(exist_ok=True)
-    (course / "grader" / "classroom.json").write_text(json.dumps(
-        {"exchange_kind": "service", "exchange_url": room["service"].url,
-         "exchange_store": str(room["service"].store.folder)}))
+    (course / "grader" / "classroom.json").write_text(
+        json.dumps(
+            {
+                "exchange_kind": "service",
+                "exchange_url": room["service"].url,
+                "exchange_store": str(room["service"].store.folder),
+            }
+        )
+    )
     env = os.environ.pop("JUPYTERHUB_API_TOKEN", None)
     try:
         return steps.collect(AID, root=course)
@@ -507,8 +566,11 @@ def test_the_51st_submission_is_refused_naming_the_limit_and_collect_lists_it(tm
             assert answer.status_code == 200, (n, answer.text)
         limit = "the limit of 50 submissions per student and assignment"
         over = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=body)
-        assert over.status_code == 403 and f"you have handed in {AID} 50 times" in over.json()["error"] and \
-            limit in over.json()["error"], over.text
+        assert (
+            over.status_code == 403
+            and f"you have handed in {AID} 50 times" in over.json()["error"]
+            and limit in over.json()["error"]
+        ), over.text
         ann = _config(course, _home(room, "ann"), s.url, "t-ann")
         _run("FetchAssignment", ann)
         with pytest.raises(ExchangeError, match=f"refused \\(403\\): you have handed in {AID} 50 times.*{limit}"):
@@ -525,10 +587,14 @@ def test_the_51st_submission_is_refused_naming_the_limit_and_collect_lists_it(tm
         text = _collect_as_the_instructor(room)
         assert f"2 new submission(s) of {AID} collected (ann, ben)" in text, text
         lines = text.splitlines()
-        head = lines.index("2 submission(s) refused by the exchange service, from 1 student(s) (each was told why; "
-                           "what they handed in before stands):")
-        assert lines[head + 1].startswith("  ann: 2 time(s) (2 over the quota of submissions); the last, ") and \
-            limit in lines[head + 1], text
+        head = lines.index(
+            "2 submission(s) refused by the exchange service, from 1 student(s) (each was told why; "
+            "what they handed in before stands):"
+        )
+        assert (
+            lines[head + 1].startswith("  ann: 2 time(s) (2 over the quota of submissions); the last, ")
+            and limit in lines[head + 1]
+        ), text
         report = json.loads((course / "grader" / "reports" / f"{AID}-collect.json").read_text())
         assert [r["student"] for r in report["refused"]] == ["ann", "ann"]
     finally:
@@ -544,8 +610,9 @@ def test_an_upload_past_the_stored_quota_is_cut_off_on_its_way_in(room):
 
     s = room["service"]
     s.stop()
-    s = room["service"] = Running(room["tmp"] / "store", max_file=2_000_000, max_submission=8_000_000,
-                                  max_stored=3_000_000)
+    s = room["service"] = Running(
+        room["tmp"] / "store", max_file=2_000_000, max_submission=8_000_000, max_stored=3_000_000
+    )
     _run("ReleaseAssignment", _config(room["course"], room["course"], s.url, "t-teach"))
     limit = "over the limit of 3 MB stored per student and assignment"
     first = svc.pack({f"{AID}.ipynb": _notebook("first", pad=1_900_000)})
@@ -574,18 +641,23 @@ def test_an_upload_past_the_stored_quota_is_cut_off_on_its_way_in(room):
                     time.sleep(0.02)
                 seen["cut"] = list(incoming.iterdir())  # gone while the rest is still to come
 
-    streamed = requests.post(s.url + f"api/submissions/{COURSE}/{AID}", data=watched(), timeout=60,
-                             headers={"Authorization": "token t-ann"})
-    assert streamed.status_code == 413 and "passed" in streamed.json()["error"] and limit in \
-        streamed.json()["error"], streamed.text
+    streamed = requests.post(
+        s.url + f"api/submissions/{COURSE}/{AID}", data=watched(), timeout=60, headers={"Authorization": "token t-ann"}
+    )
+    assert streamed.status_code == 413 and "passed" in streamed.json()["error"] and limit in streamed.json()["error"], (
+        streamed.text
+    )
     assert len(seen["arriving"]) == 1 and 0 < seen["arriving"][0] < length and seen["cut"] == [], seen
     assert list(incoming.iterdir()) == [] and len(s.store.submissions(COURSE)) == 1
     assert len(list((s.store.folder / "submissions").iterdir())) == 1
 
     # an upload whose sender goes away half way: its partial file removed, nothing of it counted afterwards
     with socket.create_connection(("127.0.0.1", s.port), timeout=10) as raw:
-        raw.sendall(f"POST /services/{svc.NAME}/api/submissions/{COURSE}/{AID} HTTP/1.1\r\nHost: x\r\n"
-                    f"Authorization: token t-ann\r\nContent-Length: 900000\r\n\r\n".encode() + bytes(400_000))
+        raw.sendall(
+            f"POST /services/{svc.NAME}/api/submissions/{COURSE}/{AID} HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: token t-ann\r\nContent-Length: 900000\r\n\r\n".encode()
+            + bytes(400_000)
+        )
         deadline = time.monotonic() + 10
         while not list(incoming.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -612,13 +684,20 @@ def test_a_notebook_not_where_the_release_put_it_is_refused_naming_the_path(room
     naming the expected path, and recorded."""
     s = room["service"]
     _run("ReleaseAssignment", _config(room["course"], room["course"], s.url, "t-teach"))
-    nested = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann",
-                    data=svc.pack({f"sub/{AID}.ipynb": _notebook("mine")}))
-    assert nested.status_code == 400 and f"sub/{AID}.ipynb is not where the release put it: the notebook must be " \
-        f"{AID}.ipynb, as fetched ({AID}/{AID}.ipynb)" in nested.json()["error"], nested.text
+    nested = s.call(
+        "POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({f"sub/{AID}.ipynb": _notebook("mine")})
+    )
+    assert (
+        nested.status_code == 400
+        and f"sub/{AID}.ipynb is not where the release put it: the notebook must be "
+        f"{AID}.ipynb, as fetched ({AID}/{AID}.ipynb)"
+        in nested.json()["error"]
+    ), nested.text
     other = s.call("POST", f"submissions/{COURSE}/{AID}", "t-ann", data=svc.pack({"scratch.ipynb": _notebook("x")}))
-    assert other.status_code == 400 and f"expected {AID}/{AID}.ipynb; this submission has scratch.ipynb" in \
-        other.json()["error"], other.text
+    assert (
+        other.status_code == 400
+        and f"expected {AID}/{AID}.ipynb; this submission has scratch.ipynb" in other.json()["error"]
+    ), other.text
     assert s.store.submissions(COURSE) == [] and [r["limit"] for r in s.store.refusals(COURSE)] == ["notebook"] * 2
 
 
@@ -656,16 +735,37 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
     threading.Thread(target=hub.serve_forever, daemon=True).start()
     port = free_port()
     url = f"http://127.0.0.1:{port}/services/{svc.NAME}/api/"
-    env = {**os.environ, "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api",
-           "JUPYTERHUB_API_TOKEN": "the-service's-own", "JUPYTERHUB_SERVICE_NAME": svc.NAME}
+    env = {
+        **os.environ,
+        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api",
+        "JUPYTERHUB_API_TOKEN": "the-service's-own",
+        "JUPYTERHUB_SERVICE_NAME": svc.NAME,
+    }
     env.pop("JUPYTERHUB_SERVICE_PREFIX", None)
     log = open(tmp_path / "service.log", "w+")
     import datetime
 
     gradebook = _gradebook_with_due_dates(tmp_path, {AID: datetime.datetime(2026, 12, 9, 22, 59)})
-    proc = subprocess.Popen([sys.executable, "-m", "twoprim.exchange.service", "--store", str(tmp_path / "store"),
-                             "--course", COURSE, "--instructor", "teach", "--url", f"http://127.0.0.1:{port}",
-                             "--gradebook", gradebook], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "twoprim.exchange.service",
+            "--store",
+            str(tmp_path / "store"),
+            "--course",
+            COURSE,
+            "--instructor",
+            "teach",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--gradebook",
+            gradebook,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -674,16 +774,21 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
                     break
             except requests.ConnectionError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, \
+            assert proc.poll() is None and time.monotonic() < deadline, (
                 f"the service did not answer within 60 s:\n{log.seek(0) or log.read()}"
+            )
             time.sleep(0.2)
         limit = 512 * 2**20
         service = psutil.Process(proc.pid)
         assert service.rlimit(psutil.RLIMIT_AS) == (limit, limit)  # its own, set as it started
         limits = requests.get(url + "limits", headers={"Authorization": "token t-ann"}, timeout=30).json()
         assert (limits["max_submissions"], limits["max_stored_bytes"]) == (50, 500_000_000), limits
-        release = requests.post(url + f"assignments/{COURSE}/{AID}", headers={"Authorization": "token t-teach"},
-                                data=svc.pack({f"{AID}.ipynb": _notebook("pass")}), timeout=30)
+        release = requests.post(
+            url + f"assignments/{COURSE}/{AID}",
+            headers={"Authorization": "token t-teach"},
+            data=svc.pack({f"{AID}.ipynb": _notebook("pass")}),
+            timeout=30,
+        )
         assert release.ok, release.text
         listed = requests.get(url + f"assignments/{COURSE}", headers={"Authorization": "token t-ann"}, timeout=30)
         assert listed.json()[0]["due"] == "2026-12-09T22:59:00Z", listed.text  # read from the gradebook
@@ -702,8 +807,12 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
 
         def upload(token):
             try:
-                answers[token] = requests.post(url + f"submissions/{COURSE}/{AID}", data=body(), timeout=120,
-                                               headers={"Authorization": f"token {token}"})
+                answers[token] = requests.post(
+                    url + f"submissions/{COURSE}/{AID}",
+                    data=body(),
+                    timeout=120,
+                    headers={"Authorization": f"token {token}"},
+                )
             except requests.RequestException as err:  # the service dropped it: said below, with its log
                 answers[token] = err
 
@@ -719,19 +828,26 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
         done.set()
         sampler.join(10)
         log.seek(0)
-        assert len(answers) == 3 and all(getattr(a, "status_code", None) == 200 for a in answers.values()), \
-            ({t: getattr(a, "text", repr(a))[:300] for t, a in answers.items()}, log.read()[-3000:])
-        status = {line.split(":")[0]: int(line.split()[1]) * 1024
-                  for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if line.startswith("Vm")}
+        assert len(answers) == 3 and all(getattr(a, "status_code", None) == 200 for a in answers.values()), (
+            {t: getattr(a, "text", repr(a))[:300] for t, a in answers.items()},
+            log.read()[-3000:],
+        )
+        status = {
+            line.split(":")[0]: int(line.split()[1]) * 1024
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            if line.startswith("Vm")
+        }
         peak = status["VmHWM"]  # the peak of its resident memory, as the kernel counted it
         kept = sorted(p.stat().st_size for p in (tmp_path / "store" / "submissions").iterdir())
         assert kept == [length] * 3, kept
         assert max(samples) < limit and peak < limit, (max(samples), peak, limit)
         assert max(samples) - before < 64 * 2**20 and peak - before < 64 * 2**20, (before, max(samples), peak)
-        print(f"3 uploads of {length / 1e6:.0f} MB in {took:.1f} s; service RSS {before / 2**20:.0f} MiB before, "
-              f"{max(samples) / 2**20:.0f} MiB at most while they arrived (VmHWM {peak / 2**20:.0f} MiB), "
-              f"{len(samples)} samples; address space at most {status['VmPeak'] / 2**20:.0f} MiB of its limit "
-              f"{limit / 2**20:.0f} MiB")
+        print(
+            f"3 uploads of {length / 1e6:.0f} MB in {took:.1f} s; service RSS {before / 2**20:.0f} MiB before, "
+            f"{max(samples) / 2**20:.0f} MiB at most while they arrived (VmHWM {peak / 2**20:.0f} MiB), "
+            f"{len(samples)} samples; address space at most {status['VmPeak'] / 2**20:.0f} MiB of its limit "
+            f"{limit / 2**20:.0f} MiB"
+        )
     finally:
         proc.terminate()
         try:

@@ -1,6 +1,7 @@
 """The explorers of lessons 02, 04, 05 and 08: what each pure function says to draw is right (against F.unfold,
 softmax and SDPA, a counted tiled loop, the measured time), and the widget layer redraws, keeps its controls in
 range, stops a measurement, and leaves a PNG for viewers without widgets."""
+
 from __future__ import annotations
 
 import base64
@@ -44,8 +45,10 @@ def test_tiling_feeding_tiles_sum_to_each_c_tile_and_cover_c_once(M, N, K, tile)
         view = gemm_tiles.tiling_view(M, N, K, tile, row, col)
         (r0, r1), (c0, c1) = view.c_tile
         assert len(view.a_tiles) == len(view.b_tiles) == math.ceil(K / tile)
-        total = sum(A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
-                    for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles))
+        total = sum(
+            A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
+            for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles)
+        )
         assert torch.allclose(total, C[r0:r1, c0:c1]), f"C tile ({row}, {col}) of {M}×{N}×{K}, tile {tile}"
         covered[r0:r1, c0:c1] += 1
     assert bool((covered == 1).all()), "the C tiles must cover every element of C exactly once"
@@ -54,11 +57,11 @@ def test_tiling_feeding_tiles_sum_to_each_c_tile_and_cover_c_once(M, N, K, tile)
 @pytest.mark.parametrize("M, N, K, tile", TILING_CASES)
 def test_tiling_loads_match_a_counted_tiled_loop(M, N, K, tile):
     a_loads, b_loads = torch.zeros(M, K, dtype=torch.int64), torch.zeros(K, N, dtype=torch.int64)
-    for i0 in range(0, M, tile):            # the tiled loop of matmul_tiled: every C tile, every k-tile
+    for i0 in range(0, M, tile):  # the tiled loop of matmul_tiled: every C tile, every k-tile
         for j0 in range(0, N, tile):
             for k0 in range(0, K, tile):
-                a_loads[i0:i0 + tile, k0:k0 + tile] += 1
-                b_loads[k0:k0 + tile, j0:j0 + tile] += 1
+                a_loads[i0 : i0 + tile, k0 : k0 + tile] += 1
+                b_loads[k0 : k0 + tile, j0 : j0 + tile] += 1
     loads = gemm_tiles.tiling_view(M, N, K, tile).loads
     assert loads["tiled"] == int(a_loads.sum() + b_loads.sum())
     assert loads["A element loaded, tiled"] == int(a_loads.max()) == int(a_loads.min())
@@ -78,16 +81,19 @@ def test_tiling_bad_input_says_what_to_change():
 
 # ---- im2col
 
-IM2COL_CASES = [dict(kernel_size=k, stride=s, padding=p, dilation=d)
-                for k, s, p, d in itertools.product((1, 2, 3), (1, 2), (0, 1, 2), (1, 2))]
+IM2COL_CASES = [
+    dict(kernel_size=k, stride=s, padding=p, dilation=d)
+    for k, s, p, d in itertools.product((1, 2, 3), (1, 2), (0, 1, 2), (1, 2))
+]
 
 
 @pytest.mark.parametrize("case", IM2COL_CASES, ids=lambda c: "k{kernel_size}s{stride}p{padding}d{dilation}".format(**c))
 def test_im2col_highlighted_patch_is_the_matching_unfold_column(case):
     x = torch.randn(1, 3, 6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     cols = F.unfold(x, case["kernel_size"], dilation=case["dilation"], padding=case["padding"], stride=case["stride"])
-    Hout, Wout = (conv.out_size(n, case["kernel_size"], case["stride"], case["padding"], case["dilation"])
-                  for n in (6, 7))
+    Hout, Wout = (
+        conv.out_size(n, case["kernel_size"], case["stride"], case["padding"], case["dilation"]) for n in (6, 7)
+    )
     for i, j in itertools.product(range(Hout), range(Wout)):
         view = conv.im2col_view(**case, position=(i, j), x=x, out_channels=5)
         assert view.out_hw == (Hout, Wout) and view.column == i * Wout + j
@@ -111,6 +117,7 @@ def test_im2col_default_input_and_a_kernel_that_does_not_fit():
 
 # ---- attention
 
+
 @pytest.mark.parametrize("head", attention.HEADS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("temperature", [0.1, 1.0, 10.0])
@@ -125,12 +132,15 @@ def test_attention_weights_are_the_softmax_of_the_scaled_scores_and_match_sdpa(h
         assert bool(torch.isinf(view.scores[future]).all())
     else:
         assert bool((view.weights > 0).all())
-    expected = torch.softmax(view.q @ view.k.T / (math.sqrt(D) * temperature) +
-                             (torch.zeros(S, S).masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), -math.inf)
-                              if causal else 0), dim=-1)
+    expected = torch.softmax(
+        view.q @ view.k.T / (math.sqrt(D) * temperature)
+        + (torch.zeros(S, S).masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), -math.inf) if causal else 0),
+        dim=-1,
+    )
     assert torch.allclose(view.weights, expected)
-    sdpa = F.scaled_dot_product_attention(view.q, view.k, view.v, is_causal=causal,
-                                          scale=1 / (math.sqrt(D) * temperature))
+    sdpa = F.scaled_dot_product_attention(
+        view.q, view.k, view.v, is_causal=causal, scale=1 / (math.sqrt(D) * temperature)
+    )
     assert torch.allclose(view.out, sdpa)
 
 
@@ -141,10 +151,14 @@ def test_attention_heads_show_their_pattern_and_temperature_sharpens():
     same = attention.attention_view("same word", causal=False).weights
     assert set(same[4].topk(2).indices.tolist()) == {0, 4}  # the second "the" looks at both "the"
     avg = attention.attention_view("average").weights
-    assert all(torch.allclose(avg[i, :i + 1], torch.full((i + 1,), 1 / (i + 1), dtype=torch.float64))
-               for i in range(len(tokens)))
-    peaks = [float(attention.attention_view("random (untrained)", False, t).weights.max(-1).values.mean())
-             for t in (10.0, 1.0, 0.1)]
+    assert all(
+        torch.allclose(avg[i, : i + 1], torch.full((i + 1,), 1 / (i + 1), dtype=torch.float64))
+        for i in range(len(tokens))
+    )
+    peaks = [
+        float(attention.attention_view("random (untrained)", False, t).weights.max(-1).values.mean())
+        for t in (10.0, 1.0, 0.1)
+    ]
     assert peaks[0] < peaks[1] < peaks[2], f"a lower temperature must sharpen the softmax, got {peaks}"
 
 
@@ -159,13 +173,18 @@ def test_attention_bad_input_says_what_to_change():
 
 # ---- GEMM shapes
 
+
 def test_shape_point_counts_the_asked_flops_over_the_measured_time():
     point = gemm_shapes.shape_point(255, 255, 255, 0.002, multiple=64)
     assert point.run == (256, 256, 256)
     assert point.gflops == pytest.approx(2 * 255**3 / 0.002 / 1e9)
     assert point.intensity == pytest.approx(gemm.gemm_intensity(256, 256, 256))
     assert point.extra_flops == pytest.approx(256**3 / 255**3 - 1)
-    assert gemm_shapes.padded(4095, 8) == 4096 and gemm_shapes.padded(4096, 8) == 4096 and gemm_shapes.padded(1, 128) == 128
+    assert (
+        gemm_shapes.padded(4095, 8) == 4096
+        and gemm_shapes.padded(4096, 8) == 4096
+        and gemm_shapes.padded(1, 128) == 128
+    )
     with pytest.raises(ValueError, match="seconds must be positive"):
         gemm_shapes.shape_point(1, 1, 1, 0.0)
 
@@ -186,13 +205,18 @@ def test_measure_gemm_reports_progress_and_stops_between_calls():
 def test_shape_figure_places_each_point_at_its_intensity_and_measured_gflops():
     points = [gemm_shapes.shape_point(64, 64, 64, 1e-4), gemm_shapes.shape_point(1, 512, 512, 2e-4)]
     fig = gemm_shapes.shape_figure(points, peak=100.0, bandwidth_gbs=10.0, peak_label="peak")
-    marks = {line.get_label(): (line.get_xdata()[0], line.get_ydata()[0]) for line in fig.axes[0].lines
-             if line.get_marker() not in ("None", None, "")}
-    assert marks == {f"{n}. {p.label}: {p.gflops:,.3g} GFLOP/s": (p.intensity, p.gflops)
-                     for n, p in enumerate(points, start=1)}
+    marks = {
+        line.get_label(): (line.get_xdata()[0], line.get_ydata()[0])
+        for line in fig.axes[0].lines
+        if line.get_marker() not in ("None", None, "")
+    }
+    assert marks == {
+        f"{n}. {p.label}: {p.gflops:,.3g} GFLOP/s": (p.intensity, p.gflops) for n, p in enumerate(points, start=1)
+    }
 
 
 # ---- the widget layer
+
 
 def test_explorer_redraws_keeps_dependent_controls_in_range_and_shows_errors():
     tiling = gemm_tiles.tiling_explorer(M=20, N=24, K=16, tile=8)
@@ -225,8 +249,13 @@ def test_displayed_explorer_carries_the_widget_and_a_png_of_its_first_state_for_
     explorer.controls["causal"].value = False
     assert _shown_png(explorer) != explorer.first_png and base64.b64decode(data["image/png"]) == explorer.first_png
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "explorers.attention_explorer()", outputs=[nbformat.v4.new_output("display_data", data=data)])])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "explorers.attention_explorer()", outputs=[nbformat.v4.new_output("display_data", data=data)]
+            )
+        ]
+    )
     page, _ = HTMLExporter().from_notebook_node(nb)  # a viewer without the widget state, like nbviewer
     assert data["image/png"] in page and "application/vnd.jupyter.widget-view+json" not in page
 
@@ -258,6 +287,7 @@ def test_shape_explorer_measures_each_change_in_a_thread_and_stops_on_request():
 
 # ---- released notebooks: the names they read from the old modules
 
+
 def test_every_name_a_released_notebook_reads_from_explorers_or_layers_still_resolves_to_its_new_home():
     """Lessons as released say `explorers.tiling_explorer(...)` and `layers.format_table(...)`: each such name (found
     in every notebook of lessons/, exercises/ and solutions/) resolves, to the very object of its new home."""
@@ -268,7 +298,9 @@ def test_every_name_a_released_notebook_reads_from_explorers_or_layers_still_res
     from twoprim.topics import layers_as_gemms as layers
 
     read = {"explorers": set(), "layers": set()}
-    for path in [p for folder in ("lessons", "exercises", "solutions") for p in sorted((ROOT / folder).rglob("*.ipynb"))]:
+    for path in [
+        p for folder in ("lessons", "exercises", "solutions") for p in sorted((ROOT / folder).rglob("*.ipynb"))
+    ]:
         for cell in nbformat.read(str(path), as_version=4).cells:
             if cell.cell_type == "code":
                 for module, name in re.findall(r"\b(explorers|layers)\.([A-Za-z_]\w*)", cell.source):

@@ -3,6 +3,7 @@ the cell and the error, instead of only a zero per check ("no result came back")
 reason for each student, in the report) and `SelfGrade.describe` (what `./course selfgrade` prints).
 
 The autograded notebook is built the way nbclient leaves one: error outputs where cells raised."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,21 +39,35 @@ def _autograded(folder: Path, errors: dict[str, tuple[str, str]]) -> nbformat.No
 def _graded(notes: list[str]) -> grading.SelfGrade:
     nb = nbformat.read(str(ROOT / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     outcome = grading.Outcome("learner", status="graded", reason="; ".join(notes) or "all cells ran")
-    outcome.grades = {(AID, c.metadata["nbgrader"]["grade_id"]): 0.0 for c in nb.cells
-                      if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
-    outcome.max_score = float(sum(c.metadata["nbgrader"]["points"] for c in nb.cells
-                                  if c.metadata.get("nbgrader", {}).get("grade")
-                                  and not c.metadata["nbgrader"].get("solution")))
+    outcome.grades = {
+        (AID, c.metadata["nbgrader"]["grade_id"]): 0.0
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+    }
+    outcome.max_score = float(
+        sum(
+            c.metadata["nbgrader"]["points"]
+            for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+        )
+    )
     return grading.SelfGrade(AID, outcome, None)
 
 
 def test_a_setup_cell_that_cannot_import_the_course_is_reported_first(tmp_path):
-    nb = _autograded(tmp_path, {f"{AID}-setup": ("ModuleNotFoundError", "No module named 'twoprim'"),
-                                f"{AID}-dot-hints": ("ValueError", "no hints for 'dot'")})
+    nb = _autograded(
+        tmp_path,
+        {
+            f"{AID}-setup": ("ModuleNotFoundError", "No module named 'twoprim'"),
+            f"{AID}-dot-hints": ("ValueError", "no hints for 'dot'"),
+        },
+    )
     setup = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-setup")
     notes = execution_notes(tmp_path, [AID])
-    assert notes[0].startswith(f"error in {AID}-setup (cell {setup + 1}): ModuleNotFoundError: No module named "
-                               f"'twoprim' (the kernel cannot import the course package"), notes
+    assert notes[0].startswith(
+        f"error in {AID}-setup (cell {setup + 1}): ModuleNotFoundError: No module named "
+        f"'twoprim' (the kernel cannot import the course package"
+    ), notes
     assert "running ./course once repairs it" in notes[0]
     assert len(notes) == 2 and notes[1].startswith("failing checks: ex01_dot-dot_loop"), notes  # hints score nothing
     assert all("; " not in n for n in notes), "a note must survive the report's '; '-joined reason"
@@ -66,12 +81,21 @@ def test_a_setup_cell_that_cannot_import_the_course_is_reported_first(tmp_path):
 
 def test_a_failing_setup_cell_of_another_kind_and_a_cell_the_student_added(tmp_path):
     nb = _autograded(tmp_path, {f"{AID}-setup": ("RuntimeError", "Numpy is not available\nmore detail")})
-    nb.cells.insert(3, nbformat.v4.new_code_cell("import my_helpers", outputs=[new_output(
-        "error", ename="ModuleNotFoundError", evalue="No module named 'my_helpers'", traceback=[])]))
+    nb.cells.insert(
+        3,
+        nbformat.v4.new_code_cell(
+            "import my_helpers",
+            outputs=[
+                new_output("error", ename="ModuleNotFoundError", evalue="No module named 'my_helpers'", traceback=[])
+            ],
+        ),
+    )
     nbformat.write(nb, str(tmp_path / f"{AID}.ipynb"))
     notes = execution_notes(tmp_path, [AID])
-    assert notes[0] == (f"error in {AID}-setup (cell 2): RuntimeError: Numpy is not available (the setup cell: every "
-                        f"check after it fails because of this, not because of the answers)"), notes
+    assert notes[0] == (
+        f"error in {AID}-setup (cell 2): RuntimeError: Numpy is not available (the setup cell: every "
+        f"check after it fails because of this, not because of the answers)"
+    ), notes
     assert notes[1] == "error in cell 4: ModuleNotFoundError: No module named 'my_helpers'", notes
     lines = _graded(notes).describe().splitlines()
     assert lines[1:3] == [f"  ✘ {notes[0]}", f"  ✘ {notes[1]}"]

@@ -1,6 +1,7 @@
 """A hub's first day and last: `make setup` as root builds the environment from a Python every account can run (so
 `make hub` works the first time), and `./course hub --remove-class` removes the accounts the hub made, and only
 those. (The browser's side of a student's first day, with a running hub, is in tests/test_hub.py.)"""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ from twoprim.core.errors import CourseError
 
 from .accounts import SYSTEM_PATH, delete_account, shared_tmp
 
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="makes Unix accounts and runs programs as nobody: root "
-                                                         "only (CI runs as root)")
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0, reason="makes Unix accounts and runs programs as nobody: root only (CI runs as root)"
+)
 
 
 # --- make setup: a Python every account can run -------------------------------------------------------------------
@@ -49,16 +51,26 @@ def test_setup_as_root_builds_from_a_python_every_account_can_run(pythons):
     assert choice.python == shared and choice.message.startswith("note: building .venv from /usr/bin/python3.11")
     assert f"({folder} is mode 700)" in choice.message and f"make setup PYTHON={private}" in choice.message
     choice = setup_python.choose(private, explicit=True, euid=0, runnable=others_can, system=shared)
-    assert choice.python == private and choice.message.startswith("warning: ") and "make hub will refuse" in \
-        choice.message and f"rm -rf .venv && make setup PYTHON={shared}" in choice.message
+    assert (
+        choice.python == private
+        and choice.message.startswith("warning: ")
+        and "make hub will refuse" in choice.message
+        and f"rm -rf .venv && make setup PYTHON={shared}" in choice.message
+    )
     choice = setup_python.choose(private, explicit=False, euid=0, runnable=others_can, system="")
-    assert choice.python is None and choice.message.startswith("error: ") and "apt-get install python3.11-venv" \
-        in choice.message and f"make setup PYTHON={private}" in choice.message
+    assert (
+        choice.python is None
+        and choice.message.startswith("error: ")
+        and "apt-get install python3.11-venv" in choice.message
+        and f"make setup PYTHON={private}" in choice.message
+    )
     assert setup_python.choose(private, explicit=False, euid=0, runnable=others_can, system=private).python is None
-    assert setup_python.choose(private, explicit=False, euid=1000, runnable=others_can, system=shared) == \
-        setup_python.Choice(private)
-    assert setup_python.choose(shared, explicit=False, euid=0, runnable=others_can, system=shared) == \
-        setup_python.Choice(shared)
+    assert setup_python.choose(
+        private, explicit=False, euid=1000, runnable=others_can, system=shared
+    ) == setup_python.Choice(private)
+    assert setup_python.choose(
+        shared, explicit=False, euid=0, runnable=others_can, system=shared
+    ) == setup_python.Choice(shared)
 
 
 @ROOT_ONLY
@@ -70,8 +82,13 @@ def test_the_probe_runs_each_python_as_another_account(pythons):
         pytest.fail(f"{shared} is missing or cannot run as nobody: CI's Debian image has it (python3.11-venv)")
     assert not setup_python.runnable_by_others(private)
     script = str(ROOT / "twoprim" / "classroom" / "setup_python.py")
-    run = lambda python: subprocess.run([sys.executable, script, python], capture_output=True, text=True,  # noqa
-                                        timeout=60, env={"PATH": SYSTEM_PATH})
+    run = lambda python: subprocess.run(
+        [sys.executable, script, python],
+        capture_output=True,
+        text=True,  # noqa
+        timeout=60,
+        env={"PATH": SYSTEM_PATH},
+    )
     proc = run(private)
     assert proc.returncode == 0 and proc.stdout == f"{shared}\n" and proc.stderr.startswith("note: "), proc
     proc = run(shared)
@@ -86,13 +103,19 @@ def test_make_setup_asks_the_decision_and_insists_only_on_a_named_python(tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS")}
 
     def recipe(*args, **extra):
-        proc = subprocess.run(["make", "-n", "--always-make", "setup", *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=30, env={**env, **extra})
+        proc = subprocess.run(
+            ["make", "-n", "--always-make", "setup", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**env, **extra},
+        )
         return next(line for line in proc.stdout.splitlines() if "setup_python.py" in line and "py=" in line)
 
-    assert recipe().endswith("setup_python.py python3.11 )\" \\")
-    assert recipe("PYTHON=/opt/py/bin/python3.11").endswith("setup_python.py /opt/py/bin/python3.11 --explicit)\" \\")
-    assert recipe(PYTHON="/opt/py/bin/python3.11").endswith("--explicit)\" \\")
+    assert recipe().endswith('setup_python.py python3.11 )" \\')
+    assert recipe("PYTHON=/opt/py/bin/python3.11").endswith('setup_python.py /opt/py/bin/python3.11 --explicit)" \\')
+    assert recipe(PYTHON="/opt/py/bin/python3.11").endswith('--explicit)" \\')
 
 
 # --- ./course hub --remove-class: the accounts the hub made, and only those ---------------------------------------
@@ -111,8 +134,12 @@ def test_remove_class_removes_the_accounts_the_hub_made_and_no_other(monkeypatch
     try:
         (course / "grader").mkdir(mode=0o700)
         account, _ = hub.ensure_account(made, "student", course=course)
-        subprocess.run(["useradd", "--create-home", "--gid", str(account.pw_gid), "--comment", MARKER["student"],
-                        by_hand], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["useradd", "--create-home", "--gid", str(account.pw_gid), "--comment", MARKER["student"], by_hand],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         record = class_accounts.record_path(course)
         assert record.stat().st_uid == 0 and record.stat().st_mode & 0o777 == 0o600
         assert set(class_accounts.read_record(course)) == {made}
@@ -153,13 +180,29 @@ def test_a_hub_terminal_keeps_the_course_environment_on_path(tmp_path):
     environment's bin/ first again. (tests/test_hub.py runs `course progress` in a real student terminal.)"""
     from twoprim.classroom import hub_config
 
-    plan = hub_config.Plan(course=ROOT, venv=ROOT / ".venv", proxy=Path("/"), exchange=Path("/"), instructor="",
-                           students=(), port=0, hub_port=0, proxy_api_port=0)
+    plan = hub_config.Plan(
+        course=ROOT,
+        venv=ROOT / ".venv",
+        proxy=Path("/"),
+        exchange=Path("/"),
+        instructor="",
+        students=(),
+        port=0,
+        hub_port=0,
+        proxy_api_port=0,
+    )
     server_env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{SYSTEM_PATH}", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
 
     def found(shell: list[str]) -> str:
-        proc = subprocess.run(shell, input="command -v course || echo none\nexit\n", capture_output=True, text=True,
-                              env=server_env, cwd=tmp_path, timeout=30)
+        proc = subprocess.run(
+            shell,
+            input="command -v course || echo none\nexit\n",
+            capture_output=True,
+            text=True,
+            env=server_env,
+            cwd=tmp_path,
+            timeout=30,
+        )
         return proc.stdout.strip().splitlines()[-1]
 
     if not Path("/etc/profile").is_file() or "PATH=" not in Path("/etc/profile").read_text():

@@ -2,6 +2,7 @@
 part; the detector finds lesson 09 as it was at e3f7c9b, renamed and partial copies built here, and leaves alone the
 neighbouring cases a lesson is meant to teach on. About 3 s: every lesson and every solution are fingerprinted once.
 """
+
 from __future__ import annotations
 
 import ast
@@ -65,15 +66,19 @@ def _as_function(name: str, params: str, body: str) -> str:
 # (a) the lessons on disk
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def test_no_lesson_holds_a_graded_answer(graded):
     found = g.giveaways(g.course_cells(), graded)
-    assert not found, "lessons that hold a graded answer (teach on a neighbouring case, or stop a step short):\n" + \
-        "\n".join(f"  {s.describe()}\n" + "".join(f"      {line}\n" for line in s.passages[:8]) for s in found)
+    assert not found, (
+        "lessons that hold a graded answer (teach on a neighbouring case, or stop a step short):\n"
+        + "\n".join(f"  {s.describe()}\n" + "".join(f"      {line}\n" for line in s.passages[:8]) for s in found)
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # (b) lesson 09 as it was: its kernels were ex09's, line for line
 # ------------------------------------------------------------------------------------------------------------------
+
 
 def test_lesson_09_at_e3f7c9b_is_found_with_all_three_kernels(graded):
     """Its kernels were ex09's line for line then; ex09's solutions have grown since (strides of `out`), and the old
@@ -89,8 +94,14 @@ def test_lesson_09_at_e3f7c9b_is_found_with_all_three_kernels(graded):
         assert score.describe().startswith(f"09_triton_gemm@e3f7c9b: ex09_triton {label}: "), score.describe()
     # the fingerprints alone find them: without the `def` lines, no cell defines a function, and each is still most
     # of its answer
-    bodies = [g.Cell("bodies", int(i), textwrap.dedent("\n".join(
-        line for line in code.splitlines() if not line.startswith(("def ", "@"))))) for i, code in old["cells"].items()]
+    bodies = [
+        g.Cell(
+            "bodies",
+            int(i),
+            textwrap.dedent("\n".join(line for line in code.splitlines() if not line.startswith(("def ", "@")))),
+        )
+        for i, code in old["cells"].items()
+    ]
     shares = _scores(bodies, graded)
     for label, cell in kernels.items():
         assert shares[label].giveaway and not shares[label].same_function, shares[label].describe()
@@ -100,13 +111,20 @@ def test_lesson_09_at_e3f7c9b_is_found_with_all_three_kernels(graded):
 # (c) renamed, recommented, reordered and partial copies
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def _moved(code: str, line: str, before: str) -> str:
     """`code` with the statement `line` (and its indented block) moved in front of the line `before`."""
     lines = code.splitlines()
     start = next(i for i, text in enumerate(lines) if text.strip() == line)
     indent = len(lines[start]) - len(lines[start].lstrip())
-    end = next((i for i in range(start + 1, len(lines))
-                if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent), len(lines))
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent
+        ),
+        len(lines),
+    )
     block, rest = lines[start:end], lines[:start] + lines[end:]
     at = next(i for i, text in enumerate(rest) if text.strip() == before)
     moved = rest[:at] + block + rest[at:]
@@ -121,26 +139,50 @@ def _copies(graded) -> dict[str, tuple[str, str]]:
     capture = _solution(graded, "ex06_compile-capture-solution").code
     return {
         "matmul_tiled, renamed and recommented, under another name": (
-            "matmul_tiled", _renamed(_as_function("tile_product", "A, B, tile=64", tiled), "t")
-            + "\nprint(t_tcudorp_elit(A, A.T))\n"),
-        "matmul_tiled's body, renamed, loose in a cell": ("matmul_tiled", "A = np.ones((70, 50))  # (M, K)\n"
-                                                         + _renamed(tiled.replace("return C", "print(C)"), "b")),
+            "matmul_tiled",
+            _renamed(_as_function("tile_product", "A, B, tile=64", tiled), "t") + "\nprint(t_tcudorp_elit(A, A.T))\n",
+        ),
+        "matmul_tiled's body, renamed, loose in a cell": (
+            "matmul_tiled",
+            "A = np.ones((70, 50))  # (M, K)\n" + _renamed(tiled.replace("return C", "print(C)"), "b"),
+        ),
         "mlx_op_counts, renamed and recommented": (
-            "mlx_op_counts", _renamed(_as_function("count_them", "fun, *args", counts), "z")),
+            "mlx_op_counts",
+            _renamed(_as_function("count_them", "fun, *args", counts), "z"),
+        ),
         "mlx_op_counts, renamed and reordered": (
-            "mlx_op_counts", "x = 3\n" + _renamed(_as_function("trace_primitives", "fun, *args", _moved(
-                counts, "counts = Counter()", "mx.export_function(callback, fun, *args)")), "m")),
+            "mlx_op_counts",
+            "x = 3\n"
+            + _renamed(
+                _as_function(
+                    "trace_primitives",
+                    "fun, *args",
+                    _moved(counts, "counts = Counter()", "mx.export_function(callback, fun, *args)"),
+                ),
+                "m",
+            ),
+        ),
         "capture, renamed and reordered": (
-            "capture", _renamed(_as_function("graphs_of", "model, x, level, train=False", _moved(
-                capture, "def dynamo_backend(gm, example_inputs):", "forward, backward = [], []")), "c")),
+            "capture",
+            _renamed(
+                _as_function(
+                    "graphs_of",
+                    "model, x, level, train=False",
+                    _moved(capture, "def dynamo_backend(gm, example_inputs):", "forward, backward = [], []"),
+                ),
+                "c",
+            ),
+        ),
     }
 
 
 @pytest.mark.parametrize("case", sorted(_copies(g.solutions())))
 def test_a_renamed_recommented_or_reordered_copy_is_found(graded, case):
     label, code = _copies(graded)[case]
-    assert "# rewritten in my own words" in code or "#" not in _solution(
-        graded, next(s.grade_id for s in graded if s.label == label)).code
+    assert (
+        "# rewritten in my own words" in code
+        or "#" not in _solution(graded, next(s.grade_id for s in graded if s.label == label)).code
+    )
     cells = _lesson("import numpy as np\nimport torch\n", code)
     scores = g.scores(cells, graded)
     found = {s.solution.label: s for s in scores if s.giveaway}
@@ -154,9 +196,11 @@ def test_partial_copies_are_found(graded):
     loops = [line for line in dots if line.lstrip().startswith(("for ", "C[i, j]"))]
     assert len(loops) == 3 and len(dots) == 6  # most of matmul_dots: its loops and its one dot per element
     capture = _solution(graded, "ex06_compile-capture-solution").code
-    keeping = capture[capture.index("def keeping"):capture.index("def dynamo_backend")]  # no Dynamo backend
-    compiling = "backend = aot_autograd(fw_compiler=keeping(forward), bw_compiler=keeping(backward))\n" + \
-        capture[capture.index("torch._dynamo.reset()"):capture.index("return forward + backward")]
+    keeping = capture[capture.index("def keeping") : capture.index("def dynamo_backend")]  # no Dynamo backend
+    compiling = (
+        "backend = aot_autograd(fw_compiler=keeping(forward), bw_compiler=keeping(backward))\n"
+        + capture[capture.index("torch._dynamo.reset()") : capture.index("return forward + backward")]
+    )
     cells = _lesson(
         "import torch\nA, B = torch.randn(30, 20), torch.randn(20, 10)  # (M, K), (K, N)\nM, N = 30, 10\n"
         "C = torch.zeros(M, N)\n" + _renamed("\n".join(loops), "p") + "\nprint(C.sum())\n",

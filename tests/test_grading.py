@@ -1,6 +1,7 @@
 """Classroom autograde: a synthetic class of correct, blank, wrong and every kind of bad submission is graded in
 parallel; every submission ends graded or failed with a reason; reports are exact; grading is idempotent and never
 touches the submitted files. Also the self-grading command a learner runs on their own notebook."""
+
 from __future__ import annotations
 
 import csv
@@ -27,122 +28,220 @@ from twoprim.config import ROOT
 from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 
 AID = "ex01_dot"
-FAILING_ALL = ", ".join(f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
-                        for h in ("", "-hidden"))
+FAILING_ALL = ", ".join(
+    f"{AID}-{fn}{h}" for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k") for h in ("", "-hidden")
+)
 REWRITTEN_ANSWER = "grade false → true, locked false → true, points absent → 5, solution true → false"
 
 # The outcome of every submission of bad_ex01_class, as an instructor reads it in grader/reports/ex01_dot.csv.
 EXPECTED = {
-    "bad_timestamp": (15, "graded", "timestamp.txt is unreadable ('the day before the deadline, honest'); graded "
-                                    "without a submission time"),
+    "bad_timestamp": (
+        15,
+        "graded",
+        "timestamp.txt is unreadable ('the day before the deadline, honest'); graded without a submission time",
+    ),
     "blank": (0, "graded", f"failing checks: {FAILING_ALL}"),
     "deleted_test_cell": (15, "graded", "restored the deleted cell ex01_dot-dot"),
     "duplicated_test_cell": (15, "graded", "removed a duplicated copy of ex01_dot-dot"),
-    "edited_test_cell": (15, "graded", "restored the assignment's version of ex01_dot-dot, which the submission had "
-                                       "edited"),
+    "edited_test_cell": (
+        15,
+        "graded",
+        "restored the assignment's version of ex01_dot-dot, which the submission had edited",
+    ),
     "extra_files": (15, "graded", "ignored extra files: notes.txt, scratch.ipynb"),
     "many_lines": (15, "graded", "all cells ran"),
     "one_huge_line": (15, "graded", "all cells ran"),
-    "infinite_loop": (13, "graded", "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
-                                    "interrupted; failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden"),
+    "infinite_loop": (
+        13,
+        "graded",
+        "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
+        "interrupted; failing checks: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden",
+    ),
     "limits_probe": (15, "graded", "all cells ran"),
     "markdown_test_cell": (15, "graded", "ex01_dot-top_k-hidden was turned into markdown; restored"),
-    "memory_bomb": (11, "graded", "ex01_dot-top_k-solution (cell 24) ran out of memory (MemoryError: a kernel's "
-                                  "address space is limited to 8 GiB); failing checks: ex01_dot-top_k, "
-                                  "ex01_dot-top_k-hidden; trusted by the instructor despite: ex01_dot-top_k-solution "
-                                  "line 1: 64 * 2 ** 30 (a size of a billion or more: a memory or time bomb)"),
-    "missing_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
-                                      "(found: submission_secret.txt, timestamp.txt); ask the student to submit "
-                                      "ex01_dot.ipynb"),
+    "memory_bomb": (
+        11,
+        "graded",
+        "ex01_dot-top_k-solution (cell 24) ran out of memory (MemoryError: a kernel's "
+        "address space is limited to 8 GiB); failing checks: ex01_dot-top_k, "
+        "ex01_dot-top_k-hidden; trusted by the instructor despite: ex01_dot-top_k-solution "
+        "line 1: 64 * 2 ** 30 (a size of a billion or more: a memory or time bomb)",
+    ),
+    "missing_notebook": (
+        0,
+        "failed",
+        "missing notebook ex01_dot.ipynb in grader/submitted/missing_notebook/ex01_dot/ "
+        "(found: submission_secret.txt, timestamp.txt); ask the student to submit "
+        "ex01_dot.ipynb",
+    ),
     "no_timestamp": (15, "graded", "no timestamp.txt; graded without a submission time"),
-    "not_json": (0, "failed", "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
-                              "truncated or was not saved from Jupyter; ask the student to resubmit"),
+    "not_json": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is not valid JSON (line 1, column 1: Expecting value); the file is "
+        "truncated or was not saved from Jupyter; ask the student to resubmit",
+    ),
     "numpy_py": (15, "graded", "ignored extra files: numpy.py"),
-    "os_exit": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24): the student's code "
-                             "ended the kernel's process (exit status 3, as os._exit(3) does); the cells after it "
-                             "could not run"),
+    "os_exit": (
+        0,
+        "failed",
+        "the kernel died while running ex01_dot-top_k-solution (cell 24): the student's code "
+        "ended the kernel's process (exit status 3, as os._exit(3) does); the cells after it "
+        "could not run",
+    ),
     "perfect": (15, "graded", "all cells ran"),
-    "renamed_grade_id": (15, "graded", "a cell with the unknown grade id 'my_renamed_cell' was graded as the "
-                                       "student's own code; ex01_dot-top_k had lost its nbgrader metadata; "
-                                       "recognised it"),
-    "segfault": (0, "failed", "the kernel died while running ex01_dot-top_k-solution (cell 24): the kernel crashed "
-                              "in the student's code (SIGSEGV, a segmentation fault: memory read or written where "
-                              "there is none, e.g. through ctypes or a library called with bad arguments); the cells "
-                              "after it could not run"),
-    "stripped_metadata": (15, "graded", "24 cells had lost their nbgrader metadata; recognised them by their source "
-                                        "and the functions they define"),
-    "swallows_interrupt": (0, "failed", "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
-                                        "interrupted, and its kernel had not stopped 10 s after the interrupt; the "
-                                        "notebook could not finish"),
+    "renamed_grade_id": (
+        15,
+        "graded",
+        "a cell with the unknown grade id 'my_renamed_cell' was graded as the "
+        "student's own code; ex01_dot-top_k had lost its nbgrader metadata; "
+        "recognised it",
+    ),
+    "segfault": (
+        0,
+        "failed",
+        "the kernel died while running ex01_dot-top_k-solution (cell 24): the kernel crashed "
+        "in the student's code (SIGSEGV, a segmentation fault: memory read or written where "
+        "there is none, e.g. through ctypes or a library called with bad arguments); the cells "
+        "after it could not run",
+    ),
+    "stripped_metadata": (
+        15,
+        "graded",
+        "24 cells had lost their nbgrader metadata; recognised them by their source and the functions they define",
+    ),
+    "swallows_interrupt": (
+        0,
+        "failed",
+        "ex01_dot-dot_loop-solution (cell 4) ran past its time limit of 10 s and was "
+        "interrupted, and its kernel had not stopped 10 s after the interrupt; the "
+        "notebook could not finish",
+    ),
     "torch_py": (15, "graded", "ignored extra files: torch.py"),
     "truncated": (0, "failed", None),  # the JSON error's position depends on the notebook's length
     "warning_in_test": (15, "graded", "all cells ran"),
     "wrong_top_k": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden"),
     # files that are not notebooks, or not files
     "empty": (0, "failed", "ex01_dot.ipynb is empty (0 bytes); ask the student to resubmit"),
-    "binary": (0, "failed", "ex01_dot.ipynb is a binary file (byte 1: 8b 08 00 00, invalid start byte); a notebook "
-                            "saved by Jupyter is UTF-8 JSON; ask the student to resubmit"),
-    "wrong_nbformat": (0, "failed", "ex01_dot.ipynb says it is a notebook of format version 3, but nbformat cannot "
-                                    "read it as one to upgrade it to version 4 (ValidationError: The notebook is "
-                                    "invalid and is missing an expected key: worksheets); ask the student to "
-                                    "resubmit"),
-    "nbformat_v3": (15, "graded", "ex01_dot.ipynb is a notebook of format version 3; upgraded to version 4 to grade "
-                                  "it"),
-    "renamed_notebook": (0, "failed", "missing notebook ex01_dot.ipynb in grader/submitted/renamed_notebook/ex01_dot/ "
-                                      "(found: ex01_dot (1).ipynb, submission_secret.txt, timestamp.txt); ex01_dot "
-                                      "(1).ipynb looks like it, renamed: ask the student to rename it ex01_dot.ipynb "
-                                      "and resubmit"),
-    "folder_in_place": (0, "failed", "ex01_dot.ipynb is a folder in grader/submitted/folder_in_place/ex01_dot/, not a "
-                                     "file: refused, nothing was read through it (grading reads only regular files); "
-                                     "ask the student to submit ex01_dot.ipynb"),
-    "link_to_classmate": (0, "failed", "ex01_dot.ipynb is a symbolic link (to ../../perfect/ex01_dot/ex01_dot.ipynb) "
-                                       "in grader/submitted/link_to_classmate/ex01_dot/, not a file: refused, nothing "
-                                       "was read through it (grading reads only regular files); ask the student to "
-                                       "submit ex01_dot.ipynb"),
-    "link_to_shadow": (0, "failed", "ex01_dot.ipynb is a symbolic link (to /etc/shadow) in grader/submitted/"
-                                    "link_to_shadow/ex01_dot/, not a file: refused, nothing was read through it "
-                                    "(grading reads only regular files); ask the student to submit ex01_dot.ipynb"),
-    "fifo_in_place": (0, "failed", "ex01_dot.ipynb is a named pipe (FIFO) in grader/submitted/fifo_in_place/ex01_dot/, "
-                                   "not a file: refused, nothing was read through it (grading reads only regular "
-                                   "files); ask the student to submit ex01_dot.ipynb"),
+    "binary": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is a binary file (byte 1: 8b 08 00 00, invalid start byte); a notebook "
+        "saved by Jupyter is UTF-8 JSON; ask the student to resubmit",
+    ),
+    "wrong_nbformat": (
+        0,
+        "failed",
+        "ex01_dot.ipynb says it is a notebook of format version 3, but nbformat cannot "
+        "read it as one to upgrade it to version 4 (ValidationError: The notebook is "
+        "invalid and is missing an expected key: worksheets); ask the student to "
+        "resubmit",
+    ),
+    "nbformat_v3": (
+        15,
+        "graded",
+        "ex01_dot.ipynb is a notebook of format version 3; upgraded to version 4 to grade it",
+    ),
+    "renamed_notebook": (
+        0,
+        "failed",
+        "missing notebook ex01_dot.ipynb in grader/submitted/renamed_notebook/ex01_dot/ "
+        "(found: ex01_dot (1).ipynb, submission_secret.txt, timestamp.txt); ex01_dot "
+        "(1).ipynb looks like it, renamed: ask the student to rename it ex01_dot.ipynb "
+        "and resubmit",
+    ),
+    "folder_in_place": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is a folder in grader/submitted/folder_in_place/ex01_dot/, not a "
+        "file: refused, nothing was read through it (grading reads only regular files); "
+        "ask the student to submit ex01_dot.ipynb",
+    ),
+    "link_to_classmate": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is a symbolic link (to ../../perfect/ex01_dot/ex01_dot.ipynb) "
+        "in grader/submitted/link_to_classmate/ex01_dot/, not a file: refused, nothing "
+        "was read through it (grading reads only regular files); ask the student to "
+        "submit ex01_dot.ipynb",
+    ),
+    "link_to_shadow": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is a symbolic link (to /etc/shadow) in grader/submitted/"
+        "link_to_shadow/ex01_dot/, not a file: refused, nothing was read through it "
+        "(grading reads only regular files); ask the student to submit ex01_dot.ipynb",
+    ),
+    "fifo_in_place": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is a named pipe (FIFO) in grader/submitted/fifo_in_place/ex01_dot/, "
+        "not a file: refused, nothing was read through it (grading reads only regular "
+        "files); ask the student to submit ex01_dot.ipynb",
+    ),
     "latin1": (0, "failed", None),  # the byte offset is measured from the file (test below)
-    "utf16": (0, "failed", "ex01_dot.ipynb is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the "
-                           "file was re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON; ask the "
-                           "student to resubmit"),
+    "utf16": (
+        0,
+        "failed",
+        "ex01_dot.ipynb is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the "
+        "file was re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON; ask the "
+        "student to resubmit",
+    ),
     "bom": (15, "graded", "ex01_dot.ipynb starts with a UTF-8 byte-order mark; read without it"),
     "crlf": (15, "graded", "all cells ran"),
     "huge_markdown": (15, "graded", "all cells ran"),
     "thousands_of_cells": (15, "graded", "all cells ran"),
-    "endless_sleep": (13, "graded", "ex01_dot-dot_loop (cell 5), ex01_dot-dot_loop-hidden (cell 6) ran past their time "
-                                    "limit of 10 s and were interrupted; failing checks: ex01_dot-dot_loop, "
-                                    "ex01_dot-dot_loop-hidden"),
-    "process_bomb": (11, "graded", "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
-                                   "despite: ex01_dot-top_k-solution line 1: import subprocess (starts processes)"),
+    "endless_sleep": (
+        13,
+        "graded",
+        "ex01_dot-dot_loop (cell 5), ex01_dot-dot_loop-hidden (cell 6) ran past their time "
+        "limit of 10 s and were interrupted; failing checks: ex01_dot-dot_loop, "
+        "ex01_dot-dot_loop-hidden",
+    ),
+    "process_bomb": (
+        11,
+        "graded",
+        "failing checks: ex01_dot-top_k, ex01_dot-top_k-hidden; trusted by the instructor "
+        "despite: ex01_dot-top_k-solution line 1: import subprocess (starts processes)",
+    ),
     "no_secret": (15, "graded", "all cells ran"),
     "garbage_secret": (15, "graded", "all cells ran"),
     # what a student changed in the notebook's structure, undone: graded by the assignment's cells, said what
-    "answers_marked_graded": (15, "graded", "restored the assignment's nbgrader metadata the submission had changed: "
-                                            + ", ".join(f"ex01_dot-{fn}-solution (grade false → true, points absent → 5)"
-                                                        for fn in ("dot_loop", "dot", "neuron", "cosine_similarity",
-                                                                   "top_k"))),
-    "blank_rewrites_grading": (0, "graded", f"failing checks: {FAILING_ALL}; a cell with the unknown grade id 'bonus' "
-                                            f"was graded as the student's own code; restored the assignment's nbgrader "
-                                            f"metadata the submission had changed: "
-                                            f"ex01_dot-dot_loop-solution ({REWRITTEN_ANSWER}), ex01_dot-dot_loop (points "
-                                            f"1 → 100), ex01_dot-dot_loop-hidden (points 1 → 100), ex01_dot-dot-solution "
-                                            f"({REWRITTEN_ANSWER}), ex01_dot-dot (points 1 → 100), ex01_dot-dot-hidden "
-                                            f"(points 2 → 100) and 9 more; restored the assignment's version of 10 cells "
-                                            f"the submission had edited: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden, "
-                                            f"ex01_dot-dot, ex01_dot-dot-hidden, ex01_dot-neuron, ex01_dot-neuron-hidden "
-                                            f"and 4 more"),
-    "another_assignment": (0, "failed", "ex01_dot.ipynb cannot be graded as ex01_dot: none of the notebook's 34 cells "
-                                        "is one of the assignment's answer or test cells (by grade id, by the test's "
-                                        "code or by the function an answer defines, e.g. ex01_dot-dot_loop-solution); "
-                                        "its grade ids are ex02_gemm-intro, ex02_gemm-setup, "
-                                        "ex02_gemm-matmul_loops-solution, ex02_gemm-matmul_loops, "
-                                        "ex02_gemm-matmul_loops-hidden, ex02_gemm-matmul_loops-hints and 22 more: "
-                                        "another assignment's notebook?; ask the student to submit their ex01_dot "
-                                        "notebook"),
+    "answers_marked_graded": (
+        15,
+        "graded",
+        "restored the assignment's nbgrader metadata the submission had changed: "
+        + ", ".join(
+            f"ex01_dot-{fn}-solution (grade false → true, points absent → 5)"
+            for fn in ("dot_loop", "dot", "neuron", "cosine_similarity", "top_k")
+        ),
+    ),
+    "blank_rewrites_grading": (
+        0,
+        "graded",
+        f"failing checks: {FAILING_ALL}; a cell with the unknown grade id 'bonus' "
+        f"was graded as the student's own code; restored the assignment's nbgrader "
+        f"metadata the submission had changed: "
+        f"ex01_dot-dot_loop-solution ({REWRITTEN_ANSWER}), ex01_dot-dot_loop (points "
+        f"1 → 100), ex01_dot-dot_loop-hidden (points 1 → 100), ex01_dot-dot-solution "
+        f"({REWRITTEN_ANSWER}), ex01_dot-dot (points 1 → 100), ex01_dot-dot-hidden "
+        f"(points 2 → 100) and 9 more; restored the assignment's version of 10 cells "
+        f"the submission had edited: ex01_dot-dot_loop, ex01_dot-dot_loop-hidden, "
+        f"ex01_dot-dot, ex01_dot-dot-hidden, ex01_dot-neuron, ex01_dot-neuron-hidden "
+        f"and 4 more",
+    ),
+    "another_assignment": (
+        0,
+        "failed",
+        "ex01_dot.ipynb cannot be graded as ex01_dot: none of the notebook's 34 cells "
+        "is one of the assignment's answer or test cells (by grade id, by the test's "
+        "code or by the function an answer defines, e.g. ex01_dot-dot_loop-solution); "
+        "its grade ids are ex02_gemm-intro, ex02_gemm-setup, "
+        "ex02_gemm-matmul_loops-solution, ex02_gemm-matmul_loops, "
+        "ex02_gemm-matmul_loops-hidden, ex02_gemm-matmul_loops-hints and 22 more: "
+        "another assignment's notebook?; ask the student to submit their ex01_dot "
+        "notebook",
+    ),
 }
 
 
@@ -153,9 +252,13 @@ def _course(tmp: Path) -> Path:
 def _digest(folder: Path) -> dict[str, str]:
     """Every file's content; a link by where it points, never read through (the battery's links to /etc/shadow
     would change with every account another test makes)."""
-    return {str(p.relative_to(folder)): f"link to {os.readlink(p)}" if p.is_symlink()
-            else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
+    return {
+        str(p.relative_to(folder)): f"link to {os.readlink(p)}"
+        if p.is_symlink()
+        else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
 
 
 def _rows(course: Path) -> dict[str, dict]:
@@ -175,9 +278,16 @@ def bad_class(tmp_path_factory):
     def on_outcome(outcome):
         arrived.append((outcome.student, outcome.student in committed(AID, database_url(course))))
 
-    outcomes = grading.autograde(AID, root=course, workers=2, progress=False,
-                                 trust=["os_exit", "segfault", "memory_bomb", "process_bomb"],
-                                 cell_timeout=10, wall_seconds=60, on_outcome=on_outcome)
+    outcomes = grading.autograde(
+        AID,
+        root=course,
+        workers=2,
+        progress=False,
+        trust=["os_exit", "segfault", "memory_bomb", "process_bomb"],
+        cell_timeout=10,
+        wall_seconds=60,
+        on_outcome=on_outcome,
+    )
     exchange = course / "exchange"
     exchange.mkdir()
     saved = os.environ.get("TWOPRIM_EXCHANGE")
@@ -200,8 +310,9 @@ def test_every_submission_ends_graded_or_failed_with_its_reason(bad_class):
             continue  # its byte offset is measured from the file below
         if reason is None:
             assert row["reason"].startswith("ex01_dot.ipynb is not valid JSON (line "), row["reason"]
-            assert row["reason"].endswith("the file is truncated or was not saved from Jupyter; ask the student to "
-                                          "resubmit")
+            assert row["reason"].endswith(
+                "the file is truncated or was not saved from Jupyter; ask the student to resubmit"
+            )
         else:
             assert row["reason"] == reason, student
     assert len(outcomes) == len(EXPECTED)
@@ -214,7 +325,8 @@ def test_invalid_utf8_is_reported_with_its_byte_offset(bad_class):
         data.decode("utf-8")
     offset = info.value.start
     assert _rows(course)["latin1"]["reason"].startswith(
-        f"ex01_dot.ipynb is not UTF-8 text (byte {offset}: {data[offset:offset + 4].hex(' ')}, invalid "), offset
+        f"ex01_dot.ipynb is not UTF-8 text (byte {offset}: {data[offset : offset + 4].hex(' ')}, invalid "
+    ), offset
 
 
 def test_nothing_is_read_through_a_link_and_every_refusal_names_what_it_found(bad_class):
@@ -231,12 +343,14 @@ def test_nothing_is_read_through_a_link_and_every_refusal_names_what_it_found(ba
 def test_a_cell_that_runs_out_of_time_says_so_in_the_feedback_with_its_number_and_limit(bad_class):
     course, _, _, _, released = bad_class
     nb = nbformat.read(str(course / "grader" / "autograded" / "endless_sleep" / AID / f"{AID}.ipynb"), as_version=4)
-    [(i, cell)] = [(i, c) for i, c in enumerate(nb.cells)
-                   if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-dot_loop"]
+    [(i, cell)] = [
+        (i, c) for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == f"{AID}-dot_loop"
+    ]
     [error] = cell.outputs
     assert error.ename == "CellTimeoutError"
-    assert error.evalue.startswith(f"✘ {AID}-dot_loop: cell {i + 1} ran past its time limit of 10 s and was "
-                                   f"interrupted: an endless loop"), error.evalue
+    assert error.evalue.startswith(
+        f"✘ {AID}-dot_loop: cell {i + 1} ran past its time limit of 10 s and was interrupted: an endless loop"
+    ), error.evalue
     html = (course / "grader" / "feedback" / "endless_sleep" / AID / f"{AID}.html").read_text()
     assert f"cell {i + 1} ran past its time limit of 10 s and was interrupted" in html
     assert "endless_sleep" in released.released
@@ -251,8 +365,10 @@ def test_feedback_is_given_for_every_graded_submission_and_the_others_are_named_
 
     course, _, _, _, released = bad_class
     rows = _rows(course)
-    unmatchable = {"no_secret": "no submission_secret.txt in grader/submitted/no_secret/ex01_dot/",
-                   "garbage_secret": "submission_secret.txt in grader/submitted/garbage_secret/ex01_dot/ is not text"}
+    unmatchable = {
+        "no_secret": "no submission_secret.txt in grader/submitted/no_secret/ex01_dot/",
+        "garbage_secret": "submission_secret.txt in grader/submitted/garbage_secret/ex01_dot/ is not text",
+    }
     graded = {s for s, r in rows.items() if r["status"] == "graded"}
     assert sorted(released.released) == sorted(graded - set(unmatchable))
     assert set(released.generated) == set(unmatchable)
@@ -263,13 +379,17 @@ def test_feedback_is_given_for_every_graded_submission_and_the_others_are_named_
         folder = course / "grader" / "submitted" / student / AID
         arrived = datetime.datetime.fromtimestamp(os.lstat(folder / f"{AID}.ipynb").st_ctime, datetime.timezone.utc)
         stamp = arrived.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-        assert released.notes[student] == (f"its timestamp.txt in grader/submitted/{student}/{AID}/ is missing or "
-                                           f"unreadable: released under the time its notebook reached "
-                                           f"grader/submitted/, {stamp}")
+        assert released.notes[student] == (
+            f"its timestamp.txt in grader/submitted/{student}/{AID}/ is missing or "
+            f"unreadable: released under the time its notebook reached "
+            f"grader/submitted/, {stamp}"
+        )
     assert set(released.notes) == {"no_timestamp", "bad_timestamp"}
     for student in set(rows) - graded:
-        assert released.held[student] == f"{rows[student]['status']} in grading, so there is no feedback to give " \
-                                          f"(the report says why)"
+        assert (
+            released.held[student] == f"{rows[student]['status']} in grading, so there is no feedback to give "
+            f"(the report says why)"
+        )
     assert set(released.held) == set(rows) - graded
     for student in graded:
         assert (course / "grader" / "feedback" / student / AID / f"{AID}.html").is_file(), student
@@ -311,10 +431,14 @@ def test_every_task_is_handed_the_expected_values_the_run_computed_once(bad_clas
     assert here > 0 and {o.expected_given for o in outcomes} == {here}
     assert len({o.worker for o in outcomes}) == 2
 
-@pytest.mark.parametrize("student, kept, cut", [
-    ("many_lines", "\n100\n", "\n99999\n"),       # nbgrader's LimitOutput keeps the beginning
-    ("one_huge_line", "more characters cut by the grader", "x" * 30_000),  # ours cuts one long line
-])
+
+@pytest.mark.parametrize(
+    "student, kept, cut",
+    [
+        ("many_lines", "\n100\n", "\n99999\n"),  # nbgrader's LimitOutput keeps the beginning
+        ("one_huge_line", "more characters cut by the grader", "x" * 30_000),  # ours cuts one long line
+    ],
+)
 def test_huge_output_is_cut_in_the_autograded_notebook(bad_class, student, kept, cut):
     course, _, _, _, _ = bad_class
     path = course / "grader" / "autograded" / student / AID / f"{AID}.ipynb"
@@ -371,8 +495,12 @@ def test_a_correct_notebook_with_large_output_scores_the_same_on_a_loaded_machin
     from twoprim.grading import kernels
 
     course = _course(tmp_path / "course")
-    write(course / "grader" / "submitted", "loud", AID,
-          prepend(AID, f"{AID}-neuron-solution", "for i in range(500_000):\n    print('x' * 99)"))
+    write(
+        course / "grader" / "submitted",
+        "loud",
+        AID,
+        prepend(AID, f"{AID}-neuron-solution", "for i in range(500_000):\n    print('x' * 99)"),
+    )
     kernels.warm_forkserver(None)  # the grader's forkserver (a one-off start, no cell timed) before the load: the
     # busy processes burn CPU only while the submission is graded
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
@@ -414,11 +542,14 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     grading.autograde(AID, root=ours, workers=2, progress=False)
     rows = _rows(ours)
     assert {s: (r["score"], r["seconds_late"], r["late_penalty"]) for s, r in rows.items()} == {
-        "on_time": ("15", "0", "0"), "late": ("0", "1800", "15")}, rows
+        "on_time": ("15", "0", "0"),
+        "late": ("0", "1800", "15"),
+    }, rows
     summary = grading.write_reports(AID, root=ours)
     assert "2 graded, 0 failed; 1 late (scores after the late penalty); mean 7.50" in grading.format_summary(summary)
-    assert course_cli.collected(AID, root=ours) == ("2 submission(s) of ex01_dot in grader/submitted/; due "
-                                                    "2026-12-01 10:00 UTC: 1 late (late 30 min)")
+    assert course_cli.collected(AID, root=ours) == (
+        "2 submission(s) of ex01_dot in grader/submitted/; due 2026-12-01 10:00 UTC: 1 late (late 30 min)"
+    )
 
     assert course_cli.release(AID, root=ours) == datetime.datetime(2026, 12, 1, 10)  # released again: kept
     course_cli.release(AID, root=ours, due="2026-12-01 11:00 UTC")  # the deadline moved after grading
@@ -433,10 +564,12 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     # one student's extension (nbgrader keeps it on a submission row; the course grants it before one exists too)
     assert course_cli.extend(AID, "late", "2026-12-01 12:00 Europe/London", root=ours) == (
         "late may submit ex01_dot until 2026-12-01 12:00 UTC (2 h after its due date, 2026-12-01 10:00 UTC); their "
-        "late penalty follows it from now on")
+        "late penalty follows it from now on"
+    )
     assert _late_and_penalty(ours, "late") == (0, 0)  # at once
     assert course_cli.collected(AID, root=ours).endswith(
-        "due 2026-12-01 10:00 UTC: 0 late; late's extension runs to 2026-12-01 12:00 UTC")
+        "due 2026-12-01 10:00 UTC: 0 late; late's extension runs to 2026-12-01 12:00 UTC"
+    )
     grading.autograde(AID, root=ours, students=["late"], progress=False)  # graded again: merged with it
     assert _late_and_penalty(ours, "late") == (0, 0) and _rows(ours)["late"]["score"] == "15"
     with pytest.raises(SystemExit, match=r"2026-12-01 09:00 UTC is not after ex01_dot's due date, 2026-12-01 10:00"):
@@ -455,7 +588,8 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     with Gradebook(database_url(ours), grading.COURSE_ID) as gb:  # the due date edited in the formgrader
         gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 9))
     assert course_cli.collect(AID, root=ours).splitlines()[-1] == (
-        "2 submission(s) of ex01_dot in grader/submitted/; due 2026-12-01 09:00 UTC: 1 late (late 1 h 30 min)")
+        "2 submission(s) of ex01_dot in grader/submitted/; due 2026-12-01 09:00 UTC: 1 late (late 1 h 30 min)"
+    )
     assert deadlines.read(tmp_path / "exchange") == {AID: datetime.datetime(2026, 12, 1, 9)}  # students see it too
 
 
@@ -499,8 +633,12 @@ def test_selfgrade_gives_the_instructors_score_and_feedback_without_hidden_sourc
     assert "BEGIN HIDDEN TESTS" not in html and "seed=201" not in html
     assert f"{AID}: {int(score)} / 15 points, hidden checks included" in result.describe()
     saved = json.loads((course / "grader" / "selfgrade" / f"{AID}.json").read_text())
-    assert (saved["status"], saved["score"], saved["max_score"], saved["notebook"]) == ("graded", score, 15.0,
-                                                                                       str(notebook))
+    assert (saved["status"], saved["score"], saved["max_score"], saved["notebook"]) == (
+        "graded",
+        score,
+        15.0,
+        str(notebook),
+    )
     assert sum(saved["tests"].values()) == score and len(saved["tests"]) == 10
 
 
@@ -509,8 +647,11 @@ def test_selfgrade_without_the_hidden_checks_says_to_submit_instead(tmp_path):
     course = _course(tmp_path / "course")
     assert grading.require_hidden_checks("ex99_typo", root=course) is None  # a typo: the command names the known ones
     shutil.rmtree(course / "solutions")
-    with pytest.raises(SystemExit, match=rf"self-grading runs the hidden checks in .*{AID}.ipynb, and this copy of "
-                                         rf"the course has none .* Submit {AID} instead"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"self-grading runs the hidden checks in .*{AID}.ipynb, and this copy of "
+        rf"the course has none .* Submit {AID} instead",
+    ):
         grading.selfgrade(AID, root=course)
     assert not (course / "grader" / "selfgrade").exists()
 
@@ -526,8 +667,10 @@ def test_only_throw_away_gradebooks_are_written_without_syncing_to_disk(tmp_path
         engine = create_engine(f"sqlite:///{db}")
         try:
             with engine.connect() as conn:
-                return (conn.execute(text("PRAGMA synchronous")).scalar(),
-                        conn.execute(text("PRAGMA journal_mode")).scalar())
+                return (
+                    conn.execute(text("PRAGMA synchronous")).scalar(),
+                    conn.execute(text("PRAGMA journal_mode")).scalar(),
+                )
         finally:
             engine.dispose()
 
@@ -585,14 +728,25 @@ def test_a_fault_of_the_grader_is_retried_then_recorded_not_graded_never_a_zero(
         student = task["student"]
         calls[student] = calls.get(student, 0) + 1
         if student in still_broken or (student == "flaky" and calls[student] == 1):
-            return grading.Outcome(student, status=grading.NOT_GRADED,
-                                   reason="the grader itself failed: MemoryError: ")
-        return grading.Outcome(student, status="graded", reason="all cells ran", score=15.0, max_score=15.0,
-                               autograded={f"{AID}.ipynb": f"graded {student}".encode()})
+            return grading.Outcome(student, status=grading.NOT_GRADED, reason="the grader itself failed: MemoryError: ")
+        return grading.Outcome(
+            student,
+            status="graded",
+            reason="all cells ran",
+            score=15.0,
+            max_score=15.0,
+            autograded={f"{AID}.ipynb": f"graded {student}".encode()},
+        )
 
     monkeypatch.setattr(cluster, "grade_task", task)
-    earlier = grading.Outcome("broken", status="graded", reason="all cells ran", score=15.0, max_score=15.0,
-                              autograded={f"{AID}.ipynb": b"the earlier autograded notebook"})
+    earlier = grading.Outcome(
+        "broken",
+        status="graded",
+        reason="all cells ran",
+        score=15.0,
+        max_score=15.0,
+        autograded={f"{AID}.ipynb": b"the earlier autograded notebook"},
+    )
     grading.init_db(url)
     grading.released_notebooks(AID, course, url)  # the assignment in the gradebook, as a first autograde leaves it
     grading.merge(AID, earlier, course, url, digest_of="an earlier submission")
@@ -604,8 +758,9 @@ def test_a_fault_of_the_grader_is_retried_then_recorded_not_graded_never_a_zero(
     assert "run the same command again, without --force, to grade them" in printed
     assert set(not_graded(AID, url)) == {"broken"}
     assert committed(AID, url)["broken"] == "an earlier submission", "the earlier grade's row is kept"
-    assert (course / "grader" / "autograded" / "broken" / AID / f"{AID}.ipynb").read_bytes() == \
-        b"the earlier autograded notebook"
+    assert (
+        course / "grader" / "autograded" / "broken" / AID / f"{AID}.ipynb"
+    ).read_bytes() == b"the earlier autograded notebook"
     row = _rows(course)["broken"]
     assert row["status"] == "not graded" and row["reason"].startswith("the grader itself failed: MemoryError")
     assert "the score is the earlier grade's, kept" in row["reason"]
@@ -660,7 +815,8 @@ GRADER_PROCESSES = {  # what the test kills, found among this process's descenda
 
 @pytest.mark.parametrize("process", sorted(GRADER_PROCESSES))
 def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_and_a_rerun_grades_them(
-        tmp_path, monkeypatch, capsys, process):
+    tmp_path, monkeypatch, capsys, process
+):
     """A process of the grader's between `./course autograde` and the student's kernel (the forkserver, its sandbox,
     the kernel's launcher) killed with SIGKILL while an honest student's answer cell runs: not graded, named, the
     command exits 1, no grade written; the same command run again grades it 15/15. The kill comes on every try
@@ -674,7 +830,9 @@ def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_an
     from twoprim.grading.gradebook import not_graded
 
     course = _course(tmp_path / "course")
-    write(course / "grader" / "submitted", "ann", AID, prepend(AID, f"{AID}-dot-solution", "import time\ntime.sleep(4)"))
+    write(
+        course / "grader" / "submitted", "ann", AID, prepend(AID, f"{AID}-dot-solution", "import time\ntime.sleep(4)")
+    )
     monkeypatch.setattr(cluster, "MAX_ATTEMPTS", 1)
     killed, stop = [], threading.Event()
 
@@ -708,11 +866,15 @@ def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_an
     assert "  NOT GRADED ann: " in printed, printed
     url = database_url(course)
     reason = not_graded(AID, url)["ann"]["reason"]
-    why = ("the kernel's launcher (a grader process) was killed, taking the kernel with it" if process == "launcher"
-           else "the grading forkserver died under the kernel (")  # (its connection closed, or how the read failed)
+    why = (
+        "the kernel's launcher (a grader process) was killed, taking the kernel with it"
+        if process == "launcher"
+        else "the grading forkserver died under the kernel ("
+    )  # (its connection closed, or how the read failed)
     assert reason.startswith(why) and reason.endswith(
         f", while the kernel ran {AID}-dot-solution (cell 9); not counted against the student; the grader's log and "
-        f"traceback: grader/reports/{AID}-not-graded/ann.log"), reason
+        f"traceback: grader/reports/{AID}-not-graded/ann.log"
+    ), reason
     assert "ann" not in committed(AID, url) and _rows(course)["ann"]["status"] == "not graded"
     assert (course / "grader" / "reports" / f"{AID}-not-graded" / "ann.log").is_file()
 
@@ -726,36 +888,69 @@ def _exit(code: int, **usage) -> list[dict]:
     return [{"launcher": 10}, {"kernel": 11}, {"exit": code, "cpu_s": 1.0, "maxrss": 2**29, "oom_kills": 0, **usage}]
 
 
-@pytest.mark.parametrize("records, whose, words", [
-    (_exit(3), "student", "the student's code ended the kernel's process (exit status 3, as os._exit(3) does)"),
-    (_exit(-11), "student", "the kernel crashed in the student's code (SIGSEGV, a segmentation fault"),
-    (_exit(-6), "student", "the kernel crashed in the student's code (SIGABRT, aborted by its code or a library it "
-                           "called, e.g. on an allocation that failed under the address-space limit of 8 GiB)"),
-    (_exit(-9, oom_kills=1, maxrss=6 * 2**30), "grader", "the machine ran out of memory and its out-of-memory killer "
-                                                         "stopped the kernel (it held 6.0 GiB at its peak, within its "
-                                                         "own limit of 8 GiB)"),
-    (_exit(-9, cpu_s=600.2), "student", "the kernel used up its CPU limit of 600 s (SIGKILL)"),
-    (_exit(-24), "student", "the kernel used up its CPU limit of 600 s (SIGXCPU)"),
-    (_exit(-25), "student", "the student's code wrote a file past the limit of 256 MiB (SIGXFSZ)"),
-    (_exit(-9), "grader", "the kernel was killed by SIGKILL from outside, not by one of its limits or the "
-                          "out-of-memory killer (the grader cannot tell who sent it)"),
-    (_exit(-15), "grader", "the kernel was killed by SIGTERM from outside"),
-    ([{"launcher": 10}, {"kernel": 11}, {"lost": "the grading forkserver died under the kernel (its connection "
-                                                 "closed)"}], "grader", "the grading forkserver died under the kernel"),
-    ([{"launcher": 10}, {"kernel": 11}], "grader", "the kernel's launcher (a grader process) was killed, taking the "
-                                                   "kernel with it"),
-    ([{"launcher": 10}], "grader", "the kernel's launcher (a grader process) died before the kernel started"),
-    ([], "grader", "the kernel's launcher (a grader process) died before it could start the kernel"),
-    (_exit(0) + [{"launcher": 12}, {"kernel": 13}], "grader", "the kernel's launcher"),  # the second notebook's kernel
-])
+@pytest.mark.parametrize(
+    "records, whose, words",
+    [
+        (_exit(3), "student", "the student's code ended the kernel's process (exit status 3, as os._exit(3) does)"),
+        (_exit(-11), "student", "the kernel crashed in the student's code (SIGSEGV, a segmentation fault"),
+        (
+            _exit(-6),
+            "student",
+            "the kernel crashed in the student's code (SIGABRT, aborted by its code or a library it "
+            "called, e.g. on an allocation that failed under the address-space limit of 8 GiB)",
+        ),
+        (
+            _exit(-9, oom_kills=1, maxrss=6 * 2**30),
+            "grader",
+            "the machine ran out of memory and its out-of-memory killer "
+            "stopped the kernel (it held 6.0 GiB at its peak, within its "
+            "own limit of 8 GiB)",
+        ),
+        (_exit(-9, cpu_s=600.2), "student", "the kernel used up its CPU limit of 600 s (SIGKILL)"),
+        (_exit(-24), "student", "the kernel used up its CPU limit of 600 s (SIGXCPU)"),
+        (_exit(-25), "student", "the student's code wrote a file past the limit of 256 MiB (SIGXFSZ)"),
+        (
+            _exit(-9),
+            "grader",
+            "the kernel was killed by SIGKILL from outside, not by one of its limits or the "
+            "out-of-memory killer (the grader cannot tell who sent it)",
+        ),
+        (_exit(-15), "grader", "the kernel was killed by SIGTERM from outside"),
+        (
+            [
+                {"launcher": 10},
+                {"kernel": 11},
+                {"lost": "the grading forkserver died under the kernel (its connection closed)"},
+            ],
+            "grader",
+            "the grading forkserver died under the kernel",
+        ),
+        (
+            [{"launcher": 10}, {"kernel": 11}],
+            "grader",
+            "the kernel's launcher (a grader process) was killed, taking the kernel with it",
+        ),
+        ([{"launcher": 10}], "grader", "the kernel's launcher (a grader process) died before the kernel started"),
+        ([], "grader", "the kernel's launcher (a grader process) died before it could start the kernel"),
+        (
+            _exit(0) + [{"launcher": 12}, {"kernel": 13}],
+            "grader",
+            "the kernel's launcher",
+        ),  # the second notebook's kernel
+    ],
+)
 def test_whose_a_dead_kernel_is_follows_what_the_forkserver_reported(records, whose, words):
     """A kernel that died in a cell is the student's only when the forkserver, alive, reported its end and that end
     is the student's code's doing; nothing reported, or a signal with nothing of the student's behind it, is the
     grader's (`forkserver.kernel_death`, from what the launcher noted)."""
     from twoprim.grading import forkserver, sandbox
 
-    got = forkserver.kernel_death(records, cpu_limit=sandbox.CPU_LIMIT_SECONDS, memory_limit=sandbox.MEMORY_LIMIT_BYTES,
-                                  file_limit=sandbox.FILE_SIZE_LIMIT_BYTES)
+    got = forkserver.kernel_death(
+        records,
+        cpu_limit=sandbox.CPU_LIMIT_SECONDS,
+        memory_limit=sandbox.MEMORY_LIMIT_BYTES,
+        file_limit=sandbox.FILE_SIZE_LIMIT_BYTES,
+    )
     assert got[0] == whose and got[1].startswith(words), got
 
 
@@ -766,13 +961,18 @@ def test_a_kernel_that_never_answered_is_never_the_students():
     log = "[ERROR] Kernel died before replying to kernel_info\nRuntimeError: Kernel died before replying to kernel_info"
     out = _not_finished(grading.Outcome("ann"), log, 1, None, 60, ("grader", "the grading forkserver went away"))
     assert out.status == grading.NOT_GRADED and out.log == log
-    assert out.reason == ("the kernel did not start: it died or stayed silent before any cell ran, so none of the "
-                          "student's code had run (the grading forkserver went away)")
+    assert out.reason == (
+        "the kernel did not start: it died or stayed silent before any cell ran, so none of the "
+        "student's code had run (the grading forkserver went away)"
+    )
 
 
 def _nbgrader_cells(nb) -> dict[str, tuple]:
-    return {c.metadata["nbgrader"]["grade_id"]: (c.cell_type, c.metadata["nbgrader"], c.source)
-            for c in nb.cells if "nbgrader" in c.metadata}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: (c.cell_type, c.metadata["nbgrader"], c.source)
+        for c in nb.cells
+        if "nbgrader" in c.metadata
+    }
 
 
 def test_every_cell_of_the_assignment_gets_the_releases_metadata_and_its_tests_their_code_back():
@@ -783,8 +983,9 @@ def test_every_cell_of_the_assignment_gets_the_releases_metadata_and_its_tests_t
 
     release = student_version(AID)
     nb = answered(AID)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")
+    }
     nb.cells[cell_index(nb, f"{AID}-dot-solution")].metadata["nbgrader"].update(grade=True, points=5, locked=True)
     test = nb.cells[cell_index(nb, f"{AID}-dot")]
     test.metadata["nbgrader"]["points"] = 100
@@ -795,15 +996,17 @@ def test_every_cell_of_the_assignment_gets_the_releases_metadata_and_its_tests_t
     cells, ours = _nbgrader_cells(repaired), _nbgrader_cells(release)
     assert {g: c[:2] for g, c in cells.items()} == {g: c[:2] for g, c in ours.items()}, "every cell's type and metadata"
     assert {g: c[2] for g, c in cells.items() if g in answers} == answers, "the student's answers kept"
-    assert {g: c[2] for g, c in cells.items() if g not in answers} == {g: c[2] for g, c in ours.items()
-                                                                       if g not in answers}
+    assert {g: c[2] for g, c in cells.items() if g not in answers} == {
+        g: c[2] for g, c in ours.items() if g not in answers
+    }
     assert "nbgrader" not in repaired.cells[-1].metadata and repaired.cells[-1].source == "x = 1"
     assert notes == [
         "1 cell(s) had nbgrader metadata without a grade id (not the assignment's); they ran as the student's own code",
         "restored the assignment's nbgrader metadata the submission had changed: ex01_dot-dot-solution (grade false "
         "→ true, locked false → true, points absent → 5), ex01_dot-dot (points 1 → 100), ex01_dot-top_k-hidden "
         "(checksum, solution false → true)",
-        "restored the assignment's version of ex01_dot-dot, which the submission had edited"]
+        "restored the assignment's version of ex01_dot-dot, which the submission had edited",
+    ]
     assert realign(answered(AID), release) == (answered(AID), []), "an honest submission is left as it is"
 
 
@@ -811,9 +1014,12 @@ def test_only_a_notebook_with_nothing_of_the_assignment_is_refused():
     from twoprim.grading.realign import NotTheAssignment, realign
 
     release = student_version(AID)
-    with pytest.raises(NotTheAssignment, match=r"none of the notebook's 34 cells is one of the assignment's answer or "
-                                               r"test cells .* its grade ids are ex02_gemm-intro, .*another "
-                                               r"assignment's notebook\?"):
+    with pytest.raises(
+        NotTheAssignment,
+        match=r"none of the notebook's 34 cells is one of the assignment's answer or "
+        r"test cells .* its grade ids are ex02_gemm-intro, .*another "
+        r"assignment's notebook\?",
+    ):
         realign(student_version("ex02_gemm"), release)
     with pytest.raises(NotTheAssignment, match="the notebook has no cells"):
         realign(nbformat.v4.new_notebook(), release)

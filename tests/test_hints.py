@@ -1,6 +1,7 @@
 """Self-paced help: two or three hints per graded function, none of them solution code, revealed one at a time (a
 button, or `hint()`), counted in the progress state without touching grades; and a further-reading section at the
 end of every lesson."""
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,14 @@ def _gid(cell) -> str:
 
 def graded_functions() -> set[str]:
     """Grade ids of every visible check `<aid>-<fn>` in solutions/."""
-    return {_gid(c) for aid in assignments() for c in _solution(aid).cells
-            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
-            and not _gid(c).endswith("-hidden")}
+    return {
+        _gid(c)
+        for aid in assignments()
+        for c in _solution(aid).cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+        and not c.metadata["nbgrader"].get("solution")
+        and not _gid(c).endswith("-hidden")
+    }
 
 
 def solution_lines() -> set[str]:
@@ -72,7 +78,9 @@ def test_no_hint_contains_a_solution_line():
 
 def test_hint_reveals_the_next_one_and_counts_it(tmp_path, capsys):
     hint("matmul_tiled", root=tmp_path)
-    assert capsys.readouterr().out.startswith(f"Hint 1 of 3 for ex02_gemm-matmul_tiled: {HINTS['ex02_gemm-matmul_tiled'][0]}")
+    assert capsys.readouterr().out.startswith(
+        f"Hint 1 of 3 for ex02_gemm-matmul_tiled: {HINTS['ex02_gemm-matmul_tiled'][0]}"
+    )
     hint("ex02_gemm-matmul_tiled", root=tmp_path)
     assert capsys.readouterr().out.startswith("Hint 2 of 3")
     hint("matmul_tiled", 1, root=tmp_path)
@@ -116,8 +124,11 @@ def test_each_graded_function_has_an_ungraded_locked_hint_cell():
 @pytest.mark.parametrize("path", lessons(), ids=lambda p: p.name)
 def test_lesson_ends_with_annotated_further_reading(path):
     nb = nbformat.read(str(path), as_version=4)
-    found = [c.source for c in nb.cells if c.cell_type == "markdown" and re.search(r"^## Further reading\s*$",
-                                                                                    c.source, flags=re.M)]
+    found = [
+        c.source
+        for c in nb.cells
+        if c.cell_type == "markdown" and re.search(r"^## Further reading\s*$", c.source, flags=re.M)
+    ]
     assert found, f"{path.name} has no '## Further reading' section"
     body = re.split(r"^#", re.split(r"^## Further reading\s*$", found[0], flags=re.M)[1], flags=re.M)[0]
     entries = [" ".join(e.split()) for e in re.split(r"^- ", body, flags=re.M)[1:]]
@@ -126,6 +137,7 @@ def test_lesson_ends_with_annotated_further_reading(path):
         cited = re.match(r"(.*?[*\"\[`].*?): (.*)$", entry)
         assert cited and len(cited.group(2).split()) >= 5, (
             f"{path.name}: each entry names a source (title in *italics*, quotes, a link or code) and says in a "
-            f"line why to read it: {entry[:80]!r}")
-    later = nb.cells[[c.source for c in nb.cells].index(found[0]) + 1:]
+            f"line why to read it: {entry[:80]!r}"
+        )
+    later = nb.cells[[c.source for c in nb.cells].index(found[0]) + 1 :]
     assert all(c.cell_type == "markdown" for c in later), f"{path.name}: further reading comes at the end"

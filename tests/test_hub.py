@@ -20,6 +20,7 @@ $TWOPRIM_ARTIFACTS/hub (default .artifacts/hub/).
 Creating accounts needs root (CI runs as root). As another user the test checks the not-root error and says that
 the rest needs root.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,19 +55,24 @@ pytestmark = [pytest.mark.servers, pytest.mark.timeout(600)]
 
 AID = "ex01_dot"
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts") / "hub"
-START_S = 150      # accounts, the environment probe, JupyterHub and its proxy, on 2 busy cores
+START_S = 150  # accounts, the environment probe, JupyterHub and its proxy, on 2 busy cores
 STOP_S = 60
-RIGHT_DOT = ('def dot(x, w):\n    """x·w = Σᵢ xᵢ wᵢ as one element-wise product and one sum."""\n'
-             '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
-             '    return (x * w).sum()  # (n,) * (n,) -> (n,) -> ()\n')
-WRONG_DOT = ('def dot(x, w):\n    """x·w, summing each vector first (a slip: Σx·Σw is not Σ xᵢwᵢ)."""\n'
-             '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
-             '    return x.sum() * w.sum()  # () * () -> ()\n')
+RIGHT_DOT = (
+    'def dot(x, w):\n    """x·w = Σᵢ xᵢ wᵢ as one element-wise product and one sum."""\n'
+    '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
+    "    return (x * w).sum()  # (n,) * (n,) -> (n,) -> ()\n"
+)
+WRONG_DOT = (
+    'def dot(x, w):\n    """x·w, summing each vector first (a slip: Σx·Σw is not Σ xᵢwᵢ)."""\n'
+    '    guards.same_length("dot", x=x, w=w)  # x: (n,), w: (n,)\n'
+    "    return x.sum() * w.sum()  # () * () -> ()\n"
+)
 # the wrong student's cosine_similarity forgets the norms: Validate must show the check's verdict, not a stack
 WRONG_COSINE = solution_code(AID)[f"{AID}-cosine_similarity-solution"].replace(
-    "return dots / norms.clamp_min(1e-8)", "return dots  # forgot to divide by the norms")
+    "return dots / norms.clamp_min(1e-8)", "return dots  # forgot to divide by the norms"
+)
 assert "forgot to divide" in WRONG_COSINE, "the solution's cosine_similarity changed: update WRONG_COSINE"
-ISOLATION_CELL = '''import json, os, shutil
+ISOLATION_CELL = """import json, os, shutil
 from twoprim import hints, progress, state
 hints.hint("dot")  # recorded in the student's own workspace
 notes = []
@@ -82,15 +88,18 @@ print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(s
                                  "submitted": sorted(room.submitted) if room else notes,
                                  "due": {a: f"{d:%%Y-%%m-%%d %%H:%%M}" for a, d in room.due.items()} if room else notes,
                                  "course": shutil.which("course")}))
-'''
+"""
 
 
 def _points(aid: str, function: str) -> float:
     """The visible and hidden points of `function`, from the solution notebook's metadata."""
     nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
     ids = {f"{aid}-{function}", f"{aid}-{function}-hidden"}
-    return sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
-               if c.metadata.get("nbgrader", {}).get("grade_id") in ids)
+    return sum(
+        c.metadata["nbgrader"].get("points", 0)
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") in ids
+    )
 
 
 def _digest(folder: Path) -> str:
@@ -122,8 +131,9 @@ def _course(clone: Path, *args: str, user: pwd.struct_passwd | None = None, time
     if user:
         env.update(USER=user.pw_name, LOGNAME=user.pw_name)
     ids = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
-    return subprocess.run([str(clone / "course"), *args], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=timeout, **ids)
+    return subprocess.run(
+        [str(clone / "course"), *args], cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, **ids
+    )
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +164,9 @@ def _refused(clone, args: list[str], expected: str, *, user=None, names: tuple[s
     proc = _course(course, "hub", *args, user=user, timeout=120)
     output = (proc.stdout + proc.stderr).strip()
     assert proc.returncode != 0, f"./course hub {' '.join(args)} started:\n{output}"
-    assert len(output.splitlines()) == 1 and output.startswith("error: "), \
+    assert len(output.splitlines()) == 1 and output.startswith("error: "), (
         f"not one line starting with 'error:':\n{output}"
+    )
     assert expected in output, output
     assert "Traceback" not in output
     assert _digest(course / "grader") == before, f"grader/ changed although ./course hub refused: {output}"
@@ -174,28 +185,44 @@ def _names(n: int) -> list[str]:
 def test_not_root_is_refused(clone):
     """Accounts need root: as anyone else, one line saying to use sudo."""
     if os.geteuid() != 0:
-        proc = subprocess.run([str(ROOT / "course"), "hub", "--students", "alice,bob"], capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [str(ROOT / "course"), "hub", "--students", "alice,bob"], capture_output=True, text=True, timeout=120
+        )
         out = (proc.stdout + proc.stderr).strip()
         assert proc.returncode != 0 and out.startswith("error: ") and "needs root: sudo" in out, out
-        pytest.skip("checked the not-root error; the rest of the classroom test creates Unix accounts, which "
-                    "needs root (CI runs as root)")
+        pytest.skip(
+            "checked the not-root error; the rest of the classroom test creates Unix accounts, which "
+            "needs root (CI runs as root)"
+        )
     names = _names(2)
-    _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())], "needs root: sudo",
-             user=pwd.getpwnam("nobody"), names=tuple(names))
+    _refused(
+        clone,
+        ["--students", ",".join(names), "--port", str(_free_port())],
+        "needs root: sudo",
+        user=pwd.getpwnam("nobody"),
+        names=tuple(names),
+    )
 
 
-@pytest.mark.parametrize("students, expected, advice", [
-    ("root", "'root' is an existing account that the course did not create", "name the student differently"),
-    ("www-data", "'www-data' is an existing account that the course did not create", "name the student differently"),
-    ("Alice Smith", "'Alice Smith' is not a valid Unix user name", "correct it in --students"),
-])
+@pytest.mark.parametrize(
+    "students, expected, advice",
+    [
+        ("root", "'root' is an existing account that the course did not create", "name the student differently"),
+        (
+            "www-data",
+            "'www-data' is an existing account that the course did not create",
+            "name the student differently",
+        ),
+        ("Alice Smith", "'Alice Smith' is not a valid Unix user name", "correct it in --students"),
+    ],
+)
 def test_unknown_or_invalid_student_is_refused(clone, students, expected, advice):
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     names = _names(1)
-    output = _refused(clone, ["--students", f"{names[0]},{students}", "--port", str(_free_port())], expected,
-                      names=tuple(names))
+    output = _refused(
+        clone, ["--students", f"{names[0]},{students}", "--port", str(_free_port())], expected, names=tuple(names)
+    )
     assert advice in output, output
 
 
@@ -217,8 +244,12 @@ def test_port_in_use_is_refused(clone):
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         port = blocker.getsockname()[1]
-        out = _refused(clone, ["--students", ",".join(names), "--port", str(port)], f"port {port} on 127.0.0.1 is "
-                       f"already in use", names=tuple(names))
+        out = _refused(
+            clone,
+            ["--students", ",".join(names), "--port", str(port)],
+            f"port {port} on 127.0.0.1 is already in use",
+            names=tuple(names),
+        )
     assert f"--port {port + 1}" in out
 
 
@@ -229,8 +260,12 @@ def test_missing_proxy_is_refused(clone):
     modules = clone["course"] / "node_modules"
     modules.rename(modules.with_name("node_modules.off"))
     try:
-        _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())],
-                 "configurable-http-proxy, is not installed", names=tuple(names))
+        _refused(
+            clone,
+            ["--students", ",".join(names), "--port", str(_free_port())],
+            "configurable-http-proxy, is not installed",
+            names=tuple(names),
+        )
     finally:
         modules.with_name("node_modules.off").rename(modules)
 
@@ -246,8 +281,12 @@ def test_environment_other_accounts_cannot_run_is_refused(clone):
         (private / "python3.11").symlink_to(clone["python"])
     point_venv_at(clone["venv"], str(private / "python3.11"))
     try:
-        out = _refused(clone, ["--students", ",".join(names), "--port", str(_free_port())],
-                       "other accounts cannot run the course environment's Python", names=tuple(names))
+        out = _refused(
+            clone,
+            ["--students", ",".join(names), "--port", str(_free_port())],
+            "other accounts cannot run the course environment's Python",
+            names=tuple(names),
+        )
         assert f"rm -rf {clone['venv']} && make -C {clone['course']} hub PYTHON=" in out, out
     finally:
         point_venv_at(clone["venv"], clone["python"])
@@ -277,8 +316,11 @@ def _certificate(folder: Path, names: list[str], *, days: int = 30) -> dict:
     for role, data in issued.items():
         paths[role].write_bytes(data)
     paths["key"].chmod(0o600)
-    spki = x509.load_pem_x509_certificate(issued["cert"]).public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    spki = (
+        x509.load_pem_x509_certificate(issued["cert"])
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return {**paths, "spki": base64.b64encode(hashlib.sha256(spki).digest()).decode()}
 
 
@@ -291,27 +333,52 @@ def test_a_public_hub_without_tls_or_with_the_wrong_certificate_is_refused(clone
     only_host = _certificate(clone["base"] / "tls-no-wildcard", [PUBLIC_HOST])
     expired = _certificate(clone["base"] / "tls-expired", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"], days=-1)
     tls = ["--ssl-cert", str(right["cert"]), "--ssl-key", str(right["key"])]
-    out = _refused(clone, [*base, "--ip", "0.0.0.0"], "--ip 0.0.0.0 would serve passwords and students' work to "
-                   "the network in clear", names=tuple(names))
+    out = _refused(
+        clone,
+        [*base, "--ip", "0.0.0.0"],
+        "--ip 0.0.0.0 would serve passwords and students' work to the network in clear",
+        names=tuple(names),
+    )
     assert "add --public HOST with --ssl-cert and --ssl-key" in out
-    _refused(clone, [*base, *tls], "--ssl-cert and --ssl-key serve the class on the network: add --public HOST",
-             names=tuple(names))
-    out = _refused(clone, [*base, "--public", PUBLIC_HOST], f"--public {PUBLIC_HOST} serves passwords and students' "
-                   f"work over the network, so only over TLS", names=tuple(names))
+    _refused(
+        clone,
+        [*base, *tls],
+        "--ssl-cert and --ssl-key serve the class on the network: add --public HOST",
+        names=tuple(names),
+    )
+    out = _refused(
+        clone,
+        [*base, "--public", PUBLIC_HOST],
+        f"--public {PUBLIC_HOST} serves passwords and students' work over the network, so only over TLS",
+        names=tuple(names),
+    )
     assert f"a certificate for {PUBLIC_HOST} and *.{PUBLIC_HOST}" in out
-    _refused(clone, [*base, "--public", "10.0.0.5", *tls], "--public '10.0.0.5' is not a host name",
-             names=tuple(names))
-    out = _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(only_host["cert"]), "--ssl-key",
-                           str(only_host["key"])], f"is for {PUBLIC_HOST}, not for alice.{PUBLIC_HOST}",
-                   names=tuple(names))
+    _refused(clone, [*base, "--public", "10.0.0.5", *tls], "--public '10.0.0.5' is not a host name", names=tuple(names))
+    out = _refused(
+        clone,
+        [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(only_host["cert"]), "--ssl-key", str(only_host["key"])],
+        f"is for {PUBLIC_HOST}, not for alice.{PUBLIC_HOST}",
+        names=tuple(names),
+    )
     assert f"the certificate must name {PUBLIC_HOST} and *.{PUBLIC_HOST}" in out
-    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(right["cert"]), "--ssl-key",
-                     str(only_host["key"])], f"--ssl-key {only_host['key']} is not the private key of --ssl-cert",
-             names=tuple(names))
-    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(expired["cert"]), "--ssl-key",
-                     str(expired["key"])], "not now: renew it", names=tuple(names))
-    _refused(clone, [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(clone["base"] / "none.pem"), "--ssl-key",
-                     str(right["key"])], f"--ssl-cert {clone['base'] / 'none.pem'} is not a file", names=tuple(names))
+    _refused(
+        clone,
+        [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(right["cert"]), "--ssl-key", str(only_host["key"])],
+        f"--ssl-key {only_host['key']} is not the private key of --ssl-cert",
+        names=tuple(names),
+    )
+    _refused(
+        clone,
+        [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(expired["cert"]), "--ssl-key", str(expired["key"])],
+        "not now: renew it",
+        names=tuple(names),
+    )
+    _refused(
+        clone,
+        [*base, "--public", PUBLIC_HOST, "--ssl-cert", str(clone["base"] / "none.pem"), "--ssl-key", str(right["key"])],
+        f"--ssl-cert {clone['base'] / 'none.pem'} is not a file",
+        names=tuple(names),
+    )
 
 
 def test_a_new_password_for_someone_outside_the_class_or_not_the_courses_is_refused(clone):
@@ -319,14 +386,21 @@ def test_a_new_password_for_someone_outside_the_class_or_not_the_courses_is_refu
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     names = _names(2)
     base = ["--students", ",".join(names), "--port", str(_free_port())]
-    _refused(clone, [*base, "--new-password", "mallory"], "--new-password mallory: 'mallory' is not in this class",
-             names=tuple(names))
+    _refused(
+        clone,
+        [*base, "--new-password", "mallory"],
+        "--new-password mallory: 'mallory' is not in this class",
+        names=tuple(names),
+    )
     person = _names(1)[0] + "p"  # an instructor's own account, made outside the course
     subprocess.run(["useradd", "--create-home", person], check=True, capture_output=True, timeout=60)
     try:
-        out = _refused(clone, [*base, "--instructor", person, "--new-password", person],
-                       f"--new-password {person}: {person!r} is an account the course did not create",
-                       names=tuple(names))
+        out = _refused(
+            clone,
+            [*base, "--instructor", person, "--new-password", person],
+            f"--new-password {person}: {person!r} is an account the course did not create",
+            names=tuple(names),
+        )
         assert "its owner changes it with `passwd`" in out
     finally:
         delete_account(person)
@@ -384,9 +458,15 @@ class Hub:
     def __init__(self, course: Path, args: list[str], log: Path):
         self.log_path = log
         self.log = log.open("w")
-        self.proc = subprocess.Popen([str(course / "course"), "hub", *args], cwd=course, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ctrl_c_when_orphaned,
-                                     env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"})
+        self.proc = subprocess.Popen(
+            [str(course / "course"), "hub", *args],
+            cwd=course,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ctrl_c_when_orphaned,
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"},
+        )
 
     def text(self) -> str:
         if not self.log.closed:
@@ -404,8 +484,9 @@ class Hub:
         while True:
             text = self.text()
             url = re.search(r"classroom is running \(JupyterHub, [^)]+\): (https?://[\w.-]+(?::\d+)?/)", text)
-            rows = {m.group(1): m.group(2) for m in
-                    re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)}
+            rows = {
+                m.group(1): m.group(2) for m in re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)
+            }
             if url and all(a in rows for a in accounts):
                 return url.group(1), rows
             assert self.proc.poll() is None, f"./course hub exited ({self.proc.returncode}):\n{self.tail()}"
@@ -547,7 +628,8 @@ def _set_due_in_formgrader(frame, row, offset: str) -> datetime.datetime:
     from playwright.sync_api import expect
 
     when = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)).replace(
-        tzinfo=None, second=0, microsecond=0)
+        tzinfo=None, second=0, microsecond=0
+    )
     released = frame.locator("#success-modal")  # "Successfully released 'ex01_dot'", in the way until dismissed
     released.get_by_role("button", name="OK").click()
     expect(released).to_be_hidden()
@@ -603,15 +685,18 @@ def _in_a_terminal(service, name: str, command: str, timeout: float = 120) -> di
     made = requests.post(base + "api/terminals", headers=auth, timeout=60)
     assert made.status_code == 200, made.text
     term = made.json()["name"]
-    ws = websocket.create_connection(f"ws{base[4:]}terminals/websocket/{term}",
-                                     header=[f"Authorization: token {token}"], timeout=timeout)
+    ws = websocket.create_connection(
+        f"ws{base[4:]}terminals/websocket/{term}", header=[f"Authorization: token {token}"], timeout=timeout
+    )
     text, deadline, since, last = "", time.monotonic() + timeout, time.strftime("%H:%M:%S"), "nothing"
     try:
         ws.send(json.dumps(["stdin", f"{command}; echo TERMINAL-EXIT-$?\r"]))
         while not (done := re.search(r"TERMINAL-EXIT-(\d+)", text)):
             left = deadline - time.monotonic()
-            assert left > 0, f"no end of `{command}` (its TERMINAL-EXIT line) within {timeout} s, since {since}; " \
-                             f"last seen: {last}; its output:\n{text}"
+            assert left > 0, (
+                f"no end of `{command}` (its TERMINAL-EXIT line) within {timeout} s, since {since}; "
+                f"last seen: {last}; its output:\n{text}"
+            )
             ws.settimeout(left)  # each read waits at most the time left: the server's pings end a read, not the wait
             try:
                 opcode, frame = ws.recv_data_frame(control_frame=True)
@@ -644,8 +729,9 @@ def _selfgrade_cell(page, home: str, who: str) -> str | None:
         return None
     _tab(page, f"{AID}.ipynb")
     notebook = page.locator(".jp-NotebookPanel:visible")
-    cell = notebook.locator(".jp-CodeCell", has=page.locator(".jp-InputArea",
-                                                            has_text=mine[0].source.strip().splitlines()[-1]))
+    cell = notebook.locator(
+        ".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=mine[0].source.strip().splitlines()[-1])
+    )
     cell.locator(".cm-content").click()
     page.keyboard.press("Shift+Enter")
     output = cell.locator(".jp-OutputArea")
@@ -685,8 +771,17 @@ def _check_lessons_at_home(course: Path, student: pwd.struct_passwd) -> None:
     mine, gone = lessons / names[0], lessons / names[1]
     mine.write_text("the student's own edit")
     gone.unlink()
-    plan = hub_config.Plan(course=course, venv=course / ".venv", proxy=Path("/"), exchange=Path("/"), instructor="",
-                           students=(student.pw_name,), port=0, hub_port=0, proxy_api_port=0)
+    plan = hub_config.Plan(
+        course=course,
+        venv=course / ".venv",
+        proxy=Path("/"),
+        exchange=Path("/"),
+        instructor="",
+        students=(student.pw_name,),
+        port=0,
+        hub_port=0,
+        proxy_api_port=0,
+    )
     furnish_home(plan, student)
     assert mine.read_text() == "the student's own edit"
     assert gone.read_bytes() == (course / "lessons" / names[1]).read_bytes()
@@ -754,15 +849,24 @@ class _Service:
         import requests
 
         token = self.environment(name)["JUPYTERHUB_API_TOKEN"]
-        return requests.request(method, self.url + "api/" + path, headers={"Authorization": f"token {token}"},
-                                timeout=120, **kw)
+        return requests.request(
+            method, self.url + "api/" + path, headers={"Authorization": f"token {token}"}, timeout=120, **kw
+        )
 
     def nbgrader(self, name: str, *args: str):
         """`nbgrader ARGS` as the student, in their home, as a terminal in their JupyterLab runs it."""
         account = pwd.getpwnam(name)
-        return subprocess.run([str(self.course / ".venv" / "bin" / "nbgrader"), *args], cwd=account.pw_dir,
-                              env=self.environment(name), user=account.pw_uid, group=account.pw_gid, extra_groups=[],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [str(self.course / ".venv" / "bin" / "nbgrader"), *args],
+            cwd=account.pw_dir,
+            env=self.environment(name),
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def sizes(self, name: str) -> None:
         """A notebook over 100 MB refused with the limit named (status 413); one of 20 MB accepted and kept."""
@@ -770,8 +874,10 @@ class _Service:
         from twoprim.exchange.service import pack
 
         over = self.as_user(name, "POST", f"submissions/two-primitives/{AID}", data=pack({f"{AID}.ipynb": big}))
-        assert over.status_code == 413 and f"{AID}.ipynb is 101.0 MB, over the limit of 100 MB per file" in \
-            over.json()["error"], over.text[:500]
+        assert (
+            over.status_code == 413
+            and f"{AID}.ipynb is 101.0 MB, over the limit of 100 MB per file" in over.json()["error"]
+        ), over.text[:500]
         ok = self.as_user(name, "POST", f"submissions/two-primitives/{AID}", data=pack({f"{AID}.ipynb": fine}))
         assert ok.status_code == 200 and ok.json()["student"] == name, ok.text[:500]
         kept = self.store().submission(ok.json()["id"])
@@ -812,8 +918,20 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         timings.append(f"{time.monotonic() - started:6.1f} s  {what}")
         (ARTIFACTS / "timings.txt").write_text("\n".join(timings) + "\n")
 
-    hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
-                       "--exchange", str(exchange)], clone["base"] / "hub.log")
+    hub = Hub(
+        course,
+        [
+            "--students",
+            f"{right},{wrong}",
+            "--instructor",
+            instructor,
+            "--port",
+            str(port),
+            "--exchange",
+            str(exchange),
+        ],
+        clone["base"] / "hub.log",
+    )
     stopped, service, again = None, None, None
     try:
         base, passwords = hub.table(accounts)
@@ -823,8 +941,18 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         for name in accounts:
             assert pwd.getpwnam(name).pw_gecos.startswith("Two Primitives"), name
         # a hub already running on the port: the second one says so and leaves the first alone
-        second = _course(course, "hub", "--students", f"{right},{wrong}", "--instructor", instructor,
-                         "--port", str(port), "--exchange", str(exchange))
+        second = _course(
+            course,
+            "hub",
+            "--students",
+            f"{right},{wrong}",
+            "--instructor",
+            instructor,
+            "--port",
+            str(port),
+            "--exchange",
+            str(exchange),
+        )
         assert second.returncode != 0 and f"port {port} on 127.0.0.1 is already in use" in second.stderr, second
         assert hub.proc.poll() is None
         # file permissions, as the course set them
@@ -846,8 +974,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 with _step("01-instructor-lab", ipage, hub):
                     _lab_ready(ipage, instructor, port)
                     response = ipage.goto(ipage.url)
-                    assert response.headers.get("content-security-policy") == "frame-ancestors 'self'", \
-                        response.headers
+                    assert response.headers.get("content-security-policy") == "frame-ancestors 'self'", response.headers
                     ipage.locator(".jp-DirListing-item", has_text="solutions").wait_for()  # the course folder
                     _shot(ipage, "01-instructor-lab")
                 with _step("02-formgrader-release", ipage, hub):
@@ -873,21 +1000,26 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 assert time.monotonic() - due_set < 60
                 mark("the due date seen by a student")
 
-                for name, who, answers in ((right, "student-right", [RIGHT_DOT]),
-                                           (wrong, "student-wrong", [WRONG_DOT, WRONG_COSINE])):
+                for name, who, answers in (
+                    (right, "student-right", [RIGHT_DOT]),
+                    (wrong, "student-wrong", [WRONG_DOT, WRONG_COSINE]),
+                ):
                     page = pages[name]
                     with _step(f"03-{who}-fetch-answer", page, hub):
                         _lab_ready(page, name, port)
                         response = page.goto(page.url)
                         assert response.headers.get("content-security-policy", "").startswith(
-                            "frame-ancestors 'none'"), f"a student's server must forbid framing: {response.headers}"
+                            "frame-ancestors 'none'"
+                        ), f"a student's server must forbid framing: {response.headers}"
                         page.locator("#jp-main-dock-panel").wait_for()
                         _fetch_and_answer(page, who, answers)
-                        saved = nbformat.read(str(Path(pwd.getpwnam(name).pw_dir) / "exercises" / AID /
-                                                  f"{AID}.ipynb"), as_version=4)
+                        saved = nbformat.read(
+                            str(Path(pwd.getpwnam(name).pw_dir) / "exercises" / AID / f"{AID}.ipynb"), as_version=4
+                        )
                         for answer in answers:
-                            assert any(c.source.strip() == answer.strip() for c in saved.cells), \
+                            assert any(c.source.strip() == answer.strip() for c in saved.cells), (
                                 f"{name}'s {answer.splitlines()[0]} did not reach their notebook"
+                            )
                         _validate(page)  # both validations run at once, as in a class
                 mark("both answered, Validate pressed")
                 verdicts = {}
@@ -901,28 +1033,39 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 # the wrong cosine_similarity's block reads as the check: its verdict and next step first, and no
                 # line of the course's code (twoprim/...) anywhere in the dialog
                 block = _failed_block(verdicts[wrong], "ex01.check_cosine_similarity(")
-                assert block[1].startswith(f"✘ {AID}-cosine_similarity: wrong result.") and \
-                    any(line.lstrip().startswith("next:") for line in block[:5]), block[:8]
-                assert not any("twoprim/" in line or "Traceback" in line for line in verdicts[wrong].splitlines()), \
+                assert block[1].startswith(f"✘ {AID}-cosine_similarity: wrong result.") and any(
+                    line.lstrip().startswith("next:") for line in block[:5]
+                ), block[:8]
+                assert not any("twoprim/" in line or "Traceback" in line for line in verdicts[wrong].splitlines()), (
                     verdicts[wrong]
+                )
                 # the due date set in the formgrader, as the student's own terminal shows it: `course` is on their PATH
                 terminal = _in_a_terminal(service, wrong, "command -v course; course progress")
-                assert terminal["exit"] == 0 and f"{course / '.venv' / 'bin' / 'course'}\n" in terminal["output"], \
+                assert terminal["exit"] == 0 and f"{course / '.venv' / 'bin' / 'course'}\n" in terminal["output"], (
                     terminal
+                )
                 assert f"due {due_utc} UTC" in terminal["output"], terminal
                 mark("Validate's dialog read; `course progress` in a student's terminal")
                 # through the service, as the hub knows them: the wrong one cannot hand in as the right one
                 theirs = service.of(right)
                 assert [r["student"] for r in theirs] == [right]
                 forged = service.nbgrader(wrong, "submit", AID, "--student", right)
-                assert forged.returncode != 0 and f"you are {wrong} (the hub says so): you cannot submit as {right}" \
-                    in forged.stdout + forged.stderr, forged
+                assert (
+                    forged.returncode != 0
+                    and f"you are {wrong} (the hub says so): you cannot submit as {right}"
+                    in forged.stdout + forged.stderr
+                ), forged
                 refused = service.as_user(wrong, "GET", "submissions/two-primitives", params={"all": 1})
-                assert refused.status_code == 403 and f"{wrong} may not list the class's submissions" in \
-                    refused.json()["error"], refused.text
+                assert (
+                    refused.status_code == 403
+                    and f"{wrong} may not list the class's submissions" in refused.json()["error"]
+                ), refused.text
                 refused = service.as_user(wrong, "GET", f"submission/{theirs[0]['id']}")
-                assert refused.status_code == 403 and f"{wrong} may not read the submission of submission " \
-                    f"{theirs[0]['id']}" in refused.json()["error"], refused.text
+                assert (
+                    refused.status_code == 403
+                    and f"{wrong} may not read the submission of submission {theirs[0]['id']}"
+                    in refused.json()["error"]
+                ), refused.text
                 assert service.of(right) == theirs and [r["student"] for r in service.of(wrong)] == [wrong]
                 mark("service refusals checked")
 
@@ -933,14 +1076,18 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 said = []
                 for command in ("collect", "autograde", "feedback"):
                     proc = _course(course, command, AID, user=teacher, timeout=300)
-                    said.append(f"$ ./course {command} {AID}  (as {instructor}, exit code {proc.returncode})\n"
-                                f"{proc.stdout}{proc.stderr}")
+                    said.append(
+                        f"$ ./course {command} {AID}  (as {instructor}, exit code {proc.returncode})\n"
+                        f"{proc.stdout}{proc.stderr}"
+                    )
                     assert proc.returncode == 0, "\n".join(said)
                     mark(f"./course {command}")
                 with (course / "grader" / "reports" / f"{AID}.csv").open() as f:
                     graded = {row["student"]: row for row in csv.DictReader(f)}
-                assert {n: graded[n]["status"] for n in (right, wrong)} == {right: "graded", wrong: "graded"}, \
-                    (graded, "\n".join(said))
+                assert {n: graded[n]["status"] for n in (right, wrong)} == {right: "graded", wrong: "graded"}, (
+                    graded,
+                    "\n".join(said),
+                )
                 with _step("07-formgrader-graded", ipage, hub):
                     tab = ipage.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Formgrader")
                     tab.locator(".lm-TabBar-tabCloseIcon").click()
@@ -958,14 +1105,20 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 assert scores[right] - scores[wrong] == dot_points, (scores, dot_points)
                 mark("feedback read")
                 refused = service.as_user(wrong, "GET", f"feedback/{theirs[0]['id']}")
-                assert refused.status_code == 403 and f"{wrong} may not read the feedback of submission " \
-                    f"{theirs[0]['id']}" in refused.json()["error"], refused.text
+                assert (
+                    refused.status_code == 403
+                    and f"{wrong} may not read the feedback of submission {theirs[0]['id']}" in refused.json()["error"]
+                ), refused.text
                 service.sizes(wrong)
                 mark("size limits checked")
                 # self-grading runs the hidden checks, which a student cannot read: refused, saying what to do
                 proc = _course(course, "selfgrade", AID, user=pwd.getpwnam(right))
-                assert proc.returncode != 0 and "this account cannot read it" in proc.stderr \
-                    and f"Submit {AID} instead" in proc.stderr and "Traceback" not in proc.stderr, proc
+                assert (
+                    proc.returncode != 0
+                    and "this account cannot read it" in proc.stderr
+                    and f"Submit {AID} instead" in proc.stderr
+                    and "Traceback" not in proc.stderr
+                ), proc
 
                 # neither can open the other's server or files, solutions/ or the gradebook
                 for (name, who), other in (((right, "student-right"), wrong), ((wrong, "student-wrong"), right)):
@@ -973,8 +1126,10 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     with _step(f"09-{who}-cannot-open-the-other", page, hub):
                         other_page = page.context.new_page()
                         response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/lab")
-                        assert response.status == 403 and response.url.startswith(f"{base}hub/"), \
-                            (response.status, response.url)  # the hub refuses to log them in to it
+                        assert response.status == 403 and response.url.startswith(f"{base}hub/"), (
+                            response.status,
+                            response.url,
+                        )  # the hub refuses to log them in to it
                         other_page.screenshot(path=str(ARTIFACTS / f"09-{who}-cannot-open-the-other.png"))
                         response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/api/contents")
                         assert response.status == 403, response.status  # and the server refuses its API
@@ -987,13 +1142,20 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                             said = _selfgrade_cell(page, pwd.getpwnam(name).pw_dir, who)
                             mark(f"self-grade cell: {'none in the released notebook' if said is None else 'run'}")
                             if said is not None:
-                                assert f"Submit {AID} instead" in said and not re.search(SCORE_LINE, said) \
-                                    and "Traceback" not in said, said
+                                assert (
+                                    f"Submit {AID} instead" in said
+                                    and not re.search(SCORE_LINE, said)
+                                    and "Traceback" not in said
+                                ), said
                     with _step(f"10-{who}-kernel-isolation", page, hub):
                         home = pwd.getpwnam(other).pw_dir
-                        denied = [home, f"{home}/exercises/{AID}/{AID}.ipynb", str(course / "solutions"),
-                                  str(course / "solutions" / AID / f"{AID}.ipynb"),
-                                  str(course / "grader" / "gradebook.db")]
+                        denied = [
+                            home,
+                            f"{home}/exercises/{AID}/{AID}.ipynb",
+                            str(course / "solutions"),
+                            str(course / "solutions" / AID / f"{AID}.ipynb"),
+                            str(course / "grader" / "gradebook.db"),
+                        ]
                         seen = _isolation(page, who, denied + [str(course / "lessons")])
                         assert seen[str(course / "lessons")] == "read", seen  # the probe itself works
                         assert all(seen[p] == "PermissionError" for p in denied), seen
@@ -1015,8 +1177,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         stopped = hub.interrupt()
         mark("stopped")
         assert stopped == 0, hub.tail()
-        assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), \
-            hub.tail()
+        assert re.search(r"^stopped: the hub, the proxy and the 3 server\(s\) it started", hub.text(), re.M), hub.tail()
         _check_lessons_at_home(course, pwd.getpwnam(right))
         # the hub again, over the same course, now public (--public): https only, with the certificate the
         # instructor gave for HOST and *.HOST, each user's JupyterLab on their own host, no plain HTTP on the port.
@@ -1024,12 +1185,32 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         # their terminal): this run keeps every password. Its service answers, and every submission is still there.
         kept = service.store().submissions("two-primitives")
         theirs = secrets.token_urlsafe(12)
-        subprocess.run(["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True,
-                       timeout=60)
+        subprocess.run(
+            ["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True, timeout=60
+        )
         certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
-        hub = Hub(course, ["--students", f"{right},{wrong}", "--instructor", instructor, "--port", str(port),
-                           "--exchange", str(exchange), "--public", PUBLIC_HOST, "--ssl-cert", str(certs["cert"]),
-                           "--ssl-key", str(certs["key"]), "--ip", "127.0.0.1"], clone["base"] / "hub-again.log")
+        hub = Hub(
+            course,
+            [
+                "--students",
+                f"{right},{wrong}",
+                "--instructor",
+                instructor,
+                "--port",
+                str(port),
+                "--exchange",
+                str(exchange),
+                "--public",
+                PUBLIC_HOST,
+                "--ssl-cert",
+                str(certs["cert"]),
+                "--ssl-key",
+                str(certs["key"]),
+                "--ip",
+                "127.0.0.1",
+            ],
+            clone["base"] / "hub-again.log",
+        )
         stopped = None
         public, kept_passwords = hub.table(accounts)
         assert set(kept_passwords.values()) == {KEPT.split()[0]} and KEPT in hub.text(), kept_passwords
@@ -1043,11 +1224,15 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         again = _Service(course, hub)
         assert again.health()
         # one each from the browser and the 20 MB one (the forged one was never stored)
-        assert again.store().submissions("two-primitives") == kept and [r["student"] for r in kept] == \
-            [right, wrong, wrong], kept
+        assert again.store().submissions("two-primitives") == kept and [r["student"] for r in kept] == [
+            right,
+            wrong,
+            wrong,
+        ], kept
         proc = _course(course, "collect", AID, user=pwd.getpwnam(instructor), timeout=300)
-        assert proc.returncode == 0 and f"1 new submission(s) of {AID} collected ({wrong} (newer))" in proc.stdout, \
-            proc  # the newest, kept through the restart
+        assert proc.returncode == 0 and f"1 new submission(s) of {AID} collected ({wrong} (newer))" in proc.stdout, (
+            proc
+        )  # the newest, kept through the restart
         with sync_playwright() as playwright:
             browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
             try:
@@ -1056,8 +1241,9 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     _lab_ready(page, right, port, f"https://{PUBLIC_HOST}")
                     _shot(page, "11-public-student-lab")  # their JupyterLab as they left it (its layout restored)
                     response = page.goto(f"https://{right}.{PUBLIC_HOST}:{port}/user/{right}/api/contents")
-                    assert response.status == 200 and "lessons" in {item["name"] for item in response.json()[
-                        "content"]}, response.status  # their home, over TLS on their own host
+                    assert response.status == 200 and "lessons" in {
+                        item["name"] for item in response.json()["content"]
+                    }, response.status  # their home, over TLS on their own host
                     response = page.goto(f"https://{instructor}.{PUBLIC_HOST}:{port}/user/{instructor}/lab")
                     # another user's server, on its own host: the hub neither opens it nor says whether it exists
                     assert response.status == 404 and "No access to resources" in hub.text(), response.status
@@ -1065,15 +1251,15 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 browser.close()
         stopped = hub.interrupt()
         assert stopped == 0, hub.tail()
-        assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), \
-            hub.tail()
+        assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), hub.tail()
         _, fresh = ensure_account(right, "student", new_password=True)  # what --new-password NAME does
         assert fresh not in (passwords[right], theirs) and _logs_in(right, fresh) and not _logs_in(right, theirs)
         mark("the hub restarted, public over TLS, nothing lost")
         # the end of the course: the three accounts the hub made go, each with its home, and nothing else
         removed = _course(course, "hub", "--remove-class", "--yes")
-        assert removed.returncode == 0 and "will delete 3 account(s) that ./course hub created" in removed.stdout, \
+        assert removed.returncode == 0 and "will delete 3 account(s) that ./course hub created" in removed.stdout, (
             removed
+        )
         for name in accounts:
             assert f"deleted {name}\n" in removed.stdout, removed.stdout
             with pytest.raises(KeyError):
@@ -1132,9 +1318,16 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
         point_venv_at(clone_for(folders["gemm-b"]), clone["python"])
     aids = {"gemm-a": AID, "gemm-b": "ex02_gemm"}
     courses = clone["base"] / "courses.json"
-    courses.write_text(json.dumps({"courses": [
-        {"id": "gemm-a", "folder": str(folders["gemm-a"]), "instructor": ia, "students": [sa, sab]},
-        {"id": "gemm-b", "folder": str(folders["gemm-b"]), "instructor": ib, "students": [sb, sab]}]}))
+    courses.write_text(
+        json.dumps(
+            {
+                "courses": [
+                    {"id": "gemm-a", "folder": str(folders["gemm-a"]), "instructor": ia, "students": [sa, sab]},
+                    {"id": "gemm-b", "folder": str(folders["gemm-b"]), "instructor": ib, "students": [sb, sab]},
+                ]
+            }
+        )
+    )
     port = _free_port()
     hub = Hub(clone["course"], ["--courses", str(courses), "--port", str(port)], clone["base"] / "hub-courses.log")
     accounts = [ia, ib, sa, sb, sab]
@@ -1159,8 +1352,11 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
                         assert status == 200 and listed["value"] == theirs, listed  # only their courses
                         for cid in ("gemm-a", "gemm-b"):
                             status, listed = _ask(page, "GET", root + f"assignments?course_id={cid}")
-                            released = [a["assignment_id"] for a in listed.get("value") or [] if
-                                        a.get("status") == "released"] if listed.get("success") else None
+                            released = (
+                                [a["assignment_id"] for a in listed.get("value") or [] if a.get("status") == "released"]
+                                if listed.get("success")
+                                else None
+                            )
                             assert released == ([aids[cid]] if cid in theirs else None), (student, cid, listed)
                             if cid in theirs:  # fetch and hand in, from the student's own page
                                 form = f"course_id={cid}&assignment_id={aids[cid]}"
@@ -1176,13 +1372,17 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
                     with _step(f"22-{teacher}-formgrader", page, hub):
                         root = f"http://{teacher}.localhost:{port}/user/{teacher}/formgrader/api/"
                         status, subs = _ask(page, "GET", root + f"submissions/{aids[cid]}")
-                        assert status == 200 and isinstance(subs, list), (status, re.sub(r"<[^>]+>", " ", str(subs))[-1500:])
+                        assert status == 200 and isinstance(subs, list), (
+                            status,
+                            re.sub(r"<[^>]+>", " ", str(subs))[-1500:],
+                        )
                         # (course A is the clone of the test above: its gradebook keeps that class too)
                         submitted = {s["student"] for s in subs if s.get("submitted")} & set(mine)
                         assert submitted == {s for s, t in mine.items() if cid in t}, (cid, subs)
                         status, students = _ask(page, "GET", root + "students")
-                        assert {s["id"] for s in students} & set(mine) == {s for s, t in mine.items() if cid in t}, \
+                        assert {s["id"] for s in students} & set(mine) == {s for s, t in mine.items() if cid in t}, (
                             students
+                        )
                         _shot(page, f"22-{teacher}-formgrader")
                         # the other course's formgrader, server and exchange are not theirs
                         theirs = f"http://{other}.localhost:{port}/user/{other}/formgrader/api/students"
@@ -1190,16 +1390,20 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
                         assert response.status in (403, 404), (teacher, other, response.status)
                         page.goto(f"http://{teacher}.localhost:{port}/user/{teacher}/lab")
                     other_cid = "gemm-b" if cid == "gemm-a" else "gemm-a"
-                    code, out = python_as(teacher, "import os\nfor p in %r:\n"
-                                                   "    try:\n        os.listdir(p); print('READ', p)\n"
-                                                   "    except PermissionError:\n        print('DENIED', p)\n"
-                                          % [str(folders[other_cid] / "grader"), str(folders[other_cid] / "solutions")])
+                    code, out = python_as(
+                        teacher,
+                        "import os\nfor p in %r:\n"
+                        "    try:\n        os.listdir(p); print('READ', p)\n"
+                        "    except PermissionError:\n        print('DENIED', p)\n"
+                        % [str(folders[other_cid] / "grader"), str(folders[other_cid] / "solutions")],
+                    )
                     assert code == 0 and "READ" not in out and out.count("DENIED") == 2, out
                 service_a = json.loads((folders["gemm-a"] / "grader" / "classroom.json").read_text())["exchange_url"]
                 for outsider in (ib, sb):  # their servers' tokens do not reach course A's exchange
                     token = _Service._server(None, outsider).environ()["JUPYTERHUB_API_TOKEN"]
-                    answer = requests.get(service_a + "api/submissions/gemm-a", timeout=60,
-                                          headers={"Authorization": f"token {token}"})
+                    answer = requests.get(
+                        service_a + "api/submissions/gemm-a", timeout=60, headers={"Authorization": f"token {token}"}
+                    )
                     assert answer.status_code == 403 and "does not grant" in answer.json()["error"], answer.text
             finally:
                 browser.close()

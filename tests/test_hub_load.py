@@ -21,6 +21,7 @@ first to finish, whose server went idle while the others ran (no restarts, no wa
 
 Root only (accounts, control groups): CI runs as root. As another user each test says so and is skipped.
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,8 +54,16 @@ MEMORY_MB = 2048
 CULL_S = 100
 # Bounds on each step's p95, seconds, for 8 students at once on 2 cores shared with other tests (measured: see the
 # capacity data (data/capacity/, the docs' Benchmarks page); these leave about twice the measured p95)
-P95_BOUND_S = {"login": 20, "spawn": 150, "fetch": 60, "open": 20, "kernel": 90, "cells": 90, "validate": 150,
-               "submit": 30}
+P95_BOUND_S = {
+    "login": 20,
+    "spawn": 150,
+    "fetch": 60,
+    "open": 20,
+    "kernel": 90,
+    "cells": 90,
+    "validate": 150,
+    "submit": 30,
+}
 
 
 def _bench():
@@ -77,20 +86,32 @@ def _args(**kw):
     return argparse.Namespace(**{"memory_mb": 2048, "cpus": 1.0, "cull_idle": 3600, "max_servers": 0, **kw})
 
 
-@pytest.mark.parametrize("kw, expected", [
-    ({"memory_mb": -1}, "--memory-mb -1 is negative: give 0 (no limit) or a positive number"),
-    ({"memory_mb": 100}, "--memory-mb 100 is too little for a JupyterLab server and a kernel: give at least 256"),
-    ({"cpus": 0.0}, "--cpus 0 would stop every server: give a share of a core"),
-    ({"cull_idle": -5}, "--cull-idle -5 is negative"),
-    ({"max_servers": -2}, "--max-servers -2 is negative"),
-])
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({"memory_mb": -1}, "--memory-mb -1 is negative: give 0 (no limit) or a positive number"),
+        ({"memory_mb": 100}, "--memory-mb 100 is too little for a JupyterLab server and a kernel: give at least 256"),
+        ({"cpus": 0.0}, "--cpus 0 would stop every server: give a share of a core"),
+        ({"cull_idle": -5}, "--cull-idle -5 is negative"),
+        ({"max_servers": -2}, "--max-servers -2 is negative"),
+    ],
+)
 def test_limits_that_make_no_sense_are_refused_saying_what_to_give(kw, expected):
     from twoprim.classroom.hub_config import Plan
     from twoprim.classroom.limits import protected
     from twoprim.core.errors import CourseError
 
-    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=ROOT, instructor="i", students=("s",), port=1,
-                hub_port=2, proxy_api_port=3)
+    plan = Plan(
+        course=ROOT,
+        venv=ROOT / ".venv",
+        proxy=ROOT,
+        exchange=ROOT,
+        instructor="i",
+        students=("s",),
+        port=1,
+        hub_port=2,
+        proxy_api_port=3,
+    )
     with pytest.raises(CourseError, match=re.escape(expected)):
         protected(plan, _args(**kw))
     kept = protected(plan, _args(memory_mb=512, cpus=0.5, cull_idle=0, max_servers=30))
@@ -113,8 +134,10 @@ def test_the_hierarchy_is_found_from_proc_self_cgroup_for_v1_and_v2(tmp_path):
     assert find_hierarchy(v2) is None
 
 
-@pytest.mark.parametrize("version, events", [(2, "low 0\nhigh 0\nmax 3\noom 1\noom_kill {n}\n"),
-                                             (1, "oom_kill_disable 0\nunder_oom 0\noom_kill {n}\n")])
+@pytest.mark.parametrize(
+    "version, events",
+    [(2, "low 0\nhigh 0\nmax 3\noom 1\noom_kill {n}\n"), (1, "oom_kill_disable 0\nunder_oom 0\noom_kill {n}\n")],
+)
 def test_a_student_is_told_once_when_the_memory_limit_stopped_their_kernel(tmp_path, version, events):
     from twoprim.classroom.notices import message, pending
 
@@ -122,7 +145,8 @@ def test_a_student_is_told_once_when_the_memory_limit_stopped_their_kernel(tmp_p
     group.mkdir()
     told = tmp_path / "home" / ".twoprim" / "memory-kills-told"
     kills = lambda n: (group / ("memory.events" if version == 2 else "memory.oom_control")).write_text(  # noqa: E731
-        events.format(n=n))
+        events.format(n=n)
+    )
     (group / ("memory.max" if version == 2 else "memory.limit_in_bytes")).write_text(str(1536 * 2**20))
     kills(0)
     assert pending((group, version), told) is None
@@ -141,12 +165,21 @@ def test_a_student_is_told_once_when_the_memory_limit_stopped_their_kernel(tmp_p
 def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_path):
     from twoprim.classroom.hub_config import Plan, _protection, full_message
 
-    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=ROOT, instructor="i", students=("s",), port=1,
-                hub_port=2, proxy_api_port=3)
+    plan = Plan(
+        course=ROOT,
+        venv=ROOT / ".venv",
+        proxy=ROOT,
+        exchange=ROOT,
+        instructor="i",
+        students=("s",),
+        port=1,
+        hub_port=2,
+        proxy_api_port=3,
+    )
     plain = _protection(plan, tmp_path)
     assert "c.ClassroomSpawner.memory_mb = 2048" in plain and "active_server_limit" not in plain
     assert "jupyterhub_idle_culler" in plain and "--timeout=3600" in plain
-    assert "--cull-every=60" in plain and "JUPYTERHUB_ACTIVITY_INTERVAL\": \"60\"" in plain  # a tenth, at most 60 s
+    assert "--cull-every=60" in plain and 'JUPYTERHUB_ACTIVITY_INTERVAL": "60"' in plain  # a tenth, at most 60 s
     import dataclasses
 
     asked = _protection(dataclasses.replace(plan, cull_idle_s=0, max_servers=12), tmp_path)
@@ -166,8 +199,17 @@ def test_validate_waits_as_long_as_grading_for_a_loaded_kernel_for_students_and_
     from twoprim.classroom.hub_config import Plan, _student_nbgrader_config
     from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
 
-    plan = Plan(course=ROOT, venv=ROOT / ".venv", proxy=ROOT, exchange=tmp_path, instructor="i", students=("s",),
-                port=1, hub_port=2, proxy_api_port=3)
+    plan = Plan(
+        course=ROOT,
+        venv=ROOT / ".venv",
+        proxy=ROOT,
+        exchange=tmp_path,
+        instructor="i",
+        students=("s",),
+        port=1,
+        hub_port=2,
+        proxy_api_port=3,
+    )
     (tmp_path / "student").mkdir()
     (tmp_path / "student" / "nbgrader_config.py").write_text(_student_nbgrader_config(plan))
     for folder in (tmp_path / "student", ROOT / "grader"):
@@ -210,10 +252,23 @@ def test_a_server_is_stopped_with_its_clean_shutdown_kernels_included(tmp_path):
     token, log = secrets.token_hex(8), tmp_path / "server.log"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
     with log.open("w") as out:
-        proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "jupyter"), "server", "--no-browser", f"--port={port}",
-                                 "--ip=127.0.0.1", f"--IdentityProvider.token={token}", "--allow-root",
-                                 f"--ServerApp.root_dir={tmp_path}"], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "jupyter"),
+                "server",
+                "--no-browser",
+                f"--port={port}",
+                "--ip=127.0.0.1",
+                f"--IdentityProvider.token={token}",
+                "--allow-root",
+                f"--ServerApp.root_dir={tmp_path}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     try:
         api, auth = f"http://127.0.0.1:{port}/api/", {"Authorization": f"token {token}"}
         deadline = time.monotonic() + 60
@@ -224,14 +279,16 @@ def test_a_server_is_stopped_with_its_clean_shutdown_kernels_included(tmp_path):
             except requests.ConnectionError:
                 pass
             assert proc.poll() is None, f"jupyter server exited ({proc.returncode}):\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"jupyter server did not answer /api/status within 60 s:\n" \
-                                                f"{log.read_text()}"
+            assert time.monotonic() < deadline, (
+                f"jupyter server did not answer /api/status within 60 s:\n{log.read_text()}"
+            )
             time.sleep(0.3)
         kernel = requests.post(api + "kernels", headers=auth, timeout=30).json()["id"]
         deadline = time.monotonic() + 60
         while not (kernels := _children(proc.pid, "ipykernel_launcher")):
-            assert time.monotonic() < deadline, f"no kernel process under the server within 60 s of starting " \
-                                                f"kernel {kernel}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, (
+                f"no kernel process under the server within 60 s of starting kernel {kernel}:\n{log.read_text()}"
+            )
             time.sleep(0.3)
         spawner = ClassroomSpawner(user=SimpleNamespace(name="student", url="/user/student/"), memory_mb=0)
         spawner.proc, spawner.pid = proc, proc.pid
@@ -260,8 +317,9 @@ def room():
         pytest.skip("the classroom makes Unix accounts and control groups, which needs root (CI runs as root)")
     from twoprim.classroom.limits import find_hierarchy
 
-    assert find_hierarchy() is not None, "this machine lets root make no control group (cgroup v1 or v2): the " \
-        "memory limit cannot hold here"
+    assert find_hierarchy() is not None, (
+        "this machine lets root make no control group (cgroup v1 or v2): the memory limit cannot hold here"
+    )
     args = ("--memory-mb", str(MEMORY_MB), "--cull-idle", str(CULL_S), "--max-servers", str(N))
     with bench.Classroom(N + 1, hub_args=args) as classroom:
         yield classroom
@@ -330,8 +388,9 @@ def test_eight_students_at_once_every_submission_arrives_and_is_graded(room, loa
     for step in bench.STEPS:
         row = report["steps"][step]
         assert row["n"] == N, (step, row)
-        assert row["p95"] < P95_BOUND_S[step], f"{step}: p95 {row['p95']:.1f} s over {P95_BOUND_S[step]} s\n" + \
-            bench.format_report(report)
+        assert row["p95"] < P95_BOUND_S[step], (
+            f"{step}: p95 {row['p95']:.1f} s over {P95_BOUND_S[step]} s\n" + bench.format_report(report)
+        )
     wrong = {n for n, nb in notebooks.items() if nb != notebooks[room.students[0]]}
     assert len(wrong) == N // 4
     # Validate ran each notebook: the wrong dot's check failed, the right ones passed
@@ -349,8 +408,9 @@ def test_eight_students_at_once_every_submission_arrives_and_is_graded(room, loa
     full, dot = _points(None), _points("dot")
     assert dot > 0 and {float(row["max_score"]) for row in rows.values()} == {full}, rows
     assert all(rows[name]["status"] == "graded" for name in room.students[:N]), rows
-    assert {name: float(rows[name]["score"]) for name in room.students[:N] if name not in wrong} == \
-        {name: full for name in room.students[:N] if name not in wrong}, rows  # every right answer: full marks
+    assert {name: float(rows[name]["score"]) for name in room.students[:N] if name not in wrong} == {
+        name: full for name in room.students[:N] if name not in wrong
+    }, rows  # every right answer: full marks
     # a wrong dot loses at least dot's own points (neuron, which calls it, can lose its too), the same for each
     lost = {full - float(rows[name]["score"]) for name in wrong}
     assert len(lost) == 1 and min(lost) >= dot, (rows, full, dot)
@@ -360,8 +420,11 @@ def _points(function: str | None) -> float:
     """The points of `function` (visible and hidden checks), or of the whole assignment."""
     nb = nbformat.read(str(ROOT / "solutions" / bench.AID / f"{bench.AID}.ipynb"), as_version=4)
     ids = None if function is None else {f"{bench.AID}-{function}", f"{bench.AID}-{function}-hidden"}
-    return sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
-               if "nbgrader" in c.metadata and (ids is None or c.metadata["nbgrader"].get("grade_id") in ids))
+    return sum(
+        c.metadata["nbgrader"].get("points", 0)
+        for c in nb.cells
+        if "nbgrader" in c.metadata and (ids is None or c.metadata["nbgrader"].get("grade_id") in ids)
+    )
 
 
 def _finishing_order(load) -> list[str]:
@@ -389,8 +452,9 @@ def test_an_idle_server_is_culled_and_the_work_is_there_on_the_next_login(room, 
     api = f"{c.hub_url}/hub/api/users/{name}"
     slack = 90  # the culler's period and the hub's activity poll (10 s each) and a slow culler on a busy machine
     while c.hub.get(api, headers=c.xsrf(), timeout=60).json().get("servers"):
-        assert time.monotonic() < idle_since + CULL_S + slack, \
+        assert time.monotonic() < idle_since + CULL_S + slack, (
             f"{name}'s server was not culled within {CULL_S + slack} s of their last request:\n{room.tail()}"
+        )
         time.sleep(2)
     assert f"Culling server {name}" in room.text(), room.tail()  # jupyterhub-idle-culler's line
     # they log in again in a real browser (the load driver's Chromium session): a new server, their JupyterLab,

@@ -4,6 +4,7 @@ Each run starts the README's command, reads the URL it prints last, and through 
 learner meets: lesson 00 served with that token, the news prompt configured off, the notebook's kernel one the
 environment provides (no kernel-selection dialog), started with the course's .venv, and nbgrader's Validate loaded.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,9 +41,16 @@ class Lab:
 
     def __init__(self, cwd: Path, lab_args: str, env: dict[str, str], user: pwd.struct_passwd | None = None):
         ids = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
-        self.proc = subprocess.Popen(["make", "lab", f"LAB_ARGS={lab_args}"], cwd=cwd, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                     **ids)
+        self.proc = subprocess.Popen(
+            ["make", "lab", f"LAB_ARGS={lab_args}"],
+            cwd=cwd,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **ids,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -62,8 +70,9 @@ class Lab:
             for line in list(self.lines):
                 if m := URL_LINE.match(line):
                     return m.group(1), m.group(2)
-            assert self.proc.poll() is None, \
+            assert self.proc.poll() is None, (
                 f"make lab exited ({self.proc.returncode}) before printing a URL:\n{self.output}"
+            )
             assert time.monotonic() < deadline, f"no lesson URL from make lab within {START_S} s:\n{self.output}"
             time.sleep(0.2)
 
@@ -85,8 +94,12 @@ class Lab:
 
 
 def _api(base: str, token: str, path: str, method: str = "GET", body: dict | None = None):
-    request = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {token}"},
-                                     data=None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(
+        f"{base}{path}",
+        method=method,
+        headers={"Authorization": f"token {token}"},
+        data=None if body is None else json.dumps(body).encode(),
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         raw = response.read()
         return response.status, (json.loads(raw) if raw and "json" in response.headers.get("Content-Type", "") else raw)
@@ -112,8 +125,9 @@ def _check_serves_course(run: Lab, venv_bin: Path) -> tuple[str, str]:
     assert status == 200 and model["type"] == "notebook", model
     kernel_name = model["content"]["metadata"]["kernelspec"]["name"]
     _, specs = _api(base, token, "/api/kernelspecs")
-    assert kernel_name in specs["kernelspecs"], \
+    assert kernel_name in specs["kernelspecs"], (
         f"lesson 00 asks for kernel {kernel_name!r}, the server has {sorted(specs['kernelspecs'])}: JupyterLab would ask"
+    )
     _, news = _api(base, token, f"/lab/api/settings/{NEWS_PLUGIN}")
     fetch = news["schema"]["properties"]["fetchNews"]
     assert fetch["default"] == "false", f"fetchNews defaults to {fetch['default']!r}: JupyterLab asks about news"
@@ -122,9 +136,18 @@ def _check_serves_course(run: Lab, venv_bin: Path) -> tuple[str, str]:
     status, page = _api(base, token, "/lab")
     assert status == 200 and b"@jupyter/nbgrader" in page, "nbgrader's lab extension (Validate) is not loaded"
 
-    _, session = _api(base, token, "/api/sessions", "POST", {
-        "path": "lessons/00_start_here.ipynb", "name": "00_start_here.ipynb", "type": "notebook",
-        "kernel": {"name": kernel_name}})
+    _, session = _api(
+        base,
+        token,
+        "/api/sessions",
+        "POST",
+        {
+            "path": "lessons/00_start_here.ipynb",
+            "name": "00_start_here.ipynb",
+            "type": "notebook",
+            "kernel": {"name": kernel_name},
+        },
+    )
     try:
         executable = Path(_kernel_executable(session["kernel"]["id"]))
         assert executable.parent == venv_bin, f"lesson 00's kernel runs {executable}, not the course's {venv_bin}"
@@ -157,9 +180,16 @@ def test_command_adds_allow_root_only_for_root_and_explains_it():
     assert "--allow-root" not in argv and notes == []
 
 
-@pytest.mark.parametrize("args, env, port", [
-    ([], {}, 8888), ([], {"JUPYTER_PORT": "9000"}, 9000), (["--port=0"], {}, 0), (["--port", "8899"], {}, 8899),
-    (["--ServerApp.port=7000", "--no-browser"], {"JUPYTER_PORT": "9000"}, 7000)])
+@pytest.mark.parametrize(
+    "args, env, port",
+    [
+        ([], {}, 8888),
+        ([], {"JUPYTER_PORT": "9000"}, 9000),
+        (["--port=0"], {}, 0),
+        (["--port", "8899"], {}, 8899),
+        (["--ServerApp.port=7000", "--no-browser"], {"JUPYTER_PORT": "9000"}, 7000),
+    ],
+)
 def test_requested_port(args, env, port):
     assert lab.requested_port(args, env) == port
 
@@ -174,8 +204,9 @@ def test_every_notebook_names_a_kernel_the_course_environment_provides():
     from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
 
     provided = {NATIVE_KERNEL_NAME, *(p.name for p in (Path(sys.prefix) / "share" / "jupyter" / "kernels").iterdir())}
-    committed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
-                               check=True, timeout=60).stdout.split()
+    committed = subprocess.run(
+        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
     assert committed
     for name in committed:
         kernel = json.loads((ROOT / name).read_text())["metadata"].get("kernelspec", {}).get("name")
@@ -185,10 +216,14 @@ def test_every_notebook_names_a_kernel_the_course_environment_provides():
 def test_make_lab_serves_lesson_00_here(tmp_path):
     """As whoever runs the tests (root in CI: --allow-root added and explained), with the asked-for port taken."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_", "TWOPRIM_WARM"))}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
-               TWOPRIM_GRADER_DIR=str(tmp_path / "grader"))
+    env.update(
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+        TWOPRIM_GRADER_DIR=str(tmp_path / "grader"),
+    )
     with socket.socket() as blocker:  # another JupyterLab already has the port the learner asks for
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
@@ -206,7 +241,9 @@ def test_make_lab_serves_lesson_00_here(tmp_path):
             assert time.monotonic() < deadline, "the warm grader outlived ./course lab by 30 s"
             time.sleep(0.5)
         assert not list((tmp_path / "grader").glob("*.sock"))
-        assert "(./course lab) has ended: exiting" in "".join(p.read_text() for p in (tmp_path / "grader").glob("*.log"))
+        assert "(./course lab) has ended: exiting" in "".join(
+            p.read_text() for p in (tmp_path / "grader").glob("*.log")
+        )
     assert not base.endswith(f":{taken}")
     assert f"note: port {taken} is in use" in run.output and f"listens on port {base.rsplit(':', 1)[1]}" in run.output
     root_notes = [line for line in run.lines if line.startswith("note: running as root")]
@@ -220,12 +257,18 @@ def test_make_lab_serves_lesson_00_here(tmp_path):
 @pytest.fixture
 def throwaway_user():
     if os.geteuid() != 0:
-        pytest.skip("an ordinary user: test_make_lab_serves_lesson_00_here already ran make lab as one "
-                    "(only root can create a throwaway user to try it as another)")
+        pytest.skip(
+            "an ordinary user: test_make_lab_serves_lesson_00_here already ran make lab as one "
+            "(only root can create a throwaway user to try it as another)"
+        )
     base = shared_tmp("twoprim-lab-")  # pytest's tmp_path is under /tmp/pytest-of-root (0700): out of reach
     name = f"tplab{os.getpid()}{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group",
-                    "--shell", "/bin/bash", name], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group", "--shell", "/bin/bash", name],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     try:
         yield pwd.getpwnam(name), base
     finally:
@@ -238,14 +281,21 @@ def test_make_lab_as_an_ordinary_user(throwaway_user):
     user, base = throwaway_user
     python = python_for(user)
     if python is None:
-        pytest.skip(f"no Python 3.11 on {SYSTEM_PATH} that user {user.pw_name} can run, so no course "
-                    f"environment they could use without a multi-minute build")
+        pytest.skip(
+            f"no Python 3.11 on {SYSTEM_PATH} that user {user.pw_name} can run, so no course "
+            f"environment they could use without a multi-minute build"
+        )
     clone = base / "two-primitives"
     clone.mkdir()
     venv = clone_for(clone, user)
-    env = {"PATH": SYSTEM_PATH, "HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
-           "TWOPRIM_WARM_GRADER": "off",  # test_make_lab_serves_lesson_00_here checks the warm grader beside lab
-           "LANG": "C.UTF-8"}
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": user.pw_dir,
+        "USER": user.pw_name,
+        "LOGNAME": user.pw_name,
+        "TWOPRIM_WARM_GRADER": "off",  # test_make_lab_serves_lesson_00_here checks the warm grader beside lab
+        "LANG": "C.UTF-8",
+    }
 
     # Built by root from a Python under a folder only root may enter (pyenv in /root, mode 0700).
     private = base / "private"

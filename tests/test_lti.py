@@ -11,6 +11,7 @@ a platform failing one student names them, exits 1, and the next run sends only 
 
 Accounts need root (CI runs as root); the unit tests at the top run anywhere.
 """
+
 from __future__ import annotations
 
 import html
@@ -39,7 +40,7 @@ from .lti_platform import INSTRUCTOR, LEARNER, TA, Platform, private_pem, wait_u
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]
 
 AID = "ex01_dot"
-COURSE = "two-primitives"   # the course copy's nbgrader course id
+COURSE = "two-primitives"  # the course copy's nbgrader course id
 CONTEXT = "lms-course-17"
 HUB_START_S = 90
 LATE_POLICY = '\nc.LateSubmissionPlugin.penalty_method = "zero"  # the instructor\'s policy: late scores nothing\n'
@@ -52,11 +53,16 @@ def _config(tmp: Path, **data) -> Path:
     key = tmp / "tool.pem"
     if not key.exists():
         key.write_text(private_pem())
-    base = {"issuer": "https://canvas.instructure.com", "client_id": "10000000000123", "deployment_ids": ["1:ab"],
-            "auth_login_url": "https://sso.canvaslms.com/api/lti/authorize_redirect",
-            "auth_token_url": "https://sso.canvaslms.com/login/oauth2/token",
-            "jwks_url": "https://sso.canvaslms.com/api/lti/security/jwks", "private_key": "tool.pem",
-            "contexts": {"4dde05e8": COURSE}}
+    base = {
+        "issuer": "https://canvas.instructure.com",
+        "client_id": "10000000000123",
+        "deployment_ids": ["1:ab"],
+        "auth_login_url": "https://sso.canvaslms.com/api/lti/authorize_redirect",
+        "auth_token_url": "https://sso.canvaslms.com/login/oauth2/token",
+        "jwks_url": "https://sso.canvaslms.com/api/lti/security/jwks",
+        "private_key": "tool.pem",
+        "contexts": {"4dde05e8": COURSE},
+    }
     path = tmp / "lti.json"
     path.write_text(json.dumps({k: v for k, v in {**base, **data}.items() if v is not None}))
     return path
@@ -67,14 +73,19 @@ def test_a_canvas_configuration_loads_and_bad_ones_say_what_to_fix(tmp_path):
     assert config.issuer == lc.CANVAS_ISSUER and config.private_key == tmp_path / "tool.pem"
     assert config.public_jwk()["kty"] == "RSA" and config.public_jwk()["kid"]
     toml = tmp_path / "lti.toml"
-    toml.write_text('issuer = "https://canvas.instructure.com"\nclient_id = "1"\ndeployment_ids = ["1:ab"]\n'
-                    'auth_login_url = "https://x.example/auth"\nauth_token_url = "https://x.example/token"\n'
-                    'jwks_url = "https://x.example/jwks"\nprivate_key = "tool.pem"\n[contexts]\n"c1" = "two-primitives"\n')
+    toml.write_text(
+        'issuer = "https://canvas.instructure.com"\nclient_id = "1"\ndeployment_ids = ["1:ab"]\n'
+        'auth_login_url = "https://x.example/auth"\nauth_token_url = "https://x.example/token"\n'
+        'jwks_url = "https://x.example/jwks"\nprivate_key = "tool.pem"\n[contexts]\n"c1" = "two-primitives"\n'
+    )
     assert lc.load(toml, {COURSE}).contexts == {"c1": COURSE}
-    for change, expected in (({"jwks_url": None}, "lacks jwks_url"), ({"jwks_url": "jwks"}, "not a URL"),
-                             ({"contexts": {"c": "other"}}, "name other, which this hub does not serve"),
-                             ({"deployment_ids": []}, "must list the deployment ids"),
-                             ({"private_key": "missing.pem"}, "cannot read the tool's private key")):
+    for change, expected in (
+        ({"jwks_url": None}, "lacks jwks_url"),
+        ({"jwks_url": "jwks"}, "not a URL"),
+        ({"contexts": {"c": "other"}}, "name other, which this hub does not serve"),
+        ({"deployment_ids": []}, "must list the deployment ids"),
+        ({"private_key": "missing.pem"}, "cannot read the tool's private key"),
+    ):
         with pytest.raises(lc.LTIConfigError, match=re.escape(expected)):
             lc.load(_config(tmp_path, **change), {COURSE})
     (tmp_path / "broken.json").write_text("{")
@@ -102,8 +113,9 @@ def test_account_names_are_valid_and_never_someone_elses():
     other = lc.account_name({**claims, "sub": "u-2"}, lambda n: n == "zo-o-brien-x")
     assert other != taken
     assert lc.account_name({"iss": "i", "sub": "9", "email": "12345@x"}, lambda n: False) == "lti"
-    assert lc.account_name({"iss": "i", "sub": "9", "preferred_username": "root"}, lambda n: n == "root") \
-        .startswith("root-")
+    assert lc.account_name({"iss": "i", "sub": "9", "preferred_username": "root"}, lambda n: n == "root").startswith(
+        "root-"
+    )
 
 
 # --- a light hub and the platform --------------------------------------------------------------------------------
@@ -140,23 +152,49 @@ def lms():
     try:
         course = course_copy(base / "course", AID)
         shutil.copytree(ROOT / "lessons", course / "lessons")
-        subprocess.run(["useradd", "--create-home", "--user-group", "--comment", MARKER["instructor"], instructor],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["useradd", "--create-home", "--user-group", "--comment", MARKER["instructor"], instructor],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         store = course / "grader" / "exchange"
-        Store(store).release(COURSE, AID, {f"{AID}.ipynb": (course / "exercises" / AID / f"{AID}.ipynb").read_bytes()},
-                             by=instructor, force=True)
+        Store(store).release(
+            COURSE,
+            AID,
+            {f"{AID}.ipynb": (course / "exercises" / AID / f"{AID}.ipynb").read_bytes()},
+            by=instructor,
+            force=True,
+        )
         prepare_store(store, pwd.getpwnam(instructor))
         key = base / "tool-key.pem"
         key.write_text(private_pem())
         key.chmod(0o600)
         port = _free_port()
-        tool_jwks = {"keys": [lc.LTIConfig(path=key, issuer="", client_id="", deployment_ids=(), auth_login_url="",
-                                           auth_token_url="", jwks_url="", private_key=key, contexts={}).public_jwk()]}
-        platform = Platform(f"http://127.0.0.1:{port}/hub/lti13/oauth_login", f"http://127.0.0.1:{port}/hub/",
-                            tool_jwks).start()
+        tool_jwks = {
+            "keys": [
+                lc.LTIConfig(
+                    path=key,
+                    issuer="",
+                    client_id="",
+                    deployment_ids=(),
+                    auth_login_url="",
+                    auth_token_url="",
+                    jwks_url="",
+                    private_key=key,
+                    contexts={},
+                ).public_jwk()
+            ]
+        }
+        platform = Platform(
+            f"http://127.0.0.1:{port}/hub/lti13/oauth_login", f"http://127.0.0.1:{port}/hub/", tool_jwks
+        ).start()
         config = base / "lti.json"
-        config.write_text(json.dumps(platform.tool_settings(private_key=str(key), contexts={CONTEXT: COURSE},
-                                                            links={"link-ex01": AID})))
+        config.write_text(
+            json.dumps(
+                platform.tool_settings(private_key=str(key), contexts={CONTEXT: COURSE}, links={"link-ex01": AID})
+            )
+        )
         python = python_for() or sys.executable
         courses = {COURSE: {"folder": str(course), "instructor": instructor, "nested": False, "python": python}}
         token = secrets.token_hex(16)
@@ -168,17 +206,22 @@ c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {_free_port()}
 c.ConfigurableHTTPProxy.command = [{str(ROOT / "node_modules" / ".bin" / "configurable-http-proxy")!r}]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{_free_port()}"
-c.JupyterHub.db_url = "sqlite:///{base / 'hub.sqlite'}"
-c.JupyterHub.cookie_secret_file = "{base / 'cookie_secret'}"
-c.JupyterHub.pid_file = "{base / 'hub.pid'}"
+c.JupyterHub.db_url = "sqlite:///{base / "hub.sqlite"}"
+c.JupyterHub.cookie_secret_file = "{base / "cookie_secret"}"
+c.JupyterHub.pid_file = "{base / "hub.pid"}"
 c.JupyterHub.services = [{{"name": "lti-test", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "lti-test", "services": ["lti-test"], "scopes": ["read:users", "read:groups"]}}]
 {lti.hub_config(config, courses)}''')
         log = (base / "hub.log").open("w")
-        hub = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(hub_cfg)], cwd=base, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ctrl_c_when_orphaned,
-                               env={"PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}", "LANG": "C.UTF-8",
-                                    "HOME": "/root"})
+        hub = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(hub_cfg)],
+            cwd=base,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ctrl_c_when_orphaned,
+            env={"PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}", "LANG": "C.UTF-8", "HOME": "/root"},
+        )
         url = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
@@ -189,8 +232,16 @@ c.JupyterHub.load_roles = [{{"name": "lti-test", "services": ["lti-test"], "scop
                 return False
 
         wait_until(up, HUB_START_S, f"answer from the light hub at {url}")
-        yield {"platform": platform, "url": url, "course": course, "instructor": instructor, "token": token,
-               "config": lc.load(config, {COURSE}), "base": base, "log": base / "hub.log"}
+        yield {
+            "platform": platform,
+            "url": url,
+            "course": course,
+            "instructor": instructor,
+            "token": token,
+            "config": lc.load(config, {COURSE}),
+            "base": base,
+            "log": base / "hub.log",
+        }
     finally:
         if hub is not None:
             hub.send_signal(signal.SIGTERM)
@@ -222,8 +273,9 @@ def _launch(lms, **spec) -> requests.Response:
 
 
 def _groups(lms, name: str) -> list[str]:
-    user = requests.get(f"{lms['url']}/hub/api/users/{name}", headers={"Authorization": f"token {lms['token']}"},
-                        timeout=30)
+    user = requests.get(
+        f"{lms['url']}/hub/api/users/{name}", headers={"Authorization": f"token {lms['token']}"}, timeout=30
+    )
     assert user.status_code == 200, user.text
     return sorted(user.json()["groups"])
 
@@ -246,8 +298,10 @@ def test_a_student_launch_makes_their_account_once_and_opens_the_assignment(lms)
     assert (Path(account.pw_dir) / "lessons").is_dir() and Path(account.pw_dir).stat().st_mode & 0o077 == 0
     assert name in json.loads((lms["course"] / "grader" / "hub-accounts.json").read_text())["accounts"]
     assert _groups(lms, name) == [f"nbgrader-{COURSE}"]
-    assert any(c.name.startswith("jupyterhub-session-id") or c.name.startswith("jupyterhub-hub-login")
-               for c in answer.session.cookies), list(answer.session.cookies)  # logged in
+    assert any(
+        c.name.startswith("jupyterhub-session-id") or c.name.startswith("jupyterhub-hub-login")
+        for c in answer.session.cookies
+    ), list(answer.session.cookies)  # logged in
     # their own work is never replaced: a second launch keeps the edited notebook and the same account
     notebook.write_text("the student's own work")
     again = _launch(lms, user=sub, roles=LEARNER, context=CONTEXT, link="link-ex01", email=email)
@@ -275,13 +329,15 @@ AGAIN = "Open the assignment again from the LMS"
 CHECK_ID = "The instructor checks client_id in the hub's LTI configuration"
 
 
-@pytest.mark.parametrize("variant, status, said, todo", [
-    ("bad-signature", 401, "signature does not verify with the LMS's published keys", AGAIN),
-    ("expired", 401, "the launch has expired", AGAIN),
-    ("wrong-audience", 401, "this launch was meant for another tool", CHECK_ID),
-])
-def test_a_forged_expired_or_misdirected_launch_is_refused_with_a_page_that_says_why(lms, variant, status, said,
-                                                                                   todo):
+@pytest.mark.parametrize(
+    "variant, status, said, todo",
+    [
+        ("bad-signature", 401, "signature does not verify with the LMS's published keys", AGAIN),
+        ("expired", 401, "the launch has expired", AGAIN),
+        ("wrong-audience", 401, "this launch was meant for another tool", CHECK_ID),
+    ],
+)
+def test_a_forged_expired_or_misdirected_launch_is_refused_with_a_page_that_says_why(lms, variant, status, said, todo):
     sub = f"mallory-{secrets.token_hex(4)}"
     answer = _launch(lms, user=sub, roles=INSTRUCTOR, context=CONTEXT, assignment=AID, variant=variant)
     assert answer.status_code == status, (answer.status_code, answer.text[:2000])
@@ -294,8 +350,9 @@ def test_a_forged_expired_or_misdirected_launch_is_refused_with_a_page_that_says
 def test_a_launch_from_an_unknown_course_or_without_a_course_role_is_refused(lms):
     answer = _launch(lms, user="u-x", roles=LEARNER, context="some-other-course")
     assert answer.status_code == 403 and "is not linked to a course on this hub" in html.unescape(answer.text)
-    answer = _launch(lms, user="u-y", roles="http://purl.imsglobal.org/vocab/lis/v2/institution/person#Staff",
-                     context=CONTEXT)
+    answer = _launch(
+        lms, user="u-y", roles="http://purl.imsglobal.org/vocab/lis/v2/institution/person#Staff", context=CONTEXT
+    )
     assert answer.status_code == 403 and "neither a learner's nor an instructor's" in html.unescape(answer.text)
     direct = requests.get(f"{lms['url']}/hub/login", timeout=30)  # someone who opened the hub's address
     assert direct.status_code == 400 and "this hub's logins start from the LMS" in html.unescape(direct.text)
@@ -325,7 +382,9 @@ def test_autograded_scores_reach_the_lms_over_ags_after_the_late_penalty(lms, ca
     with open(course / "grader" / "nbgrader_config.py", "a") as f:
         f.write(LATE_POLICY)
     write(course / "grader" / "submitted", names["ontime"], AID, answered(AID))  # 2026-11-30 09:00 UTC
-    write(course / "grader" / "submitted", names["late"], AID, answered(AID), timestamp="2026-12-01 10:30:00.000000 UTC")
+    write(
+        course / "grader" / "submitted", names["late"], AID, answered(AID), timestamp="2026-12-01 10:30:00.000000 UTC"
+    )
     grading.init_db(database_url(course))
     grading.released_notebooks(AID, course, database_url(course))
     with Gradebook(database_url(course), COURSE) as gb:
@@ -334,8 +393,10 @@ def test_autograded_scores_reach_the_lms_over_ags_after_the_late_penalty(lms, ca
     grading.autograde(AID, root=course, workers=2, progress=False)
     graded_s = time.monotonic() - started
     with Gradebook(database_url(course), COURSE) as gb:
-        held = {s.student.id: (s.score - (s.late_submission_penalty or 0), s.max_score, s.late_submission_penalty)
-                for s in gb.assignment_submissions(AID)}
+        held = {
+            s.student.id: (s.score - (s.late_submission_penalty or 0), s.max_score, s.late_submission_penalty)
+            for s in gb.assignment_submissions(AID)
+        }
     assert held[names["late"]][2] > 0 and held[names["ontime"]][2] in (0, None), held  # the course's penalty
     started = time.monotonic()
     assert lti_grades.send(AID, lms["config"], root=course, course=COURSE) == 0, capsys.readouterr().out

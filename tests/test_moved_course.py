@@ -6,6 +6,7 @@ Each copy is this working tree (tracked and new files) with the course's .venv h
 not a multi-minute build). The repair writes new files, so the original .venv is checked to be byte for byte and inode
 for inode what it was.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,13 @@ def _files_naming(root: Path) -> list[Path]:
     """The .venv files that name the folder the .venv belongs to."""
     venv = root / ".venv"
     site = next((venv / "lib").glob("python3.*/site-packages"))
-    return [*site.glob("__editable___twoprim_*_finder.py"), venv / "bin" / "nbgrader", venv / "bin" / "jupyter",
-            venv / "pyvenv.cfg", venv / "etc" / "jupyter" / "nbgrader_config.py"]
+    return [
+        *site.glob("__editable___twoprim_*_finder.py"),
+        venv / "bin" / "nbgrader",
+        venv / "bin" / "jupyter",
+        venv / "pyvenv.cfg",
+        venv / "etc" / "jupyter" / "nbgrader_config.py",
+    ]
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
@@ -44,8 +50,17 @@ def moved():
 
     def copy(name: str) -> Path:
         dest = base / name
-        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                               check=True, timeout=60).stdout.decode().split("\0")
+        files = (
+            subprocess.run(
+                ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+                timeout=60,
+            )
+            .stdout.decode()
+            .split("\0")
+        )
         for rel in filter(None, files):
             if (ROOT / rel).is_file() and not rel.startswith("node_modules/"):
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -60,16 +75,24 @@ def moved():
 
 def _run(argv: list, cwd: Path, timeout: int = 240, **kwargs) -> subprocess.CompletedProcess:
     # no warm grader: it would outlive the test by its 15 idle minutes (test_selfgrade covers it)
-    env = {"PATH": SYSTEM_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
-           "TWOPRIM_WARM_GRADER": "off"}
-    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                          **kwargs)
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "TWOPRIM_WARM_GRADER": "off",
+    }
+    return subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
 
 
 def _points(aid: str) -> float:
     nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
-    return sum(float(c.metadata["nbgrader"]["points"]) for c in nb.cells
-               if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution"))
+    return sum(
+        float(c.metadata["nbgrader"]["points"])
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+    )
 
 
 def _number(x: float) -> str:
@@ -89,8 +112,10 @@ def test_selfgrade_in_a_copied_course_grades_the_copy(moved):
     imported = _run([dest / ".venv" / "bin" / "python", "-c", "import twoprim; print(twoprim.__file__)"], cwd=Path("/"))
     assert imported.stdout.strip() == str(dest / "twoprim" / "__init__.py"), imported
     assert (dest / ".venv" / "bin" / "nbgrader").read_text().splitlines()[0] == f"#!{dest}/.venv/bin/python"
-    assert f"load_subconfig('{dest}/grader/nbgrader_config.py')" in \
-        (dest / ".venv" / "etc" / "jupyter" / "nbgrader_config.py").read_text()
+    assert (
+        f"load_subconfig('{dest}/grader/nbgrader_config.py')"
+        in (dest / ".venv" / "etc" / "jupyter" / "nbgrader_config.py").read_text()
+    )
 
     again = _run([dest / "course", "--check-venv"], cwd=dest)
     assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), "a repaired .venv is left alone"
@@ -122,8 +147,9 @@ def test_a_venv_it_cannot_rewrite_gets_the_command_to_run(moved):
     (venv / "bin" / "python3.11").symlink_to(python)
     before = {p: p.read_bytes() for p in _files_naming(dest) if p.name != "pyvenv.cfg"}
 
-    run = _run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", dest / "course", "--check-venv"],
-               cwd=Path("/"))
+    run = _run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", dest / "course", "--check-venv"], cwd=Path("/")
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     [error] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert f"error: {venv} was built in {ROOT}, not here (the course was copied or moved)" in error, error

@@ -10,6 +10,7 @@ the copy, ex01b among its assignments; and the files the steps changed are exact
 files it touches". The template itself has the cells of the guide's tables, and so has every assignment. The
 repository itself is never changed.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def guide_table(header: str) -> list[list[str]]:
     lines = [line.strip() for line in GUIDE.read_text(encoding="utf-8").splitlines()]
     assert header in lines, f"{GUIDE.relative_to(ROOT)} has no table headed {header!r}"
     rows = []
-    for line in lines[lines.index(header) + 2:]:
+    for line in lines[lines.index(header) + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
@@ -72,9 +73,15 @@ def author_cells() -> list[dict]:
     cells = []
     for role, kind, gid, nbtype, _ in guide_table(CELLS_TABLE):
         typed = re.fullmatch(r"(.+?)(?: \((\w) points\))?", nbtype)
-        cells.append({"role": role.split(",")[0], "per_function": "*per function*" in role, "kind": kind,
-                      "gid": None if gid == "(none)" else gid.strip("`"),
-                      "meta": None if nbtype == "(none)" else metadata[typed[1]]})
+        cells.append(
+            {
+                "role": role.split(",")[0],
+                "per_function": "*per function*" in role,
+                "kind": kind,
+                "gid": None if gid == "(none)" else gid.strip("`"),
+                "meta": None if nbtype == "(none)" else metadata[typed[1]],
+            }
+        )
     return cells
 
 
@@ -113,8 +120,11 @@ def conforms(aid: str) -> list[str]:
     head = next(i for i, c in enumerate(cells) if c["per_function"]) + sum(c["per_function"] for c in cells)
     tail = len(cells) - head
     pairs = list(zip(expected[:head], real[:head])) + list(zip(expected[-tail:], real[-tail:]))
-    return [f"{_shape(*have, aid, fn)} where the guide has {_shape(*want, AID, FN)}" for want, have in pairs
-            if _shape(*want, AID, FN) != _shape(*have, aid, fn)]
+    return [
+        f"{_shape(*have, aid, fn)} where the guide has {_shape(*want, AID, FN)}"
+        for want, have in pairs
+        if _shape(*want, AID, FN) != _shape(*have, aid, fn)
+    ]
 
 
 # Assignments whose notebook does not have the guide's cells yet, and why (each is checked to be still so)
@@ -123,8 +133,9 @@ NOT_YET = {"ex06_compile": "its introduction (the first cell) has no grade id ex
 
 def test_the_template_has_exactly_the_cells_and_metadata_the_guide_lists():
     have = _cells(TEMPLATE)
-    want = guide_notebook(PLACEHOLDER, FN, points=lambda gid: next(m.get("points") for _, m in have
-                                                                    if m and m["grade_id"] == gid))
+    want = guide_notebook(
+        PLACEHOLDER, FN, points=lambda gid: next(m.get("points") for _, m in have if m and m["grade_id"] == gid)
+    )
     assert have == want, f"{TEMPLATE.relative_to(ROOT)}'s cells differ from the guide's tables (step 2)"
 
 
@@ -146,18 +157,27 @@ def test_the_guides_id_rule_is_the_course_s():
 # The course's tests that run on the copy, ex01b among its assignments: each takes no argument, tmp_path, or
 # (aid, fn[, how])
 COURSE_TESTS = {
-    "test_outline": ["test_the_outline_lists_every_lesson_on_disk_in_order",
-                     "test_the_outline_names_every_assignment_and_only_graded_functions",
-                     "test_lesson_00s_outline_cell_is_the_readme_outline",
-                     "test_outline_status_finds_every_lesson_and_assignment_of_this_copy",
-                     "test_outline_status_marks_what_a_copy_does_not_hold",
-                     "test_every_assignment_id_follows_the_numbering_rule"],
-    "test_hints": ["test_every_graded_function_has_two_or_three_hints", "test_no_hint_contains_a_solution_line",
-                   "test_each_graded_function_has_an_ungraded_locked_hint_cell"],
-    "test_check_messages": ["test_every_graded_function_of_these_assignments_is_here",
-                            f"test_solution_passes_and_announces_hidden_checks[{AID}-{FN}]",
-                            *(f"test_each_check_explains_wrong_value_shape_and_dtype[{AID}-{FN}-{how}]"
-                              for how in ("value", "shape", "dtype"))],
+    "test_outline": [
+        "test_the_outline_lists_every_lesson_on_disk_in_order",
+        "test_the_outline_names_every_assignment_and_only_graded_functions",
+        "test_lesson_00s_outline_cell_is_the_readme_outline",
+        "test_outline_status_finds_every_lesson_and_assignment_of_this_copy",
+        "test_outline_status_marks_what_a_copy_does_not_hold",
+        "test_every_assignment_id_follows_the_numbering_rule",
+    ],
+    "test_hints": [
+        "test_every_graded_function_has_two_or_three_hints",
+        "test_no_hint_contains_a_solution_line",
+        "test_each_graded_function_has_an_ungraded_locked_hint_cell",
+    ],
+    "test_check_messages": [
+        "test_every_graded_function_of_these_assignments_is_here",
+        f"test_solution_passes_and_announces_hidden_checks[{AID}-{FN}]",
+        *(
+            f"test_each_check_explains_wrong_value_shape_and_dtype[{AID}-{FN}-{how}]"
+            for how in ("value", "shape", "dtype")
+        ),
+    ],
 }
 
 # Run in the copy with its own package: a course test by name (module, name) -> "passed" or its traceback
@@ -206,13 +226,20 @@ PROBE = RUN + textwrap.dedent(f"""
 
 
 def _git(clone, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=author", "-c", "user.email=author@example.org", *args], cwd=clone,
-                          capture_output=True, text=True, check=True, timeout=120).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=author", "-c", "user.email=author@example.org", *args],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
 
 
 def _python(venv, clone, code: str):
-    run = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=clone, capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=clone, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -230,21 +257,28 @@ def new_assignment(tmp_path_factory) -> dict:
     commands = guide_commands()  # step 1, as the guide writes it, for this id
     script = re.sub(r"^aid=\S+$", f"aid={AID}", commands, count=1, flags=re.M)
     assert script != commands, f"the guide's step 1 sets no aid=: {commands}"
-    copy = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone, capture_output=True, text=True,
-                          timeout=60)
+    copy = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=clone, capture_output=True, text=True, timeout=60
+    )
     assert copy.returncode == 0, f"the guide's step 1 failed:\n{script}\n{copy.stdout}{copy.stderr}"
     before_row = _python(venv, clone, BEFORE_ROW)
     readme = clone / "README.md"  # step 3: the row under lesson 01's, its lesson cell empty
     text = readme.read_text(encoding="utf-8")
     [row] = [line for line in text.splitlines() if line.startswith("| `01_dot_product`")]
     readme.write_text(text.replace(row, row + f"\n| | `{AID}`: `{FN}` |"), encoding="utf-8")
-    generate = subprocess.run([str(clone / "course"), "generate", AID], capture_output=True, text=True, timeout=300,
-                              cwd=ROOT)  # from another course folder: the clone still runs its own package
+    generate = subprocess.run(
+        [str(clone / "course"), "generate", AID], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )  # from another course folder: the clone still runs its own package
     assert generate.returncode == 0, generate.stdout + generate.stderr
     found = _python(venv, clone, PROBE)
     status = _git(clone, "status", "--porcelain", "--untracked-files=all")
-    return {"clone": clone, "before_row": before_row, "generated": generate.stdout,
-            "changed": sorted(line[3:] for line in status.splitlines()), **found}
+    return {
+        "clone": clone,
+        "before_row": before_row,
+        "generated": generate.stdout,
+        "changed": sorted(line[3:] for line in status.splitlines()),
+        **found,
+    }
 
 
 def test_a_new_assignment_is_found_and_graded_from_its_own_files(new_assignment):
@@ -267,7 +301,8 @@ def test_it_touches_only_the_files_the_guide_names(new_assignment):
     assert required <= changed, f"the guide says these change, and they did not: {sorted(required - changed)}"
     assert changed <= required | optional, (
         f"adding {AID} by the guide changed files its table 'The files it touches' does not name: "
-        f"{sorted(changed - required - optional)}")
+        f"{sorted(changed - required - optional)}"
+    )
     assert "generated lessons/00_start_here.ipynb" in new_assignment["generated"]
 
 

@@ -6,6 +6,7 @@ Each lesson's execution is saved (docs/build.py's `save_executed`, into $TWOPRIM
 loadfile), so every lesson has run before the site is built, and the build executes nothing. Run alone, the site's
 tests execute the lessons that have no current copy first.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,20 +43,30 @@ def _site_builder():
 docs = _site_builder()
 RAN_HERE: set[str] = set()  # lessons this process began to execute (test_lesson_runs_top_to_bottom), by file name
 
-NOTEBOOKS = sorted(p for d in ("lessons", "solutions", "exercises") for p in (ROOT / d).rglob("*.ipynb")
-                   if ".ipynb_checkpoints" not in p.parts)
+NOTEBOOKS = sorted(
+    p
+    for d in ("lessons", "solutions", "exercises")
+    for p in (ROOT / d).rglob("*.ipynb")
+    if ".ipynb_checkpoints" not in p.parts
+)
 
 
 def test_course_has_its_notebooks():
     names = {p.relative_to(ROOT).as_posix() for p in NOTEBOOKS}
-    assert {"lessons/00_start_here.ipynb", "lessons/01_dot_product.ipynb", "solutions/ex01_dot/ex01_dot.ipynb",
-            "exercises/ex01_dot/ex01_dot.ipynb"} <= names
+    assert {
+        "lessons/00_start_here.ipynb",
+        "lessons/01_dot_product.ipynb",
+        "solutions/ex01_dot/ex01_dot.ipynb",
+        "exercises/ex01_dot/ex01_dot.ipynb",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_committed_notebook_is_clean(path: Path):
     problems = is_clean(nbformat.read(str(path), as_version=4))
-    assert not problems, f"{path.relative_to(ROOT)} is not clean ({'; '.join(problems)}): run `./course clean {path.relative_to(ROOT)}`"
+    assert not problems, (
+        f"{path.relative_to(ROOT)} is not clean ({'; '.join(problems)}): run `./course clean {path.relative_to(ROOT)}`"
+    )
 
 
 def test_exercises_are_generated_from_solutions(tmp_path: Path):
@@ -66,7 +77,8 @@ def test_exercises_are_generated_from_solutions(tmp_path: Path):
         assert committed.exists(), f"{committed.relative_to(ROOT)} is missing: run `make exercises` and commit it"
         assert filecmp.cmp(path, committed, shallow=False), (
             f"{committed.relative_to(ROOT)} differs from what nbgrader generates from solutions/: exercises/ is "
-            f"generated, never edited by hand. Run `make exercises` and commit the result.")
+            f"generated, never edited by hand. Run `make exercises` and commit the result."
+        )
     extra = {p.parent.name for p in (ROOT / "exercises").glob("*/*.ipynb")} - set(assignments())
     assert not extra, f"exercises/ has assignments with no source in solutions/: {sorted(extra)}"
 
@@ -101,8 +113,17 @@ def test_lesson_runs_top_to_bottom(path: Path, record_property):
 
 # MyST-NB's choice among an output's formats in HTML (its base priority, the widget view taken out as docs/conf.py
 # does): the first one an output has is what its page shows
-HTML_PRIORITY = ("application/javascript", "text/html", "image/svg+xml", "image/png", "image/gif", "image/jpeg",
-                 "text/markdown", "text/latex", "text/plain")
+HTML_PRIORITY = (
+    "application/javascript",
+    "text/html",
+    "image/svg+xml",
+    "image/png",
+    "image/gif",
+    "image/jpeg",
+    "text/markdown",
+    "text/latex",
+    "text/plain",
+)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 # The first site test to run builds the site in its setup (~6 s in `make test`); run alone, it executes the lessons
 # first (100-300 s on 2 cores). Each step has its own bound too: a cell 300 s, sphinx 600 s, a page 30 s.
@@ -156,8 +177,10 @@ def site(tmp_path_factory) -> Path:
     """The site built as `make docs` builds it, from the lessons' executions saved above (into a folder of its own);
     its html/ folder. Run without them (this file's site tests alone), it executes the lessons first."""
     lost = [p.name for p in lessons() if p.name in RAN_HERE and docs.current_copy(p) is None]
-    assert not lost, (f"lessons executed in this run left no current executed copy in {docs.executed_dir()}: "
-                      f"{', '.join(lost)} (did their test fail before docs.save_executed?)")
+    assert not lost, (
+        f"lessons executed in this run left no current executed copy in {docs.executed_dir()}: "
+        f"{', '.join(lost)} (did their test fail before docs.save_executed?)"
+    )
     docs.execute_missing(say=lambda line: None)  # only lessons this run did not execute (the site's tests alone)
     out = tmp_path_factory.mktemp("site")
     run, secs = docs.build(out)
@@ -171,10 +194,22 @@ def test_the_site_builds_without_warnings_with_a_page_per_lesson(site: Path):
     for page in ("index.html", "api.html", "benchmarks.html", *(f"lessons/{p.stem}.html" for p in lessons())):
         assert (site / page).is_file(), f"the site has no {page}"
     documented = _Page((site / "api.html").read_text(encoding="utf-8")).ids
-    kit = [f"twoprim.core.checks.{name}" for name in ("run_check", "Case", "Rule", "forbid", "judge_tensor",
-                                                      "judge_values", "elementwise_tolerance", "reduction_tolerance")]
-    missing = [name for name in [*kit, "module-twoprim.core.guards", "module-twoprim.core.cases"]
-               if name not in documented]
+    kit = [
+        f"twoprim.core.checks.{name}"
+        for name in (
+            "run_check",
+            "Case",
+            "Rule",
+            "forbid",
+            "judge_tensor",
+            "judge_values",
+            "elementwise_tolerance",
+            "reduction_tolerance",
+        )
+    ]
+    missing = [
+        name for name in [*kit, "module-twoprim.core.guards", "module-twoprim.core.cases"] if name not in documented
+    ]
     assert not missing, f"the API reference does not document {missing}"
 
 
@@ -184,8 +219,9 @@ def test_every_lesson_page_of_the_site_shows_each_figure_of_its_notebook(site: P
     nb = nbformat.read(str(docs.current_copy(lesson)), as_version=4)
     images, pngs = _expected_images(nb)
     page = _Page((site / "lessons" / f"{lesson.stem}.html").read_text(encoding="utf-8"))
-    assert len(page.images) == images, (f"lessons/{lesson.stem}.html shows {len(page.images)} images; its executed "
-                                        f"notebook has {images} image outputs")
+    assert len(page.images) == images, (
+        f"lessons/{lesson.stem}.html shows {len(page.images)} images; its executed notebook has {images} image outputs"
+    )
     files = [src for src in page.images if src.endswith(".png") and not src.startswith("data:")]
     assert len(files) == pngs, f"{len(files)} PNG files on the page for {pngs} image/png outputs"
 
@@ -203,15 +239,19 @@ def test_the_explorers_show_their_first_picture_on_the_site(site: Path):
     for stem, bundles in explorers.items():
         assert all(_shown(o) == "image/png" for o in bundles), f"{stem}: an explorer without its first picture"
         assert "jupyter-widgets" not in (site / "lessons" / f"{stem}.html").read_text(encoding="utf-8"), (
-            f"lessons/{stem}.html loads a widget script (the site shows pictures; it loads nothing from a CDN)")
+            f"lessons/{stem}.html loads a widget script (the site shows pictures; it loads nothing from a CDN)"
+        )
 
 
 @SITE_TIMEOUT
 def test_every_local_link_and_image_of_the_site_resolves(site: Path):
     """Every href and src of every built page that stays on the site names a file of it, and every #anchor an id on
     that page. Links to other sites (http, https) are not followed: the build runs offline."""
-    pages = {p: _Page(p.read_text(encoding="utf-8")) for p in site.rglob("*.html")
-             if p.relative_to(site).parts[0] != "_static"}  # the themes' own templates there are no pages
+    pages = {
+        p: _Page(p.read_text(encoding="utf-8"))
+        for p in site.rglob("*.html")
+        if p.relative_to(site).parts[0] != "_static"
+    }  # the themes' own templates there are no pages
     broken = []
     for path, page in pages.items():
         for link in page.links:
@@ -230,8 +270,11 @@ def test_every_local_link_and_image_of_the_site_resolves(site: Path):
     remote = [f"{p.relative_to(site)}: {src}" for p in pages for src in pages[p].scripts if "://" in src]
     assert not remote, f"pages load scripts from other sites (the site works offline): {remote}"
     with_maths = [p for p in lesson_pages if 'class="math' in p.read_text(encoding="utf-8")]
-    without = [str(p.relative_to(site)) for p in with_maths
-               if not any(src.split("?")[0].endswith("_static/mathjax-tex-svg.js") for src in pages[p].scripts)]
+    without = [
+        str(p.relative_to(site))
+        for p in with_maths
+        if not any(src.split("?")[0].endswith("_static/mathjax-tex-svg.js") for src in pages[p].scripts)
+    ]
     assert with_maths and not without, f"lesson pages with maths but not the site's own MathJax: {without}"
 
 
@@ -262,8 +305,12 @@ def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path)
     asks for, and every image on it has rendered (a natural width)."""
     from playwright.sync_api import sync_playwright
 
-    lesson = next(p for p in lessons() if _expected_images(nbformat.read(str(docs.current_copy(p)), 4))[1]
-                  and "$" in "".join(c.source for c in nbformat.read(str(p), 4).cells if c.cell_type == "markdown"))
+    lesson = next(
+        p
+        for p in lessons()
+        if _expected_images(nbformat.read(str(docs.current_copy(p)), 4))[1]
+        and "$" in "".join(c.source for c in nbformat.read(str(p), 4).cells if c.cell_type == "markdown")
+    )
     title = nbformat.read(str(lesson), as_version=4).cells[0].source.splitlines()[0].lstrip("# ")
     wanted = {"index.html": "Where to start", f"lessons/{lesson.stem}.html": title, "api.html": "run_check"}
     with _serve(site) as base, sync_playwright() as playwright:
@@ -272,21 +319,26 @@ def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path)
             page = browser.new_page()
             failed: list[str] = []
             page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
-            page.on("response", lambda response: response.status >= 400 and failed.append(
-                f"{response.url}: HTTP {response.status}"))
+            page.on(
+                "response",
+                lambda response: response.status >= 400 and failed.append(f"{response.url}: HTTP {response.status}"),
+            )
             for path, text in wanted.items():
                 response = page.goto(f"{base}/{path}", wait_until="load", timeout=30_000)
                 assert response and response.ok, f"{path}: {response and response.status}"
                 assert text in page.inner_text("article"), f"{path} shows no {text!r}"
-                images = page.evaluate("Array.from(document.querySelectorAll('article img'))"
-                                       ".map(i => [i.getAttribute('src').slice(0, 60), i.complete, i.naturalWidth])")
+                images = page.evaluate(
+                    "Array.from(document.querySelectorAll('article img'))"
+                    ".map(i => [i.getAttribute('src').slice(0, 60), i.complete, i.naturalWidth])"
+                )
                 blank = [src for src, complete, width in images if not (complete and width > 0)]
                 assert not blank, f"{path}: images that did not render: {blank}"
                 if path.startswith("lessons/"):
                     assert len(images) == _expected_images(nbformat.read(str(docs.current_copy(lesson)), 4))[0]
                     # the maths typeset by the site's own MathJax (no CDN): every math element became SVG
-                    page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise",
-                                           timeout=30_000)
+                    page.wait_for_function(
+                        "window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000
+                    )
                     page.evaluate("MathJax.startup.promise")
                     maths = page.evaluate("document.querySelectorAll('article .math').length")
                     typeset = page.evaluate("document.querySelectorAll('article .math mjx-container svg').length")

@@ -3,6 +3,7 @@ folder, never on the repository: a fresh checkout (nothing done, nothing execute
 place (every visible check passes; with full self-grades the next step is "done"), and learner notebooks that crash
 halfway, loop forever or do not parse (reported with their cell, the rest of the report still there). Results are
 cached by content hash; the learner's notebooks are never modified; a corrupt state file is set aside, not lost."""
+
 from __future__ import annotations
 
 import datetime
@@ -28,11 +29,14 @@ from twoprim.core.notebooks import assignments, lessons
 
 from .classroom import answered, cell_index, prepend
 
-GRADED = {aid: {c.metadata["nbgrader"]["grade_id"].removeprefix(f"{aid}-")
-                for c in nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4).cells
-                if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"]["grade_id"].endswith(
-                    "-hidden")}
-          for aid in assignments()}
+GRADED = {
+    aid: {
+        c.metadata["nbgrader"]["grade_id"].removeprefix(f"{aid}-")
+        for c in nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"]["grade_id"].endswith("-hidden")
+    }
+    for aid in assignments()
+}
 
 
 @pytest.fixture
@@ -62,8 +66,11 @@ def mark_run(root: Path, upto: str = "99") -> None:
 def selfgraded(root: Path, aid: str, failing: tuple[str, ...] = ()) -> None:
     """Write grader/selfgrade/<aid>.json with the writer `./course selfgrade` uses."""
     nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
-    points = {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"]) for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+    points = {
+        c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
+    }
     outcome = grading.Outcome("learner", status="graded", max_score=sum(points.values()))
     outcome.grades = {(aid, gid): 0.0 if gid.removeprefix(f"{aid}-") in failing else p for gid, p in points.items()}
     outcome.score = sum(outcome.grades.values())
@@ -72,8 +79,12 @@ def selfgraded(root: Path, aid: str, failing: tuple[str, ...] = ()) -> None:
 
 
 def digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in ("exercises", "lessons") for p in sorted((root / d).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for d in ("exercises", "lessons")
+        for p in sorted((root / d).rglob("*"))
+        if p.is_file()
+    }
 
 
 def by_aid(report: progress.Report) -> dict[str, progress.AssignmentStatus]:
@@ -126,8 +137,9 @@ def test_solutions_in_the_learners_place_pass_every_visible_check(solved):
     for aid, a in by_aid(r).items():
         assert (a.status, a.problem, a.cached) == ("ran", None, False), (aid, a.problem)
         # a check that reads only an answer's form is answered, never passed: its value is graded by a self-grade
-        assert a.checks == {fn: progress.ANSWERED if fn in FORM_ONLY.get(aid, ()) else progress.PASS
-                            for fn in GRADED[aid]}, aid
+        assert a.checks == {
+            fn: progress.ANSWERED if fn in FORM_ONLY.get(aid, ()) else progress.PASS for fn in GRADED[aid]
+        }, aid
     assert all(l.done for l in r.lessons)
     assert r.next_step.startswith("run `./course selfgrade ex01_dot`"), r.next_step
     assert "3 of 8 pass, 5 answered" in r.text()  # ex06_compile: three functions, five short answers
@@ -170,8 +182,9 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     ex01, ex02 = by_aid(r)["ex01_dot"], by_aid(r)["ex02_gemm"]
     assert ex01.status == "ran" and ex01.hints_used == 1 and ex01.selfgrade is None
     assert (ex02.status, ex02.problem) == ("missing", "not fetched yet: fetch it from the Assignments tab")
-    assert r.next_step.startswith("submit ex01_dot from the Assignments tab: your instructor's grading adds the "
-                                  "hidden checks"), r.next_step
+    assert r.next_step.startswith(
+        "submit ex01_dot from the Assignments tab: your instructor's grading adds the hidden checks"
+    ), r.next_step
     assert "submitted" in r.text() and "self-grade" not in r.text()
     assert not progress._complete(ex01), "every visible check passes, but it is not submitted yet"
 
@@ -184,13 +197,15 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     r = progress.report()
     assert by_aid(r)["ex01_dot"].submitted == {"at": "2026-12-02 10:00:00.000000 UTC", "stale": ""}
     assert "2026-12-02 10:00" in r.text() and progress._complete(by_aid(r)["ex01_dot"])
-    assert r.next_step == ("fetch ex02_gemm from the Assignments tab (Nbgrader → Assignments): it lands in "
-                           "exercises/ex02_gemm/."), r.next_step
+    assert r.next_step == (
+        "fetch ex02_gemm from the Assignments tab (Nbgrader → Assignments): it lands in exercises/ex02_gemm/."
+    ), r.next_step
 
     later = os.stat(cached / "timestamp.txt").st_mtime + 60
     os.utime(notebook, (later, later))  # saved again after submitting
     assert progress.report().next_step.startswith(
-        "submit ex01_dot from the Assignments tab again (you saved the notebook after submitting it)")
+        "submit ex01_dot from the Assignments tab again (you saved the notebook after submitting it)"
+    )
 
 
 def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_path, monkeypatch, solved):
@@ -212,15 +227,19 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     deadlines.publish(exchange, "ex01_dot", soon)
     deadlines.publish(exchange, "ex02_gemm", gone)
     assert deadlines.path(exchange).stat().st_mode & 0o777 == 0o644
-    assert json.loads(deadlines.path(exchange).read_text()) == {"ex01_dot": f"{soon:%Y-%m-%dT%H:%M:%SZ}",
-                                                                "ex02_gemm": f"{gone:%Y-%m-%dT%H:%M:%SZ}"}
+    assert json.loads(deadlines.path(exchange).read_text()) == {
+        "ex01_dot": f"{soon:%Y-%m-%dT%H:%M:%SZ}",
+        "ex02_gemm": f"{gone:%Y-%m-%dT%H:%M:%SZ}",
+    }
 
     r = progress.report()
     ex01, ex02 = by_aid(r)["ex01_dot"], by_aid(r)["ex02_gemm"]
     assert ex01.cached and ex01.status == "ran", ex01
     assert (ex01.due, ex02.due) == (soon, gone)
-    assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC (in 2 "
-                                  f"days 3 h)): your instructor's grading"), r.next_step
+    assert r.next_step.startswith(
+        f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC (in 2 "
+        f"days 3 h)): your instructor's grading"
+    ), r.next_step
     assert f"due {gone:%Y-%m-%d %H:%M} UTC (passed 5 h 30 min ago: a submission now is late)" in r.text(), r.text()
 
     # submitted a day before the deadline ex01 had until the instructor moved it: late now
@@ -257,8 +276,12 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
         for aid in ("ex01_dot", "ex02_gemm"):
             running.store.release("two-primitives", aid, {f"{aid}.ipynb": _notebook("pass")}, by="teach", force=False)
         ann = next(t for t, who in TOKENS.items() if who == "ann")
-        for name, value in (("TWOPRIM_WORKSPACE", home), ("TWOPRIM_EXCHANGE_URL", running.url),
-                            ("JUPYTERHUB_API_TOKEN", ann), ("JUPYTER_DATA_DIR", tmp_path / "data")):
+        for name, value in (
+            ("TWOPRIM_WORKSPACE", home),
+            ("TWOPRIM_EXCHANGE_URL", running.url),
+            ("JUPYTERHUB_API_TOKEN", ann),
+            ("JUPYTER_DATA_DIR", tmp_path / "data"),
+        ):
             monkeypatch.setenv(name, str(value))
         monkeypatch.delenv("TWOPRIM_EXCHANGE", raising=False)
         r = progress.report()
@@ -266,11 +289,16 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
         ex01 = by_aid(r)["ex01_dot"]
         assert ex01.cached and ex01.status == "ran", ex01
         assert (ex01.due, ex01.submitted) == (soon, {"at": "", "stale": ""})
-        assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC"), \
+        assert r.next_step.startswith(f"submit ex01_dot from the Assignments tab (due {soon:%Y-%m-%d %H:%M} UTC"), (
             r.next_step
+        )
 
-        answer = running.store.submit("two-primitives", "ex01_dot", "ann",
-                                      {"ex01_dot.ipynb": (home / "exercises" / "ex01_dot" / "ex01_dot.ipynb").read_bytes()})
+        answer = running.store.submit(
+            "two-primitives",
+            "ex01_dot",
+            "ann",
+            {"ex01_dot.ipynb": (home / "exercises" / "ex01_dot" / "ex01_dot.ipynb").read_bytes()},
+        )
         os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (time.time() - 120,) * 2)  # saved before it
         moved = soon + datetime.timedelta(days=1)
         _gradebook_with_due_dates(tmp_path, {"ex01_dot": moved})  # edited in the formgrader
@@ -300,7 +328,9 @@ def test_a_wrong_short_answer_is_answered_not_passing(learner):
         code = re.sub(rf"^{name} = \d+", f"{name} = {wrong}", code, count=1, flags=re.M)
     nb.cells[cell_index(nb, gid)].source = code
     keep = {f"{aid}-setup", gid} | {f"{aid}-{name}" for name in ex06.ANSWERS}
-    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or c.metadata.get("nbgrader", {}).get("grade_id") in keep]
+    nb.cells = [
+        c for c in nb.cells if c.cell_type == "markdown" or c.metadata.get("nbgrader", {}).get("grade_id") in keep
+    ]
     put(learner, aid, nb)
 
     a = by_aid(progress.report(learner, timeout=60))[aid]
@@ -318,8 +348,8 @@ def test_a_wrong_short_answer_is_answered_not_passing(learner):
 
 
 BROKEN = {  # assignment -> (the answer cell that breaks, the code put at its top)
-    "ex01_dot": ("ex01_dot-neuron-solution", "import os\nos._exit(3)"),                 # crashes halfway
-    "ex02_gemm": ("ex02_gemm-matmul_outer-solution", "def oops(:\n    pass"),           # does not parse
+    "ex01_dot": ("ex01_dot-neuron-solution", "import os\nos._exit(3)"),  # crashes halfway
+    "ex02_gemm": ("ex02_gemm-matmul_outer-solution", "def oops(:\n    pass"),  # does not parse
     # never ends; the cell limit is on the wall clock, so a loop that sleeps is stopped as a busy one is, without
     # burning a core for the limit's LIMIT s
     "ex03_layers": ("ex03_layers-mlp-solution", "import time\n\nwhile True:\n    time.sleep(0.05)"),
@@ -351,8 +381,13 @@ def test_a_notebook_that_crashes_halfway_is_reported_with_its_cell(broken):
     cell = cell_index(notebooks["ex01_dot"], "ex01_dot-neuron-solution") + 1
     assert a.status == "crashed"
     assert f"the kernel died in cell {cell} (ex01_dot-neuron-solution)" in a.problem
-    assert a.checks == {"dot_loop": "pass", "dot": "pass", "neuron": "not run", "cosine_similarity": "not run",
-                        "top_k": "not run"}
+    assert a.checks == {
+        "dot_loop": "pass",
+        "dot": "pass",
+        "neuron": "not run",
+        "cosine_similarity": "not run",
+        "top_k": "not run",
+    }
     assert r.next_step == f"fix exercises/ex01_dot/ex01_dot.ipynb: {a.problem}; then run `./course progress` again."
     rest = [b for b in r.assignments if b.aid not in BROKEN]
     assert rest and all(b.status == "not started" for b in rest), "the rest of the report must still appear"
@@ -364,10 +399,17 @@ def test_a_syntax_error_is_reported_with_its_cell_and_later_checks_still_run(bro
     a = by_aid(r)["ex02_gemm"]
     cell = cell_index(notebooks["ex02_gemm"], "ex02_gemm-matmul_outer-solution") + 1
     assert a.status == "error"
-    assert a.problem.startswith(f"SyntaxError in cell {cell} (ex02_gemm-matmul_outer-solution): invalid syntax "
-                                f"(line 1 of the cell)"), a.problem
-    assert a.checks == {"matmul_loops": "pass", "matmul_dots": "pass", "matmul_outer": "fail", "gemm": "pass",
-                        "matmul_tiled": "pass", "gemm_flops": "pass"}
+    assert a.problem.startswith(
+        f"SyntaxError in cell {cell} (ex02_gemm-matmul_outer-solution): invalid syntax (line 1 of the cell)"
+    ), a.problem
+    assert a.checks == {
+        "matmul_loops": "pass",
+        "matmul_dots": "pass",
+        "matmul_outer": "fail",
+        "gemm": "pass",
+        "matmul_tiled": "pass",
+        "gemm_flops": "pass",
+    }
 
 
 def test_an_infinite_loop_is_stopped_and_reported_with_its_cell(broken):
@@ -376,8 +418,14 @@ def test_an_infinite_loop_is_stopped_and_reported_with_its_cell(broken):
     cell = cell_index(notebooks["ex03_layers"], "ex03_layers-mlp-solution") + 1
     assert a.status == "timed out"
     assert a.problem.startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the {LIMIT} s limit")
-    assert a.checks == {"linear": "pass", "qkv_projection": "pass", "mlp": "not run", "embedding_as_gemm": "not run",
-                        "rnn_cell": "not run", "gnn_layer": "not run"}
+    assert a.checks == {
+        "linear": "pass",
+        "qkv_projection": "pass",
+        "mlp": "not run",
+        "embedding_as_gemm": "not run",
+        "rnn_cell": "not run",
+        "gnn_layer": "not run",
+    }
 
 
 def test_a_changed_notebook_runs_again_and_the_originals_are_untouched(broken):
@@ -411,8 +459,9 @@ def _files(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
-def test_course_progress_command_prints_aligned_tables_and_writes_only_its_state(learner, monkeypatch, capsys,
-                                                                                   tmp_path):
+def test_course_progress_command_prints_aligned_tables_and_writes_only_its_state(
+    learner, monkeypatch, capsys, tmp_path
+):
     monkeypatch.setattr(course, "ROOT", learner)
     before = _files(learner)
     assert course.main(["progress"]) == 0
@@ -424,11 +473,11 @@ def test_course_progress_command_prints_aligned_tables_and_writes_only_its_state
     lines = out.splitlines()
     for labels in (["lesson", "status"], ["assignment", "visible checks", "self-graded", "hints", "notebook"]):
         top = next(i for i, l in enumerate(lines) if l.split()[:1] == [labels[0]])
-        table = lines[top:lines.index("", top)]
+        table = lines[top : lines.index("", top)]
         assert len(table) > 2, table
         for at in (table[0].index(label) for label in labels):
             for row in table[1:]:
-                assert row[at - 2:at] == "  " and row[at] != " ", (labels, at, row)
+                assert row[at - 2 : at] == "  " and row[at] != " ", (labels, at, row)
     # the chart, where asked for
     assert course.main(["progress", "--chart", str(tmp_path / "chart.png")]) == 0
     assert f"chart: {tmp_path / 'chart.png'}" in capsys.readouterr().out
@@ -456,8 +505,12 @@ def test_next_step_follows_the_course_outline_each_lesson_then_its_assignment(le
     """README's outline pairs each lesson with its assignment (lesson 09, Triton, with ex09_triton); lesson 08 has
     none: its turn goes to lesson 09, then ex09_triton."""
     done = [progress.LessonStatus(p.stem, p, p.stem[:2] != "09", "not run yet") for p in lessons(learner)]
-    ex09 = progress.AssignmentStatus("ex09_triton", learner / "exercises" / "ex09_triton" / "ex09_triton.ipynb",
-                                     "not started", checks={"add_kernel": progress.TODO})
+    ex09 = progress.AssignmentStatus(
+        "ex09_triton",
+        learner / "exercises" / "ex09_triton" / "ex09_triton.ipynb",
+        "not started",
+        checks={"add_kernel": progress.TODO},
+    )
     step = progress._next_step(learner, done, [ex09])
     assert step.startswith("run lessons/09_triton_gemm.ipynb to the end"), step
     at = next(i for i, l in enumerate(done) if l.name.startswith("09"))

@@ -2,6 +2,7 @@
 course package resolves, with every attribute it then reads from such a module, for the notebooks as they are now
 and as they were released before the package moved (commit 5f700fd, the last before the move). Resolved in one
 fresh interpreter, as a learner's kernel would; and every short name is the very module of its home."""
+
 from __future__ import annotations
 
 import ast
@@ -22,15 +23,19 @@ def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (
         f"git {' '.join(args)}: {done.stderr.strip()} (this test reads the notebooks as released before the move from "
-        f"the repository's history: a shallow clone needs `git fetch --unshallow`)")
+        f"the repository's history: a shallow clone needs `git fetch --unshallow`)"
+    )
     return done.stdout
 
 
 def released_notebooks() -> dict[str, str]:
     """Label -> notebook JSON: every notebook in exercises/ and lessons/, on disk and at BEFORE_THE_MOVE."""
-    found = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
-             for folder in RELEASED for p in sorted((ROOT / folder).rglob("*.ipynb"))
-             if ".ipynb_checkpoints" not in p.parts}
+    found = {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for folder in RELEASED
+        for p in sorted((ROOT / folder).rglob("*.ipynb"))
+        if ".ipynb_checkpoints" not in p.parts
+    }
     for path in _git("ls-tree", "-r", "--name-only", BEFORE_THE_MOVE, *RELEASED).split():
         if path.endswith(".ipynb"):
             found[f"{BEFORE_THE_MOVE}:{path}"] = _git("show", f"{BEFORE_THE_MOVE}:{path}")
@@ -54,9 +59,15 @@ def notebook_uses(text: str) -> tuple[set, set]:
                 if alias.name.split(".")[0] == "twoprim":
                     imports.add((alias.name, None))
                     bound[alias.asname or "twoprim"] = alias.name if alias.asname else "twoprim"
-    reads = {(bound[n.value.id], n.attr) for tree in trees for n in ast.walk(tree)
-             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
-             and n.value.id in bound}
+    reads = {
+        (bound[n.value.id], n.attr)
+        for tree in trees
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in bound
+    }
     return imports, reads
 
 
@@ -104,16 +115,26 @@ def resolved() -> dict:
     uses = {label: notebook_uses(text) for label, text in released_notebooks().items()}
     imports = sorted(set().union(*(i for i, _ in uses.values())) | {NOT_THERE[0]}, key=str)
     reads = sorted(set().union(*(r for _, r in uses.values())) | {NOT_THERE[1]})
-    child = subprocess.run([sys.executable, "-c", _RESOLVE], input=json.dumps({"imports": imports, "reads": reads}),
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", _RESOLVE],
+        input=json.dumps({"imports": imports, "reads": reads}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     return {"uses": uses, **json.loads(child.stdout.strip().splitlines()[-1])}
 
 
 def test_the_released_notebooks_are_read(resolved):
     old = {label for label in resolved["uses"] if label.startswith(f"{BEFORE_THE_MOVE}:")}
-    assert {f"{BEFORE_THE_MOVE}:exercises/ex01_dot/ex01_dot.ipynb", f"{BEFORE_THE_MOVE}:lessons/00_start_here.ipynb",
-            "exercises/ex01_dot/ex01_dot.ipynb", "lessons/00_start_here.ipynb"} <= set(resolved["uses"])
+    assert {
+        f"{BEFORE_THE_MOVE}:exercises/ex01_dot/ex01_dot.ipynb",
+        f"{BEFORE_THE_MOVE}:lessons/00_start_here.ipynb",
+        "exercises/ex01_dot/ex01_dot.ipynb",
+        "lessons/00_start_here.ipynb",
+    } <= set(resolved["uses"])
     assert len(old) >= 21, sorted(old)  # ex01-ex10 and lessons 00-10 were released before the move
     imports, reads = resolved["uses"][f"{BEFORE_THE_MOVE}:exercises/ex01_dot/ex01_dot.ipynb"]
     assert {("twoprim", "ex01"), ("twoprim.hints", "hints")} <= imports and ("twoprim.ex01", "check_dot") in reads
@@ -123,12 +144,19 @@ def test_every_import_of_a_released_notebook_resolves(resolved):
     planted = {"twoprim.hints:no_such_name", "twoprim.ex01.no_such_check"}
     assert planted <= set(resolved["wrong"]), "the child must report a name that is not there"
     wrong = {use: why for use, why in resolved["wrong"].items() if use not in planted}
-    where = {use: sorted(label for label, (imports, reads) in resolved["uses"].items()
-                         if use in {f"{m}:{n}" for m, n in imports} | {f"{b}.{a}" for b, a in reads}) for use in wrong}
+    where = {
+        use: sorted(
+            label
+            for label, (imports, reads) in resolved["uses"].items()
+            if use in {f"{m}:{n}" for m, n in imports} | {f"{b}.{a}" for b, a in reads}
+        )
+        for use in wrong
+    }
     assert not wrong, "\n".join(f"{use} ({why}), used by {where[use]}" for use, why in wrong.items())
 
 
 def test_each_short_name_is_the_module_of_its_home(resolved):
     assert set(resolved["aliases"]) >= {f"ex{n:02d}" for n in range(1, 11)} and all(resolved["aliases"].values()), (
-        resolved["aliases"])
+        resolved["aliases"]
+    )
     assert resolved["public"] and all(resolved["public"].values()), resolved["public"]

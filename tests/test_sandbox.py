@@ -4,6 +4,7 @@ A class of honest students and attackers is graded together. Every attack is fir
 points, a reason naming what it reached for). Then the instructor trusts every attacker, so each attack really runs
 in the sandbox, and must still score no more than the honest blank submission, leave no trace outside its box, and
 leave the honest students' grades exactly as they are."""
+
 from __future__ import annotations
 
 import csv
@@ -49,62 +50,65 @@ def top_k(query, keys, k):
 
 def attacks(course: Path, port: int, grader_marker: Path, home_secret: Path) -> dict[str, str]:
     """attack name -> the code of the cell it adds to the blank student version (after the imports)."""
-    secrets = [course / "solutions" / AID / f"{AID}.ipynb", course / "grader" / "gradebook.db",
-               course / "grader" / "submitted" / "perfect" / AID / f"{AID}.ipynb", home_secret]
+    secrets = [
+        course / "solutions" / AID / f"{AID}.ipynb",
+        course / "grader" / "gradebook.db",
+        course / "grader" / "submitted" / "perfect" / AID / f"{AID}.ipynb",
+        home_secret,
+    ]
     folders = [ROOT / "solutions", course / "grader", Path.home()]
     return {
         "patch_allclose": "import numpy.testing\ntorch.allclose = lambda *a, **k: True\n"
-                          "torch.testing.assert_close = lambda *a, **k: None\n"
-                          "numpy.testing.assert_allclose = lambda *a, **k: None\n" + FUNCTIONS_RETURNING_ZEROS,
+        "torch.testing.assert_close = lambda *a, **k: None\n"
+        "numpy.testing.assert_allclose = lambda *a, **k: None\n" + FUNCTIONS_RETURNING_ZEROS,
         "patch_checks": "from twoprim import checks\nfor name in dir(ex01):\n    if name.startswith('check_'):\n"
-                        "        setattr(ex01, name, lambda *a, **k: None)\n"
-                        "checks.run_check = lambda *a, **k: None\n",
+        "        setattr(ex01, name, lambda *a, **k: None)\n"
+        "checks.run_check = lambda *a, **k: None\n",
         "input_transformer": "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n",
         "exception_handlers": "import sys\nsys.excepthook = lambda *a: None\n"
-                              "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n",
+        "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n",
         "rewrite_builtins": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Exception,), {})\n"
-                            "builtins.print = lambda *a, **k: None\n" + FUNCTIONS_RETURNING_ZEROS,
+        "builtins.print = lambda *a, **k: None\n" + FUNCTIONS_RETURNING_ZEROS,
         "fake_pass": "print('✔ ex01_dot-dot: passed 5 cases.')\nprint('Score: 15.0 / 15.0')\n"
-                     + FUNCTIONS_RETURNING_ZEROS,
+        + FUNCTIONS_RETURNING_ZEROS,
         "frame_peek": "import inspect\n"
-                      "def _peek():\n    f = inspect.currentframe().f_back\n    while f is not None:\n"
-                      "        for key in ('want', 'expected', 'reference'):\n"
-                      "            if isinstance(f.f_locals.get(key), (torch.Tensor, float)):\n"
-                      "                return f.f_locals[key]\n        f = f.f_back\n    return torch.zeros(())\n"
-                      "def dot_loop(x, w):\n    return float(_peek())\ndef dot(x, w):\n    return _peek()\n"
-                      "def neuron(x, w, b):\n    return _peek()\ndef cosine_similarity(q, keys):\n    return _peek()\n"
-                      "def top_k(query, keys, k):\n    return _peek()\n",
+        "def _peek():\n    f = inspect.currentframe().f_back\n    while f is not None:\n"
+        "        for key in ('want', 'expected', 'reference'):\n"
+        "            if isinstance(f.f_locals.get(key), (torch.Tensor, float)):\n"
+        "                return f.f_locals[key]\n        f = f.f_back\n    return torch.zeros(())\n"
+        "def dot_loop(x, w):\n    return float(_peek())\ndef dot(x, w):\n    return _peek()\n"
+        "def neuron(x, w, b):\n    return _peek()\ndef cosine_similarity(q, keys):\n    return _peek()\n"
+        "def top_k(query, keys, k):\n    return _peek()\n",
         "exit_early": "import os\nos._exit(0)\n",
         "read_secrets": "import os\nfor path in %r:\n    try:\n        data = open(path, 'rb').read(64)\n"
-                        "        print('LEAKED', path, data)\n    except Exception as err:\n"
-                        "        print('blocked', path, type(err).__name__)\n"
-                        "for path in %r:\n    try:\n        print('listed', path, sorted(os.listdir(path)))\n"
-                        "    except Exception as err:\n        print('blocked', path, type(err).__name__)\n"
-                        % ([str(p) for p in secrets], [str(p) for p in folders]),
+        "        print('LEAKED', path, data)\n    except Exception as err:\n"
+        "        print('blocked', path, type(err).__name__)\n"
+        "for path in %r:\n    try:\n        print('listed', path, sorted(os.listdir(path)))\n"
+        "    except Exception as err:\n        print('blocked', path, type(err).__name__)\n"
+        % ([str(p) for p in secrets], [str(p) for p in folders]),
         "write_outside": "import sqlite3\nfor target in %r:\n    try:\n        with open(target, 'ab') as f:\n"
-                         "            f.write(b'owned')\n        print('WROTE', target)\n"
-                         "    except Exception as err:\n        print('blocked', target, type(err).__name__)\n"
-                         "try:\n    db = sqlite3.connect(%r)\n    db.execute(\"update grade set auto_score = 99\")\n"
-                         "    db.commit()\n    print('WROTE gradebook')\nexcept Exception as err:\n"
-                         "    print('blocked gradebook', type(err).__name__)\n"
-                         % ([str(secrets[2]), str(course / "grader" / "reports" / f"{AID}.csv")], str(secrets[1])),
+        "            f.write(b'owned')\n        print('WROTE', target)\n"
+        "    except Exception as err:\n        print('blocked', target, type(err).__name__)\n"
+        'try:\n    db = sqlite3.connect(%r)\n    db.execute("update grade set auto_score = 99")\n'
+        "    db.commit()\n    print('WROTE gradebook')\nexcept Exception as err:\n"
+        "    print('blocked gradebook', type(err).__name__)\n"
+        % ([str(secrets[2]), str(course / "grader" / "reports" / f"{AID}.csv")], str(secrets[1])),
         "network": "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=3).sendall(b'%s')\n"
-                   "    print('CONNECTED')\nexcept OSError as err:\n    print('blocked network', type(err).__name__)\n"
-                   % (port, MARKER),
+        "    print('CONNECTED')\nexcept OSError as err:\n    print('blocked network', type(err).__name__)\n"
+        % (port, MARKER),
         "background_process": "import subprocess, sys\n"
-                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '%s'],\n"
-                              "                 start_new_session=True)\n"
-                              "subprocess.Popen(['sh', '-c', 'nohup sleep 600 %s >/dev/null 2>&1 &'])\n"
-                              % (MARKER, MARKER),
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '%s'],\n"
+        "                 start_new_session=True)\n"
+        "subprocess.Popen(['sh', '-c', 'nohup sleep 600 %s >/dev/null 2>&1 &'])\n" % (MARKER, MARKER),
         "fork_bomb": "import os, time\nchildren = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
-                     "            time.sleep(30)\n            os._exit(0)\n        children += 1\n"
-                     "except OSError as err:\n    print('fork stopped after', children, type(err).__name__)\n",
+        "            time.sleep(30)\n            os._exit(0)\n        children += 1\n"
+        "except OSError as err:\n    print('fork stopped after', children, type(err).__name__)\n",
         "memory_bomb": "try:\n    hog = bytearray(64 * 2**30)\n    print('ALLOCATED')\nexcept MemoryError:\n"
-                       "    print('blocked memory')\n",
+        "    print('blocked memory')\n",
         "forged_results": "import os, pickle\nclass Payload:\n    def __reduce__(self):\n"
-                          "        return (os.system, ('touch %s',))\n"
-                          "with open(os.path.join(os.environ['TWOPRIM_CAPTURE_DIR'], '000000-forged.pt'), 'wb') as f:\n"
-                          "    pickle.dump(Payload(), f)\n" % grader_marker,
+        "        return (os.system, ('touch %s',))\n"
+        "with open(os.path.join(os.environ['TWOPRIM_CAPTURE_DIR'], '000000-forged.pt'), 'wb') as f:\n"
+        "    pickle.dump(Payload(), f)\n" % grader_marker,
     }
 
 
@@ -112,7 +116,7 @@ def attacks(course: Path, port: int, grader_marker: Path, home_secret: Path) -> 
 # twoprim/core/verdicts.py), so it is graded in the audited run only.
 AUDIT_ONLY = {
     "rule_tamper": "from twoprim import checks\nimport contextlib\n"
-                   "checks.record_calls = lambda: contextlib.nullcontext(checks.CallLog())\n",
+    "checks.record_calls = lambda: contextlib.nullcontext(checks.CallLog())\n",
 }
 
 
@@ -153,7 +157,11 @@ def attacked_class(tmp_path_factory):
     thread.start()
 
     submitted = course / "grader" / "submitted"
-    honest = {"perfect": answered(AID), "blank": student_version(AID), "broken_top_k": answered(AID, broken(AID, "top_k"))}
+    honest = {
+        "perfect": answered(AID),
+        "blank": student_version(AID),
+        "broken_top_k": answered(AID, broken(AID, "top_k")),
+    }
     for student, nb in honest.items():
         write(submitted, student, AID, nb)
     planted = {**attacks(course, server.getsockname()[1], grader_marker, home_secret), **AUDIT_ONLY}
@@ -166,27 +174,40 @@ def attacked_class(tmp_path_factory):
     victim_digest = _digest(victim)
 
     trusted = sorted(set(planted) - set(AUDIT_ONLY))
-    outcomes = {o.student: o for o in grading.autograde(AID, root=course, workers=2, progress=False,
-                                                        students=trusted, trust=trusted)}
+    outcomes = {
+        o.student: o
+        for o in grading.autograde(AID, root=course, workers=2, progress=False, students=trusted, trust=trusted)
+    }
     stop.set()
     thread.join(timeout=10)
     assert not thread.is_alive(), "the listener for the network attack did not stop within 10 s"
     server.close()
     home_secret.unlink()
-    yield {"course": course, "audited": audited, "outcomes": outcomes, "received": received,
-           "grader_marker": grader_marker, "victim": victim, "victim_digest": victim_digest, "attacks": planted}
+    yield {
+        "course": course,
+        "audited": audited,
+        "outcomes": outcomes,
+        "received": received,
+        "grader_marker": grader_marker,
+        "victim": victim,
+        "victim_digest": victim_digest,
+        "attacks": planted,
+    }
 
 
 def _scores(course: Path) -> dict[str, dict[str, float]]:
     with Gradebook(f"sqlite:///{course / 'grader' / 'gradebook.db'}", grading.COURSE_ID) as gb:
-        return {s.student.id: {g.name: g.score for nb in s.notebooks for g in nb.grades}
-                for s in gb.assignment_submissions(AID)}
+        return {
+            s.student.id: {g.name: g.score for nb in s.notebooks for g in nb.grades}
+            for s in gb.assignment_submissions(AID)
+        }
 
 
 def _printed(course: Path, student: str) -> str:
     nb = nbformat.read(str(course / "grader" / "autograded" / student / AID / f"{AID}.ipynb"), as_version=4)
-    return "".join(o.get("text", "") + o.get("evalue", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []))
+    return "".join(
+        o.get("text", "") + o.get("evalue", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
 
 
 def test_the_audit_holds_every_attack_with_its_reason(attacked_class):
@@ -216,8 +237,10 @@ def test_trusted_attacks_run_and_score_no_more_than_a_blank_submission(attacked_
     for name, outcome in outcomes.items():
         assert outcome.status in ("graded", "failed"), (name, outcome.reason)
         assert sum(scores[name].values()) <= blank, (name, scores[name], outcome.reason)
-        assert "trusted by the instructor despite: cell 3 line " in outcome.reason or outcome.status == "failed", \
-            (name, outcome.reason)
+        assert "trusted by the instructor despite: cell 3 line " in outcome.reason or outcome.status == "failed", (
+            name,
+            outcome.reason,
+        )
 
 
 def test_the_grader_judges_what_the_kernel_computed_not_what_it_claims(attacked_class):
@@ -268,13 +291,18 @@ def test_autograde_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     sandbox.missing.cache_clear()
     monkeypatch.setattr(sys, "platform", "darwin")
     try:
-        with pytest.raises(SystemExit, match=r"cannot isolate students' code: isolating submissions needs Linux "
-                                             r"namespaces \(bubblewrap\); this is darwin.*--unisolated"):
+        with pytest.raises(
+            SystemExit,
+            match=r"cannot isolate students' code: isolating submissions needs Linux "
+            r"namespaces \(bubblewrap\); this is darwin.*--unisolated",
+        ):
             grading.autograde(AID, root=course, progress=False)
         monkeypatch.setattr(sys, "platform", "linux")
         sandbox.missing.cache_clear()
         real_which = shutil.which
-        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+        monkeypatch.setattr(
+            shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k)
+        )
         with pytest.raises(SystemExit, match=r"bwrap not found: install bubblewrap"):
             grading.autograde(AID, root=course, progress=False)
         [outcome] = grading.autograde(AID, root=course, progress=False, unisolated=True, workers=1)
@@ -303,14 +331,17 @@ def test_the_audit_never_holds_the_solutions(aid):
     assert {gid: audit.audit(code) for gid, code in solution_code(aid).items() if audit.audit(code)} == {}
 
 
-@pytest.mark.parametrize("code, why", [
-    ("c = ex01.checks\nc.record_calls = None", "reaches the course's checks"),
-    ("m = torch.nn.Linear(2, 2)\nm.forward = print", "rewrites an attribute of an object it did not create"),
-    ("f = getattr(torch, 'ma' + 'tmul')", "reads an attribute by computed name"),
-    ("torch._C._set_grad_enabled(False)", "reaches torch's C internals"),
-    ("x = 10**40**10", "a size of a billion or more"),
-    ("print('✔ ex01_dot-dot: passed')", "imitates a check's verdict"),
-])
+@pytest.mark.parametrize(
+    "code, why",
+    [
+        ("c = ex01.checks\nc.record_calls = None", "reaches the course's checks"),
+        ("m = torch.nn.Linear(2, 2)\nm.forward = print", "rewrites an attribute of an object it did not create"),
+        ("f = getattr(torch, 'ma' + 'tmul')", "reads an attribute by computed name"),
+        ("torch._C._set_grad_enabled(False)", "reaches torch's C internals"),
+        ("x = 10**40**10", "a size of a billion or more"),
+        ("print('✔ ex01_dot-dot: passed')", "imitates a check's verdict"),
+    ],
+)
 def test_the_audit_names_what_the_code_reached_for(code, why):
     found = audit.audit(code)
     assert any(why in line for line in found), found
@@ -320,7 +351,15 @@ def test_recorded_values_never_name_code_for_the_grader_to_call_or_import():
     assert isinstance(verdicts.decode({"t": "dtype", "v": "load"}), verdicts.Opaque)
     assert verdicts.decode({"t": "tuple", "cls": "torch.return_types.pytree", "items": [1]}) == (1,)
     assert verdicts._resolve("os.system") is None and verdicts._resolve("antigravity.geohash") is None
-    graph = verdicts.decode({"t": "fx", "nodes": [["placeholder", "x", "x"], ["call_function", "f", "os.system"],
-                                                  ["call_function", "g", "torch.ops.aten.mm.default"],
-                                                  ["output", "output", "output"]]})
+    graph = verdicts.decode(
+        {
+            "t": "fx",
+            "nodes": [
+                ["placeholder", "x", "x"],
+                ["call_function", "f", "os.system"],
+                ["call_function", "g", "torch.ops.aten.mm.default"],
+                ["output", "output", "output"],
+            ],
+        }
+    )
     assert [n.target.__name__ for n in graph.graph.nodes if n.op == "call_function"] == ["system", "mm.default"]

@@ -1,4 +1,5 @@
 """Lesson self-checks: unanswered, right, wrong and revealed, without ever raising."""
+
 from twoprim.learner.selfcheck import ask, reveal
 
 

@@ -1,6 +1,7 @@
 """The package's shape: its layers (who runs the code) import only downwards, no import cycles between its modules,
 every module importable in its own fresh interpreter with no side effect on the process, one recording layer, long
 modules saying why they are long, and every name a released notebook imports still resolving."""
+
 from __future__ import annotations
 
 import ast
@@ -34,15 +35,18 @@ def _module_level_imports(name: str, path: Path, known: set[str], *, everywhere:
 
     def visit(statements):
         if everywhere:
-            statements = [n for n in ast.walk(ast.Module(body=list(statements), type_ignores=[]))
-                          if isinstance(n, (ast.Import, ast.ImportFrom))]
+            statements = [
+                n
+                for n in ast.walk(ast.Module(body=list(statements), type_ignores=[]))
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+            ]
         for node in statements:
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")
-                    base = base[:len(base) - node.level + 1]
+                    base = base[: len(base) - node.level + 1]
                     module = ".".join(base + ([node.module] if node.module else []))
                 else:
                     module = node.module or ""
@@ -71,7 +75,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 walk(nxt)
         stack.pop()
@@ -86,8 +90,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles_between_modules():
     modules = _modules()
     graph = {name: _module_level_imports(name, path, set(modules)) for name, path in modules.items()}
-    assert "twoprim.core.checks" in graph["twoprim.assignments.ex01_dot"] and "twoprim.core.verdicts" in graph["twoprim.core.checks"], \
-        "the graph must see the package's own imports"
+    assert (
+        "twoprim.core.checks" in graph["twoprim.assignments.ex01_dot"]
+        and "twoprim.core.verdicts" in graph["twoprim.core.checks"]
+    ), "the graph must see the package's own imports"
     assert _cycles(graph) == [], "modules that import each other (directly or through others)"
 
 
@@ -97,9 +103,18 @@ def test_the_cycle_finder_finds_a_cycle():
 
 # Who runs the code: a module may import only from its own layer or a lower one. Layers 0-4 run in a learner's
 # kernel (and in the graded kernel); 5 is the instructor's side; 6 the course command that ties them together.
-LAYERS = {"twoprim.config": 0, "twoprim.core": 1, "twoprim.topics": 2, "twoprim.assignments": 3,
-          "twoprim.learner": 4, "twoprim.grading": 5, "twoprim.exchange": 5, "twoprim.classroom": 5,
-          "twoprim.analytics": 5, "twoprim.course": 6}
+LAYERS = {
+    "twoprim.config": 0,
+    "twoprim.core": 1,
+    "twoprim.topics": 2,
+    "twoprim.assignments": 3,
+    "twoprim.learner": 4,
+    "twoprim.grading": 5,
+    "twoprim.exchange": 5,
+    "twoprim.classroom": 5,
+    "twoprim.analytics": 5,
+    "twoprim.course": 6,
+}
 LEARNER_SIDE = 4
 
 
@@ -160,14 +175,19 @@ def _watch(method):
 _watch("__setitem__")
 _watch("__delitem__")
 """
-_IMPORT_ALONE = _WATCH + """
+_IMPORT_ALONE = (
+    _WATCH
+    + """
 importlib.import_module(sys.argv[1])
 assert not ours, f"importing {sys.argv[1]} changed the environment: {ours}"
 """
+)
 # One interpreter imports the libraries the package imports (torch, jax, triton, nbgrader, ...), none of the
 # package, then forks a child per module: each child imports its module into an interpreter where no module of the
 # package was ever loaded, at the cost of a fork instead of a new interpreter importing torch again.
-_IMPORT_EACH_FORKED = _WATCH + """
+_IMPORT_EACH_FORKED = (
+    _WATCH
+    + """
 import json
 for library in json.loads(sys.argv[1]):
     try:
@@ -197,6 +217,7 @@ for name in sys.argv[2:]:
         failed[name] = message or f"the child ended with status {status}"
 print(json.dumps(failed))
 """
+)
 
 
 def _libraries() -> list[str]:
@@ -215,8 +236,13 @@ def test_every_module_imports_in_its_own_fresh_interpreter_without_side_effects(
     """Each module alone, in an interpreter where no other module of the package was loaded: it imports, and
     importing it writes no environment variable."""
     names = sorted(_modules())
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_FORKED, json.dumps(_libraries()), *names], cwd=ROOT,
-                          text=True, capture_output=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FORKED, json.dumps(_libraries()), *names],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, failed
@@ -226,21 +252,32 @@ def test_the_forked_import_finds_a_module_that_fails_alone(tmp_path):
     probe = ROOT / "twoprim" / "topics" / "_probe_broken.py"
     probe.write_text("import twoprim.topics._no_such_module\n")
     try:
-        proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_FORKED, "[]", "twoprim.config",
-                               "twoprim.topics._probe_broken"], cwd=ROOT, text=True, capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORT_EACH_FORKED, "[]", "twoprim.config", "twoprim.topics._probe_broken"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
     finally:
         probe.unlink()
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert list(failed) == ["twoprim.topics._probe_broken"] and "_no_such_module" in failed[
-        "twoprim.topics._probe_broken"]
+    assert (
+        list(failed) == ["twoprim.topics._probe_broken"] and "_no_such_module" in failed["twoprim.topics._probe_broken"]
+    )
 
 
 def test_the_side_effect_watch_sees_the_package_write_the_environment(tmp_path):
     probe = ROOT / "twoprim" / "topics" / "_probe_side_effect.py"
     probe.write_text('import os\nos.environ["TWOPRIM_PROBE"] = "1"\n')
     try:
-        proc = subprocess.run([sys.executable, "-c", _IMPORT_ALONE, "twoprim.topics._probe_side_effect"], cwd=ROOT,
-                              text=True, capture_output=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORT_ALONE, "twoprim.topics._probe_side_effect"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
     finally:
         probe.unlink()
     assert proc.returncode == 1 and "setitem TWOPRIM_PROBE in topics/_probe_side_effect.py" in proc.stderr
@@ -269,9 +306,12 @@ MAX_FUNCTION_LINES = 80
 
 def _long_functions(tree: ast.AST, where: str) -> list[str]:
     """Every function (methods and nested ones too) longer than MAX_FUNCTION_LINES lines, with its length."""
-    return [f"{where}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    return [
+        f"{where}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
 
 
 def test_no_function_is_longer_than_80_lines():

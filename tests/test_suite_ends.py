@@ -4,6 +4,7 @@
 Shown on a throwaway project this test builds, with the suite's own pytest configuration (only the limit is made
 short), run as `make test` runs the suite: two xdist processes, a file at a time.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -48,10 +49,10 @@ def test_passes_after():
     assert "still" in "the suite still runs"
 '''
 
-OTHER = '''
+OTHER = """
 def test_in_another_file():
     assert sum(range(4)) == 6
-'''
+"""
 
 
 def _toml_value(value) -> str:
@@ -85,15 +86,29 @@ def test_a_hanging_test_is_stopped_with_its_stack_and_the_rest_of_the_suite_repo
     (tmp_path / "tests" / "test_hangs.py").write_text(textwrap.dedent(HANGS))
     (tmp_path / "tests" / "test_other.py").write_text(textwrap.dedent(OTHER))
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--numprocesses=2",
-                          "--dist=loadfile", "--no-loadscope-reorder"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--numprocesses=2",
+            "--dist=loadfile",
+            "--no-loadscope-reorder",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 1, out[-3000:]
     assert time.monotonic() - started < 60, out[-3000:]
     assert f"Timeout (>{float(LIMIT_S)}s) from pytest-timeout" in out, out[-3000:]
     # the stack says where it hung: the read loop, in the test's own file
     assert "reply += client.recv(1)" in out and "test_hangs.py" in out, out[-3000:]
-    assert "FAILED tests/test_hangs.py::test_reads_from_a_peer_that_keeps_the_connection_alive_but_never_answers" \
-        in out, out[-3000:]
+    assert (
+        "FAILED tests/test_hangs.py::test_reads_from_a_peer_that_keeps_the_connection_alive_but_never_answers" in out
+    ), out[-3000:]
     assert "1 failed, 3 passed" in out, out[-3000:]

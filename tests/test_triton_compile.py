@@ -2,6 +2,7 @@
 with the interpreter untouched around it; occupancy from the named per-SM limits; a launch compiled with the
 specialisation Triton's own launcher gives its arguments (checked against JITFunction.run), which is what pipelines
 lesson 09's large GEMM."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,9 @@ def test_a_compile_is_kept_on_disk_by_source_and_the_interpreter_still_runs(tmp_
 
 def test_a_refused_kernel_comes_back_with_the_compilers_message(tmp_path, monkeypatch):
     monkeypatch.setenv(triton_compile.ENV_CACHE, str(tmp_path))
-    found = triton_compile.compile_launch(_row_sum, torch.empty(4, dtype=torch.float64), torch.empty(1), 4, BLOCK=3,
-                                          target="sm_90")  # tl.arange needs a power of two
+    found = triton_compile.compile_launch(
+        _row_sum, torch.empty(4, dtype=torch.float64), torch.empty(1), 4, BLOCK=3, target="sm_90"
+    )  # tl.arange needs a power of two
     assert found.error and "power of 2" in found.error and found.error_line is not None
 
 
@@ -66,6 +68,7 @@ def test_occupancy_follows_the_named_limits(gpu):
 
 # ---- a launch's specialisation: what Triton's own launcher would compile for these arguments --------------------
 
+
 def _lesson_kernel(name: str):
     """Kernel `name` as lesson 09 defines it: its decorated function, read from the notebook's code cell and
     registered with linecache (Triton reads a kernel's source), so a test compiles the lesson's own code."""
@@ -79,7 +82,7 @@ def _lesson_kernel(name: str):
     nb = nbformat.read(str(ROOT / "lessons" / "09_triton_gemm.ipynb"), as_version=4)
     source = next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
     node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
-    lines = source.splitlines(keepends=True)[node.decorator_list[0].lineno - 1:node.end_lineno]
+    lines = source.splitlines(keepends=True)[node.decorator_list[0].lineno - 1 : node.end_lineno]
     filename = f"<lesson 09: {name}>"
     linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
     scope = {"triton": triton, "tl": tl}
@@ -93,9 +96,23 @@ def test_the_lessons_big_gemm_is_pipelined_as_a_launch_compiles_it():
     cp.async, spills nothing, and holds more shared memory than with 1 stage (one set of blocks per stage)."""
     gemm_kernel = _lesson_kernel("gemm_kernel")
     A = torch.empty(4096, 4096, dtype=torch.float16)
-    by_stages = {s: triton_compile.compile_launch(gemm_kernel, A, A, A, 4096, 4096, BLOCK_M=128, BLOCK_N=256,
-                                                  BLOCK_K=64, target="sm_90", num_warps=8, num_stages=s)
-                 for s in (1, 4)}
+    by_stages = {
+        s: triton_compile.compile_launch(
+            gemm_kernel,
+            A,
+            A,
+            A,
+            4096,
+            4096,
+            BLOCK_M=128,
+            BLOCK_N=256,
+            BLOCK_K=64,
+            target="sm_90",
+            num_warps=8,
+            num_stages=s,
+        )
+        for s in (1, 4)
+    }
     four = by_stages[4]
     assert four.error is None and four.attrs["a_ptr"] == [["tt.divisibility", 16]], four.error
     assert four.async_copies() > 0 and four.spilled == 0 and four.tensor_core()["wgmma.mma_async"] > 0
@@ -128,8 +145,11 @@ def _triton_launcher_sees(py, grid, args, kwargs, monkeypatch) -> dict:
     seen: dict = {}
 
     def hook(*, compile, **_):
-        seen.update(signature=dict(compile["signature"]), constants=dict(compile["constants"]),
-                    attrs=dict(compile["configs"][0]))
+        seen.update(
+            signature=dict(compile["signature"]),
+            constants=dict(compile["constants"]),
+            attrs=dict(compile["configs"][0]),
+        )
         return True  # handled: Triton compiles and launches nothing
 
     monkeypatch.setattr(driver, "_active", _FakeDriver())
@@ -150,7 +170,10 @@ def test_the_course_specialises_a_launch_as_tritons_own_launcher_does(monkeypatc
     if layout == "aligned":
         A, B = torch.zeros(64, 32, dtype=torch.float16), torch.zeros(32, 48, dtype=torch.float16)
     else:  # sizes and strides not divisible by 16, B a view one element into its buffer, A transposed
-        A, B = torch.zeros(37, 70, dtype=torch.float16).T, torch.zeros(37 * 45 + 1, dtype=torch.float16)[1:].view(37, 45)
+        A, B = (
+            torch.zeros(37, 70, dtype=torch.float16).T,
+            torch.zeros(37 * 45 + 1, dtype=torch.float16)[1:].view(37, 45),
+        )
     (M, K), N = A.shape, B.shape[1]
     C = torch.zeros(M, N, dtype=torch.float16)
     args = (A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride())

@@ -1,5 +1,6 @@
 """Two grading runs at once on one machine (an instructor's autograde beside a learner's selfgrade) never run
 kernels under the same uid at the same time: each submission's kernel claims a uid no other grading kernel holds."""
+
 from __future__ import annotations
 
 import contextlib
@@ -61,8 +62,11 @@ def _holding(pid: int) -> dict[int, int]:
     return {p: uid for p, uid in holding.items() if p in below}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only a grader running as root gives each kernel a uid of its own "
-                                               "(otherwise every kernel is `nobody` in a user namespace)")
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="only a grader running as root gives each kernel a uid of its own "
+    "(otherwise every kernel is `nobody` in a user namespace)",
+)
 def test_an_autograde_beside_a_selfgrade_never_shares_a_uid(tmp_path):
     instructor, learner = course_copy(tmp_path / "instructor", AID), course_copy(tmp_path / "learner", AID)
     # one submission of the instructor's: the autograde's kernels of one run never overlap (a run of up to
@@ -72,12 +76,20 @@ def test_an_autograde_beside_a_selfgrade_never_shares_a_uid(tmp_path):
     nbformat.write(_with_probe(), str(mine))
     runs = {
         "autograde": f"from twoprim import grading\ngrading.autograde({AID!r}, root=__import__('pathlib').Path("
-                     f"{str(instructor)!r}), workers=2, progress=False, trust=['s0'])\n",
+        f"{str(instructor)!r}), workers=2, progress=False, trust=['s0'])\n",
         "selfgrade": f"from twoprim import grading\nprint(grading.selfgrade({AID!r}, notebook=__import__('pathlib')"
-                     f".Path({str(mine)!r}), root=__import__('pathlib').Path({str(learner)!r})).describe())\n",
+        f".Path({str(mine)!r}), root=__import__('pathlib').Path({str(learner)!r})).describe())\n",
     }
-    procs = {name: subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name, code in runs.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            cwd=tmp_path,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name, code in runs.items()
+    }
     together = None  # {run: {pid: uid}} at the first moment both runs' kernels held their uids
     deadline = time.monotonic() + 240
     while any(proc.poll() is None for proc in procs.values()) and time.monotonic() < deadline:
@@ -102,7 +114,7 @@ def test_an_autograde_beside_a_selfgrade_never_shares_a_uid(tmp_path):
     html = (learner / "grader" / "selfgrade" / f"{AID}.html").read_text()
     seen += [("selfgrade", int(u), float(a), float(b)) for u, a, b in LINE.findall(html)]
     assert sorted(r for r, *_ in seen) == ["autograde", "selfgrade"], (seen, outputs)
-    overlapping = [(x, y) for i, x in enumerate(seen) for y in seen[i + 1:] if x[2] < y[3] and y[2] < x[3]]
+    overlapping = [(x, y) for i, x in enumerate(seen) for y in seen[i + 1 :] if x[2] < y[3] and y[2] < x[3]]
     assert any(x[0] != y[0] for x, y in overlapping), f"the two runs' kernels never ran at the same time: {seen}"
     assert all(x[1] != y[1] for x, y in overlapping), f"kernels running at once shared a uid: {overlapping}"
     assert all(uid >= 61000 for _, uid, _, _ in seen), seen

@@ -10,6 +10,7 @@ that keep its websocket alive but never answer, and against a real kernel restar
   runs a cell, as the hub's memory limit kills a runaway's, the server's restarter starting it again, and the
   client's first cell on a new websocket right after: its output arrives every time.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,10 +47,24 @@ PING_S = 0.2
 
 
 def _message(kind: str, channel: str, parent: dict, content: dict) -> str:
-    return json.dumps({"header": {"msg_id": secrets.token_hex(8), "msg_type": kind, "session": "fake",
-                                  "username": "", "version": "5.3", "date": ""}, "msg_type": kind,
-                       "parent_header": parent["header"], "metadata": {}, "channel": channel, "buffers": [],
-                       "content": content})
+    return json.dumps(
+        {
+            "header": {
+                "msg_id": secrets.token_hex(8),
+                "msg_type": kind,
+                "session": "fake",
+                "username": "",
+                "version": "5.3",
+                "date": "",
+            },
+            "msg_type": kind,
+            "parent_header": parent["header"],
+            "metadata": {},
+            "channel": channel,
+            "buffers": [],
+            "content": content,
+        }
+    )
 
 
 class Fake:
@@ -57,8 +72,7 @@ class Fake:
     `info_on_iopub`: kernel_info's busy/idle on IOPub at all, `output`: a cell's stream and idle status on IOPub,
     `chatter`: messages for another request every 0.05 s."""
 
-    def __init__(self, *, iopub_lost: int = 0, info_on_iopub: bool = True, output: bool = True,
-                 chatter: bool = False):
+    def __init__(self, *, iopub_lost: int = 0, info_on_iopub: bool = True, output: bool = True, chatter: bool = False):
         self.iopub_lost, self.info_on_iopub, self.output, self.chatter = iopub_lost, info_on_iopub, output, chatter
         self.requests: list[str] = []
 
@@ -78,8 +92,12 @@ def fake_kernel(fake: Fake):
     class Channels(tornado.websocket.WebSocketHandler):
         def open(self, kernel_id):
             if fake.chatter:
-                self.chatter = tornado.ioloop.PeriodicCallback(lambda: self.write_message(_message(
-                    "stream", "iopub", other, {"name": "stdout", "text": "not yours\n"})), 50)
+                self.chatter = tornado.ioloop.PeriodicCallback(
+                    lambda: self.write_message(
+                        _message("stream", "iopub", other, {"name": "stdout", "text": "not yours\n"})
+                    ),
+                    50,
+                )
                 self.chatter.start()
 
         def on_close(self):
@@ -115,8 +133,9 @@ def fake_kernel(fake: Fake):
 
     def serve():
         asyncio.set_event_loop(asyncio.new_event_loop())
-        app = tornado.web.Application([(r"/api/kernels/([^/]+)/channels", Channels)],
-                                      websocket_ping_interval=PING_S, websocket_ping_timeout=0)
+        app = tornado.web.Application(
+            [(r"/api/kernels/([^/]+)/channels", Channels)], websocket_ping_interval=PING_S, websocket_ping_timeout=0
+        )
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
         server = tornado.httpserver.HTTPServer(app)
         server.add_sockets(sockets)
@@ -207,7 +226,7 @@ def test_a_subscription_not_yet_live_is_waited_out_before_the_first_cell():
 
 # --- a real Jupyter server, its kernel restarted under the client --------------------------------------------------
 
-START_S = 60   # a bare jupyter_server starts in ~2 s alone, more on two busy cores
+START_S = 60  # a bare jupyter_server starts in ~2 s alone, more on two busy cores
 RUNS = 20
 
 
@@ -220,18 +239,36 @@ class JupyterServer:
     def __init__(self, root: Path):
         self.port, self.token = free_port(), secrets.token_hex(16)
         config = root / "server_config.json"
-        config.write_text(json.dumps({
-            "ServerApp": {"tornado_settings": {"ws_ping_interval": int(PING_S * 1000)}},
-            "KernelRestarter": {"time_to_dead": 0.2, "restart_limit": 10 * RUNS, "stable_start_time": 3600}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "ServerApp": {"tornado_settings": {"ws_ping_interval": int(PING_S * 1000)}},
+                    "KernelRestarter": {"time_to_dead": 0.2, "restart_limit": 10 * RUNS, "stable_start_time": 3600},
+                }
+            )
+        )
         self.log_path = root / "server.log"
         self.log = self.log_path.open("w")
         work = root / "work"
         work.mkdir()
         self.proc = subprocess.Popen(
-            [str(BIN / "jupyter-server"), "--ip=127.0.0.1", f"--port={self.port}", "--ServerApp.port_retries=0",
-             "--no-browser", "--allow-root", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={work}",
-             f"--config={config}"], cwd=work, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "JUPYTER_NO_CONFIG": "1", "JUPYTER_RUNTIME_DIR": str(root / "runtime")})
+            [
+                str(BIN / "jupyter-server"),
+                "--ip=127.0.0.1",
+                f"--port={self.port}",
+                "--ServerApp.port_retries=0",
+                "--no-browser",
+                "--allow-root",
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={work}",
+                f"--config={config}",
+            ],
+            cwd=work,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "JUPYTER_NO_CONFIG": "1", "JUPYTER_RUNTIME_DIR": str(root / "runtime")},
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline, since = time.monotonic() + START_S, time.strftime("%H:%M:%S")
         while True:
@@ -241,14 +278,19 @@ class JupyterServer:
             except OSError as err:
                 last = f"{type(err).__name__}: {err}"
             assert self.proc.poll() is None, f"jupyter server exited ({self.proc.returncode}):\n{self.text()}"
-            assert time.monotonic() < deadline, \
-                f"jupyter server did not answer /api/status within {START_S} s (since {since}; last: {last}):\n" \
+            assert time.monotonic() < deadline, (
+                f"jupyter server did not answer /api/status within {START_S} s (since {since}; last: {last}):\n"
                 f"{self.text()}"
+            )
             time.sleep(0.2)
 
     def api(self, method: str, path: str, body: dict | None = None, timeout: float = 30):
-        request = urllib.request.Request(self.url + path, method=method, headers={
-            "Authorization": f"token {self.token}"}, data=None if body is None else json.dumps(body).encode())
+        request = urllib.request.Request(
+            self.url + path,
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+            data=None if body is None else json.dumps(body).encode(),
+        )
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             raw = answer.read()
             return json.loads(raw) if raw else None
@@ -274,10 +316,12 @@ def kernel_process(kernel_id: str, other_than: int | None = None, within_s: floa
     while True:
         for proc in psutil.process_iter(["pid", "cmdline"]):
             if proc.info["pid"] != other_than and any(
-                    arg.endswith(f"kernel-{kernel_id}.json") for arg in proc.info["cmdline"] or []):
+                arg.endswith(f"kernel-{kernel_id}.json") for arg in proc.info["cmdline"] or []
+            ):
                 return proc
-        assert time.monotonic() < deadline, \
+        assert time.monotonic() < deadline, (
             f"no process for kernel {kernel_id} (other than {other_than}) within {within_s} s, since {since}"
+        )
         time.sleep(0.05)
 
 
@@ -285,9 +329,18 @@ def killed_while_busy(server: JupyterServer, kernel_id: str, channels: str, head
     """The kernel killed while it runs a cell (the hub's memory limit killing a runaway's), and restarted by the
     server's restarter; the new kernel's pid."""
     busy = bench.Kernel.at(channels, timeout=30, header=header)
-    busy._send("execute_request", {"code": "import time; time.sleep(60)", "silent": False,
-                                   "store_history": False, "user_expressions": {}, "allow_stdin": False,
-                                   "stop_on_error": True}, bench.Waiting("a cell that sleeps", 10))
+    busy._send(
+        "execute_request",
+        {
+            "code": "import time; time.sleep(60)",
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        bench.Waiting("a cell that sleeps", 10),
+    )
     deadline, since = time.monotonic() + 20, time.strftime("%H:%M:%S")
     while server.api("GET", f"/api/kernels/{kernel_id}")["execution_state"] != "busy":
         assert time.monotonic() < deadline, f"the kernel was not busy within 20 s (since {since})"
@@ -341,8 +394,11 @@ def test_a_jupyterlab_that_never_listens_is_stopped_with_a_message(monkeypatch, 
 
     monkeypatch.setattr(lab, "READY_S", 1)
     monkeypatch.setattr(lab, "install_settings", lambda *args: None)
-    monkeypatch.setattr(lab, "command", lambda args: (
-        [sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"], []))
+    monkeypatch.setattr(
+        lab,
+        "command",
+        lambda args: ([sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"], []),
+    )
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     started = time.monotonic()
     try:
@@ -378,8 +434,9 @@ def test_a_warm_grader_that_keeps_talking_but_never_answers_is_bounded_as_a_whol
             while not stop.is_set():
                 done += 1
                 with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps({"event": "cell", "grade_id": "x", "done": done, "total": 99}).encode()
-                                 + b"\n")
+                    conn.sendall(
+                        json.dumps({"event": "cell", "grade_id": "x", "done": done, "total": 99}).encode() + b"\n"
+                    )
                 time.sleep(0.1)
 
     thread = threading.Thread(target=talk, daemon=True)
@@ -410,7 +467,7 @@ def test_a_cold_self_grade_whose_child_keeps_the_pipe_open_is_bounded(monkeypatc
     from twoprim.learner import selfgrade
 
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho '{\"event\": \"start\", \"tests\": []}'\nsleep 30 &\nexec sleep 30\n")
+    fake.write_text('#!/bin/sh\necho \'{"event": "start", "tests": []}\'\nsleep 30 &\nexec sleep 30\n')
     fake.chmod(0o755)
     monkeypatch.setattr(selfgrade, "sys", types.SimpleNamespace(executable=str(fake)))  # what _cold_events starts
     monkeypatch.setattr(selfgrade, "GRADE_TIMEOUT_S", 1)

@@ -3,6 +3,7 @@ the assignment's own `warm_up()`, run on one thread (an OpenMP pool started here
 forked kernel), at most once, never for a module the forkserver did not import, and a failing warm-up is logged
 while the kernels do the work themselves. ex06's warm-up leaves the graphs of its visible count_ops check captured,
 so a kernel forked after it hands the learner's code copies instead of capturing them again."""
+
 from __future__ import annotations
 
 import gc
@@ -43,7 +44,9 @@ def test_an_assignment_is_warmed_once_on_one_thread(fake, monkeypatch):
 
 
 def test_only_imported_modules_are_warmed_and_a_failure_is_logged(fake, capsys):
-    forkserver._warm_assignment("twoprim.assignments.ex06_compile")  # not among this forkserver's modules: never imported or run
+    forkserver._warm_assignment(
+        "twoprim.assignments.ex06_compile"
+    )  # not among this forkserver's modules: never imported or run
     forkserver._warm_assignment("")
     assert fake.calls == []
 
@@ -90,8 +93,9 @@ def test_the_instructors_test_cells_are_warmed_once_per_version(monkeypatch):
     runs = []
     real = ex06.warm_cells
     monkeypatch.setattr(ex06, "warm_cells", lambda cells: (runs.append(cells), real(cells)))
-    cell = ('S = ex06.Spec\nex06.check_count_ops(count_ops, ex06.graph_cases([S("mlp", "dynamo", batch=(2,))], '
-            'seed=977))')
+    cell = (
+        'S = ex06.Spec\nex06.check_count_ops(count_ops, ex06.graph_cases([S("mlp", "dynamo", batch=(2,))], seed=977))'
+    )
     ex06._captured.cache_clear()
     forkserver._warm_assignment(name, [cell])
     forkserver._warm_assignment(name, [cell])

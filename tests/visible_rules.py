@@ -4,6 +4,7 @@ A wrong answer that breaks exactly one stated rule passes the visible cases that
 check as it was before the rule's case was added: each was appended at the end of its check's list) and fails the
 visible check itself, on the rule's case, with a message about its own mistake.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +60,7 @@ def named(name: str, fn: Callable) -> Callable:
     return fn
 
 
-def assert_rule_is_visible(check: Callable, wrong: Callable, is_rule_case: Callable[[Case], bool],
-                           *says: str) -> str:
+def assert_rule_is_visible(check: Callable, wrong: Callable, is_rule_case: Callable[[Case], bool], *says: str) -> str:
     """`wrong` passes every visible case of `check` but the rule's own, fails the visible check on a case of the rule,
     and the message says each of `says`. Returns the message."""
     cases = visible_cases(check)

@@ -13,6 +13,7 @@ module object of its home (`twoprim.ex01 is twoprim.assignments.ex01_dot`), reso
 below; `public_names()` lists them. Modules load on first use: importing the package alone imports no torch, so
 nbgrader's configuration and JupyterLab start fast.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -29,23 +30,56 @@ _HERE = Path(__file__).resolve().parent
 
 # short public name -> its home in the package (assignments `exNN` are found on disk: see _home)
 PUBLIC = {
-    "record": "core.record", "checks": "core.checks", "verdicts": "core.verdicts", "failures": "core.failures",
-    "guards": "core.guards", "cases": "core.cases", "timing": "core.timing", "backends": "core.backends",
-    "notebooks": "core.notebooks", "catalog": "core.catalog",
-    "reference": "topics.dot_product", "gemm": "topics.gemm", "layers": "topics.layers_as_gemms",
-    "conv": "topics.convolution", "attention": "topics.attention", "compiler": "topics.inside_torch_compile",
-    "mlx_tools": "topics.mlx", "triton_tools": "topics.triton_gemm", "triton_compile": "topics.triton_compiled",
+    "record": "core.record",
+    "checks": "core.checks",
+    "verdicts": "core.verdicts",
+    "failures": "core.failures",
+    "guards": "core.guards",
+    "cases": "core.cases",
+    "timing": "core.timing",
+    "backends": "core.backends",
+    "notebooks": "core.notebooks",
+    "catalog": "core.catalog",
+    "reference": "topics.dot_product",
+    "gemm": "topics.gemm",
+    "layers": "topics.layers_as_gemms",
+    "conv": "topics.convolution",
+    "attention": "topics.attention",
+    "compiler": "topics.inside_torch_compile",
+    "mlx_tools": "topics.mlx",
+    "triton_tools": "topics.triton_gemm",
+    "triton_compile": "topics.triton_compiled",
     "flash_tools": "topics.flash_attention",
-    "xla_tools": "topics.xla", "explorers": "topics.explorers", "plots": "topics.plots",
-    "hints": "learner.hints", "progress": "learner.progress", "state": "learner.state",
-    "selfcheck": "learner.selfcheck", "deadlines": "learner.deadlines", "selfgrade": "learner.selfgrade",
-    "audit": "grading.audit", "sandbox": "grading.sandbox", "forkserver": "grading.forkserver",
+    "xla_tools": "topics.xla",
+    "explorers": "topics.explorers",
+    "plots": "topics.plots",
+    "hints": "learner.hints",
+    "progress": "learner.progress",
+    "state": "learner.state",
+    "selfcheck": "learner.selfcheck",
+    "deadlines": "learner.deadlines",
+    "selfgrade": "learner.selfgrade",
+    "audit": "grading.audit",
+    "sandbox": "grading.sandbox",
+    "forkserver": "grading.forkserver",
     "nbgrader_cli": "grading.nbgrader_cli",
-    "hub": "classroom.hub", "hub_checks": "classroom.hub_checks", "hub_config": "classroom.hub_config",
+    "hub": "classroom.hub",
+    "hub_checks": "classroom.hub_checks",
+    "hub_config": "classroom.hub_config",
     "lab": "classroom.lab",
 }
-SUBPACKAGES = ("config", "core", "topics", "assignments", "learner", "grading", "exchange", "classroom",
-               "analytics", "course")
+SUBPACKAGES = (
+    "config",
+    "core",
+    "topics",
+    "assignments",
+    "learner",
+    "grading",
+    "exchange",
+    "classroom",
+    "analytics",
+    "course",
+)
 
 
 def assignment_modules() -> dict[str, str]:

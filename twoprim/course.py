@@ -31,6 +31,7 @@ Learners on their own:
     ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
     ./course progress                    lessons run, visible checks passing, self-grades, hints used, what next
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,7 @@ from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader
 from twoprim.config import ROOT
 from twoprim.core.catalog import id_problem
 from twoprim.core.notebooks import OUTLINE_LESSON, assignments, clean, execute, lessons, outline, write_outline
+
 # the class's steps (twoprim/exchange/steps.py), named here too: scripts and tests call `course.release(...)`
 from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
 from twoprim.learner.state import workspace
@@ -113,10 +115,12 @@ def refuse_students(command: str, root: Path = ROOT) -> None:
     it is and what a student does instead, before anything else fails on the way."""
     grader = root / "grader"
     if grader.is_dir() and not os.access(grader, os.R_OK | os.W_OK | os.X_OK):
-        raise CourseError(f"`./course {command}` is the instructor's command: it works in {grader}, which only the "
-                          f"instructor can open. As a student, hand in with Submit in JupyterLab's Assignments tab "
-                          f"(or `nbgrader submit ASSIGNMENT`), fetch your feedback there too, and run `course "
-                          f"progress` to see where you stand.")
+        raise CourseError(
+            f"`./course {command}` is the instructor's command: it works in {grader}, which only the "
+            f"instructor can open. As a student, hand in with Submit in JupyterLab's Assignments tab "
+            f"(or `nbgrader submit ASSIGNMENT`), fetch your feedback there too, and run `course "
+            f"progress` to see where you stand."
+        )
 
 
 def clean_files(paths: list[Path]) -> list[Path]:
@@ -155,11 +159,13 @@ def install_config() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     config = ROOT / "grader" / "nbgrader_config.py"
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text("# Written by `make setup` (python -m twoprim.course install-config): nbgrader in this environment\n"
-                   "# uses the Two Primitives course configuration from any folder, where this account may read it.\n"
-                   "import os\n\n"
-                   f"if os.access({str(config)!r}, os.R_OK):\n"
-                   f"    load_subconfig({str(config)!r})  # noqa: F821\n")
+    tmp.write_text(
+        "# Written by `make setup` (python -m twoprim.course install-config): nbgrader in this environment\n"
+        "# uses the Two Primitives course configuration from any folder, where this account may read it.\n"
+        "import os\n\n"
+        f"if os.access({str(config)!r}, os.R_OK):\n"
+        f"    load_subconfig({str(config)!r})  # noqa: F821\n"
+    )
     os.replace(tmp, target)
     return target
 
@@ -187,8 +193,12 @@ def one_of(*arguments: tuple, required: bool = True) -> tuple[tuple[str, ...], d
 
 
 ASSIGNMENT = arg("assignment")
-DB = arg("--db", default=None, help="the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or "
-         "~/.pgpass) or sqlite:///PATH (default: $TWOPRIM_DB, else grader/gradebook.db)")
+DB = arg(
+    "--db",
+    default=None,
+    help="the gradebook: postgresql://USER@HOST:5432/DB (password from PGPASSWORD or "
+    "~/.pgpass) or sqlite:///PATH (default: $TWOPRIM_DB, else grader/gradebook.db)",
+)
 WHEN = "'YYYY-MM-DD HH:MM ZONE'"
 
 
@@ -200,6 +210,7 @@ class Command:
     students and to root in a classroom's course; "learner" and "anyone" commands are not, nor "root" ones (the hub,
     which checks that root runs it). `raw`: the rest of the command line goes to `run` untouched as `args.args`
     (argparse would reject nbgrader's, JupyterLab's or the hub's own options)."""
+
     help: str
     run: Callable[[argparse.Namespace], int | None]
     who: str
@@ -229,9 +240,12 @@ def _run_generate(args) -> None:
 
 def _run_clean(args) -> None:
     """The notebooks named, else every notebook git tracks."""
-    paths = args.notebooks or [Path(p) for p in subprocess.run(
-        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True,
-        timeout=60).stdout.split()]
+    paths = args.notebooks or [
+        Path(p)
+        for p in subprocess.run(
+            ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+    ]
     for path in clean_files([ROOT / p if not p.is_absolute() else p for p in paths]):
         print(f"cleaned {path}")
 
@@ -295,9 +309,17 @@ def _run_cluster_certs(args) -> None:
 def _run_autograde(args) -> int:
     from twoprim import grading
 
-    code = run_autograde(args.assignment, workers=args.workers, students=args.student, unisolated=args.unisolated,
-                         trust=args.trust, cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
-                         scheduler=args.scheduler, db=args.db, force=args.force)
+    code = run_autograde(
+        args.assignment,
+        workers=args.workers,
+        students=args.student,
+        unisolated=args.unisolated,
+        trust=args.trust,
+        cell_timeout=args.cell_timeout or grading.DEFAULT_CELL_TIMEOUT,
+        scheduler=args.scheduler,
+        db=args.db,
+        force=args.force,
+    )
     return max(code, _run_lti_grades(args)) if args.lti is not None else code
 
 
@@ -308,8 +330,7 @@ def _run_lti_grades(args) -> int:
     from twoprim.exchange.client import classroom
 
     course = classroom(ROOT).get("course_id") or COURSE_ID
-    return lti_grades.send(args.assignment, lti_config.load(args.lti, {course}), root=ROOT, course=course,
-                           db=args.db)
+    return lti_grades.send(args.assignment, lti_config.load(args.lti, {course}), root=ROOT, course=course, db=args.db)
 
 
 def _run_selfgrade(args) -> None:
@@ -334,98 +355,225 @@ def _run_analytics(args) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "generate": Command("regenerate exercises/ from solutions/, and lesson 00's outline from README.md",
-                        _run_generate, AUTHOR,
-                        (arg("assignments", nargs="*"),)),
-    "clean": Command("strip outputs and stray metadata from notebooks", _run_clean, ANYONE,
-                     (arg("notebooks", nargs="*", type=Path),)),
+    "generate": Command(
+        "regenerate exercises/ from solutions/, and lesson 00's outline from README.md",
+        _run_generate,
+        AUTHOR,
+        (arg("assignments", nargs="*"),),
+    ),
+    "clean": Command(
+        "strip outputs and stray metadata from notebooks", _run_clean, ANYONE, (arg("notebooks", nargs="*", type=Path),)
+    ),
     "bench-lessons": Command("time every lesson against the 60 s budget", lambda args: bench_lessons(), ANYONE),
-    "nbgrader": Command("run nbgrader with the course configuration",
-                        lambda args: nbgrader(args.args, check=False).returncode, INSTRUCTOR,
-                        (arg("args", nargs=argparse.REMAINDER),), raw=True),
-    "install-config": Command("(make setup) point this environment's nbgrader at the course", _run_install_config,
-                              ANYONE),
-    "hub": Command("the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)", _run_hub,
-                   SUPERUSER, raw=True),
-    "lab": Command("JupyterLab on lesson 00, as root too (what `make lab` runs)", _run_lab, LEARNER,
-                   (arg("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899"),),
-                   raw=True),
-    "release": Command("release the student version to the exchange", _run_release, INSTRUCTOR, (
-        ASSIGNMENT, arg("--due", default=None, metavar=WHEN,
-                        help="the due date, with its time zone (submissions after it are late)"))),
-    "collect": Command("collect submissions from the exchange into grader/submitted/",
-                       lambda args: print(collect(args.assignment)), INSTRUCTOR, (ASSIGNMENT,)),
-    "feedback": Command("generate feedback HTML and release it to the exchange", _run_feedback, INSTRUCTOR,
-                        (ASSIGNMENT,)),
-    "report": Command("rewrite grader/reports/ from the gradebook and print the summary", _run_report, INSTRUCTOR,
-                      (ASSIGNMENT, DB)),
-    "extend": Command("give one student more time for an assignment (its late penalty follows)",
-                      lambda args: print(extend(args.assignment, args.student, None if args.remove else args.until,
-                                                db=args.db)), INSTRUCTOR, (
-        ASSIGNMENT, arg("student"),
-        one_of(arg("--until", metavar=WHEN, help="their own deadline, with its time zone"),
-               arg("--remove", action="store_true", help="take the extension back")), DB)),
-    "db-init": Command("create the gradebook's tables (nbgrader's and the course's)", _run_db_init, INSTRUCTOR,
-                       (DB,)),
-    "cluster-certs": Command("write TLS certificates for a Dask grading cluster into FOLDER", _run_cluster_certs,
-                             INSTRUCTOR, (arg("folder", type=Path), arg("--days", type=int, default=365,
-                                                                        help="how long they are valid (default 365)"))),
-    "autograde": Command("grade every submission of an assignment in parallel", _run_autograde, INSTRUCTOR, (
-        ASSIGNMENT,
-        arg("--scheduler", default=None, metavar="tls://HOST:8786",
-            help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)"),
-        DB,
-        arg("--force", action="store_true", help="grade again the submissions already graded in their current form"),
-        arg("--workers", type=int, default=None, help="parallel workers (default: one per core)"),
-        arg("--student", action="append", default=None, help="grade only this student (repeatable)"),
-        arg("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)"),
-        arg("--unisolated", action="store_true",
-            help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)"),
-        arg("--trust", action="append", default=None, metavar="STUDENT",
-            help="grade this student's code although the audit held it (after reading it; repeatable)"),
-        arg("--lti", type=Path, default=None, metavar="CONFIG",
-            help="then send the scores to the LMS over LTI AGS (as ./course lti-grades does)"))),
-    "lti-grades": Command("send an assignment's scores to the LMS over LTI AGS (only what changed)", _run_lti_grades,
-                          INSTRUCTOR, (ASSIGNMENT, arg("--lti", type=Path, required=True, metavar="CONFIG",
-                                                       help="the hub's LTI configuration (./course hub --lti)"),
-                                       DB)),
-    "selfgrade": Command("grade your own exercises/ASSIGNMENT notebook, hidden checks included", _run_selfgrade,
-                         LEARNER, (ASSIGNMENT, arg("--notebook", type=Path, default=None,
-                                                   help="grade this notebook instead of exercises/..."))),
-    "progress": Command("your progress: lessons run, checks passing, self-grades, what next", _run_progress, LEARNER, (
-        arg("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)"),
-        arg("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)"))),
-    "similarity": Command("pairs and groups of students whose answers match, whole or in part (copydetect)",
-                          _run_analytics, INSTRUCTOR, (
-        ASSIGNMENT,
-        arg("--threshold", type=float, default=None,
-            help="flag pairs whose overall similarity (0-1, weighted by rarity) reaches this (default 0.5)"),
-        arg("--answers-threshold", type=float, default=None,
-            help="flag pairs whose two most similar near-identical answers (0-1, weighted by rarity) reach this "
-                 "(default 0.7)"))),
-    "analysis": Command("item analysis of every test cell, and the causes the checks named across the class",
-                        _run_analytics, INSTRUCTOR, (
-        ASSIGNMENT, DB,
-        arg("--with-blank", action="store_true",
-            help="keep blank notebooks (nothing written) in the statistics; by default they are reported apart"))),
-    "export": Command("grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV", _run_analytics,
-                      INSTRUCTOR, (
-        arg("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]"),
-        arg("--roster", type=Path, required=True,
-            help="Canvas's gradebook export (Grades > Export), or a CSV with a column `id` (the course's student ids; "
-                 "for --canvas also name, canvas_id, sis_user_id, sis_login_id, section)"),
-        arg("--roster-id", default=None, metavar="COLUMN",
-            help="the column of a Canvas gradebook export that holds the course's student ids (default "
-                 "'SIS Login ID')"),
-        arg("--canvas", action="store_true", help="Canvas's gradebook import format"),
-        arg("--output", type=Path, default=None, help="where to write it (default grader/reports/)"), DB)),
+    "nbgrader": Command(
+        "run nbgrader with the course configuration",
+        lambda args: nbgrader(args.args, check=False).returncode,
+        INSTRUCTOR,
+        (arg("args", nargs=argparse.REMAINDER),),
+        raw=True,
+    ),
+    "install-config": Command(
+        "(make setup) point this environment's nbgrader at the course", _run_install_config, ANYONE
+    ),
+    "hub": Command(
+        "the classroom on JupyterHub: student accounts, the exchange, the formgrader (as root)",
+        _run_hub,
+        SUPERUSER,
+        raw=True,
+    ),
+    "lab": Command(
+        "JupyterLab on lesson 00, as root too (what `make lab` runs)",
+        _run_lab,
+        LEARNER,
+        (arg("args", nargs=argparse.REMAINDER, help="JupyterLab options, e.g. --no-browser --port=8899"),),
+        raw=True,
+    ),
+    "release": Command(
+        "release the student version to the exchange",
+        _run_release,
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            arg(
+                "--due",
+                default=None,
+                metavar=WHEN,
+                help="the due date, with its time zone (submissions after it are late)",
+            ),
+        ),
+    ),
+    "collect": Command(
+        "collect submissions from the exchange into grader/submitted/",
+        lambda args: print(collect(args.assignment)),
+        INSTRUCTOR,
+        (ASSIGNMENT,),
+    ),
+    "feedback": Command(
+        "generate feedback HTML and release it to the exchange", _run_feedback, INSTRUCTOR, (ASSIGNMENT,)
+    ),
+    "report": Command(
+        "rewrite grader/reports/ from the gradebook and print the summary", _run_report, INSTRUCTOR, (ASSIGNMENT, DB)
+    ),
+    "extend": Command(
+        "give one student more time for an assignment (its late penalty follows)",
+        lambda args: print(extend(args.assignment, args.student, None if args.remove else args.until, db=args.db)),
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            arg("student"),
+            one_of(
+                arg("--until", metavar=WHEN, help="their own deadline, with its time zone"),
+                arg("--remove", action="store_true", help="take the extension back"),
+            ),
+            DB,
+        ),
+    ),
+    "db-init": Command("create the gradebook's tables (nbgrader's and the course's)", _run_db_init, INSTRUCTOR, (DB,)),
+    "cluster-certs": Command(
+        "write TLS certificates for a Dask grading cluster into FOLDER",
+        _run_cluster_certs,
+        INSTRUCTOR,
+        (arg("folder", type=Path), arg("--days", type=int, default=365, help="how long they are valid (default 365)")),
+    ),
+    "autograde": Command(
+        "grade every submission of an assignment in parallel",
+        _run_autograde,
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            arg(
+                "--scheduler",
+                default=None,
+                metavar="tls://HOST:8786",
+                help="grade on this Dask scheduler's workers (default: $TWOPRIM_SCHEDULER, else this machine)",
+            ),
+            DB,
+            arg(
+                "--force", action="store_true", help="grade again the submissions already graded in their current form"
+            ),
+            arg("--workers", type=int, default=None, help="parallel workers (default: one per core)"),
+            arg("--student", action="append", default=None, help="grade only this student (repeatable)"),
+            arg("--cell-timeout", type=int, default=None, help="seconds per cell (default 60)"),
+            arg(
+                "--unisolated",
+                action="store_true",
+                help="run students' code as yourself, without the sandbox (only where bubblewrap is impossible)",
+            ),
+            arg(
+                "--trust",
+                action="append",
+                default=None,
+                metavar="STUDENT",
+                help="grade this student's code although the audit held it (after reading it; repeatable)",
+            ),
+            arg(
+                "--lti",
+                type=Path,
+                default=None,
+                metavar="CONFIG",
+                help="then send the scores to the LMS over LTI AGS (as ./course lti-grades does)",
+            ),
+        ),
+    ),
+    "lti-grades": Command(
+        "send an assignment's scores to the LMS over LTI AGS (only what changed)",
+        _run_lti_grades,
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            arg(
+                "--lti",
+                type=Path,
+                required=True,
+                metavar="CONFIG",
+                help="the hub's LTI configuration (./course hub --lti)",
+            ),
+            DB,
+        ),
+    ),
+    "selfgrade": Command(
+        "grade your own exercises/ASSIGNMENT notebook, hidden checks included",
+        _run_selfgrade,
+        LEARNER,
+        (ASSIGNMENT, arg("--notebook", type=Path, default=None, help="grade this notebook instead of exercises/...")),
+    ),
+    "progress": Command(
+        "your progress: lessons run, checks passing, self-grades, what next",
+        _run_progress,
+        LEARNER,
+        (
+            arg("--cell-timeout", type=int, default=None, help="seconds per cell of your notebooks (default 60)"),
+            arg("--chart", type=Path, default=None, metavar="FILE", help="also write the progress chart (PNG)"),
+        ),
+    ),
+    "similarity": Command(
+        "pairs and groups of students whose answers match, whole or in part (copydetect)",
+        _run_analytics,
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            arg(
+                "--threshold",
+                type=float,
+                default=None,
+                help="flag pairs whose overall similarity (0-1, weighted by rarity) reaches this (default 0.5)",
+            ),
+            arg(
+                "--answers-threshold",
+                type=float,
+                default=None,
+                help="flag pairs whose two most similar near-identical answers (0-1, weighted by rarity) reach this "
+                "(default 0.7)",
+            ),
+        ),
+    ),
+    "analysis": Command(
+        "item analysis of every test cell, and the causes the checks named across the class",
+        _run_analytics,
+        INSTRUCTOR,
+        (
+            ASSIGNMENT,
+            DB,
+            arg(
+                "--with-blank",
+                action="store_true",
+                help="keep blank notebooks (nothing written) in the statistics; by default they are reported apart",
+            ),
+        ),
+    ),
+    "export": Command(
+        "grades out to the LMS: a Canvas gradebook CSV (--canvas) or a plain CSV",
+        _run_analytics,
+        INSTRUCTOR,
+        (
+            arg("assignments", nargs="+", metavar="ASSIGNMENT[=CANVAS_ID]"),
+            arg(
+                "--roster",
+                type=Path,
+                required=True,
+                help="Canvas's gradebook export (Grades > Export), or a CSV with a column `id` (the course's student ids; "
+                "for --canvas also name, canvas_id, sis_user_id, sis_login_id, section)",
+            ),
+            arg(
+                "--roster-id",
+                default=None,
+                metavar="COLUMN",
+                help="the column of a Canvas gradebook export that holds the course's student ids (default "
+                "'SIS Login ID')",
+            ),
+            arg("--canvas", action="store_true", help="Canvas's gradebook import format"),
+            arg("--output", type=Path, default=None, help="where to write it (default grader/reports/)"),
+            DB,
+        ),
+    ),
 }
 
 
 def parser() -> argparse.ArgumentParser:
     """`./course`'s argument parser, one subcommand per entry of COMMANDS."""
-    top = argparse.ArgumentParser(prog="course", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="course", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = top.add_subparsers(dest="command", required=True)
     for name, command in COMMANDS.items():
         command.add_to(sub.add_parser(name, help=command.help, add_help=name != "hub"))

@@ -12,6 +12,7 @@ run, each with its `date`, `machine`, `command`, `note` (one line), optional `co
 `numbers`: one row (a dict) or a row per item (a list of dicts), keyed as `columns`; optional `summary` (a dict of
 further figures of the run). Each file is read when the page is built, so a new run is a new record, not a new page.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,11 @@ class CourseOutline(SphinxDirective):
         self.env.note_dependency(str(readme))
         rows = []
         for row in outline(ROOT):
-            lesson = [doc_link(f"/lessons/{row.lesson}", row.lesson), nodes.Text(" — "), *inline(row.topic)] \
-                if row.lesson else []
+            lesson = (
+                [doc_link(f"/lessons/{row.lesson}", row.lesson), nodes.Text(" — "), *inline(row.topic)]
+                if row.lesson
+                else []
+            )
             work = f"`{row.assignment}`: {row.functions}" if row.assignment else ""
             rows.append([lesson, work])
         if not rows:
@@ -93,21 +97,42 @@ def _records(path: Path) -> list[nodes.Node]:
     if all(isinstance(run["numbers"], dict) for run in runs):  # one row per run: one table
         machines = sorted({run["machine"] for run in runs})
         timed = any(run.get("time") for run in runs)
-        header = ["date", *(["time (UTC)"] if timed else []), *columns.values(),
-                  *(["machine"] if len(machines) > 1 else []), "note"]
-        rows = [[run["date"], *([run.get("time") or "—"] if timed else []),
-                 *(_cell(run["numbers"].get(k)) for k in columns), *([run["machine"]] if len(machines) > 1 else []),
-                 run["note"] + (f" ({run['conditions']})" if run.get("conditions") else "")] for run in runs]
+        header = [
+            "date",
+            *(["time (UTC)"] if timed else []),
+            *columns.values(),
+            *(["machine"] if len(machines) > 1 else []),
+            "note",
+        ]
+        rows = [
+            [
+                run["date"],
+                *([run.get("time") or "—"] if timed else []),
+                *(_cell(run["numbers"].get(k)) for k in columns),
+                *([run["machine"]] if len(machines) > 1 else []),
+                run["note"] + (f" ({run['conditions']})" if run.get("conditions") else ""),
+            ]
+            for run in runs
+        ]
         out.append(table(header, rows))
         if len(machines) == 1:
             out.append(nodes.paragraph("", "", nodes.Text(f"Machine: {machines[0]}.")))
         commands = sorted({run["command"] for run in runs})
-        out.append(nodes.paragraph("", "", nodes.Text("Made by: "),
-                                   *[n for c in commands for n in (nodes.literal(c, c), nodes.Text("; "))][:-1]))
+        out.append(
+            nodes.paragraph(
+                "",
+                "",
+                nodes.Text("Made by: "),
+                *[n for c in commands for n in (nodes.literal(c, c), nodes.Text("; "))][:-1],
+            )
+        )
         for run in runs:
             if run.get("detail"):
-                out.append(nodes.paragraph("", "", nodes.strong(run["date"], run["date"]), nodes.Text(": "),
-                                           *inline(run["detail"])))
+                out.append(
+                    nodes.paragraph(
+                        "", "", nodes.strong(run["date"], run["date"]), nodes.Text(": "), *inline(run["detail"])
+                    )
+                )
         return out
     for run in runs:
         title = f"{run['date']}{' ' + run['time'] if run.get('time') else ''}: {run['note']}"
@@ -139,16 +164,34 @@ def _capacity(folder: Path) -> list[nodes.Node]:
             return f"{steps[step][q]:.1f}" if step in steps else "—"
 
         cpu = r.get("student_cpu_s_median")
-        rows.append([r["started"].replace("T", " ").removesuffix("Z") + " UTC", str(r["students"]),
-                     f"{r['window_s']:g} s", f"{p('login_to_first_cell', 'p50')} / {p('login_to_first_cell', 'p95')}",
-                     f"{p('validate', 'p50')} / {p('validate', 'p95')}", p("submit", "p95"),
-                     f"{r['machine_peak_mb'] / 1000:.1f} ({r['machine_before_mb'] / 1000:.1f})",
-                     "—" if cpu is None else f"{cpu:.0f}",
-                     " / ".join(f"{x:.1f}" for x in r["loadavg_before"]), str(len(r["failures"])),
-                     f"`{r['command']}`"])
-    header = ["started", "students", "logins within", "login → first cell p50 / p95 s", "Validate p50 / p95 s",
-              "Submit p95 s", "machine memory peak GB (at start)", "CPU s per student (median)",
-              "load average before (1, 5, 15 min)", "failures", "command"]
+        rows.append(
+            [
+                r["started"].replace("T", " ").removesuffix("Z") + " UTC",
+                str(r["students"]),
+                f"{r['window_s']:g} s",
+                f"{p('login_to_first_cell', 'p50')} / {p('login_to_first_cell', 'p95')}",
+                f"{p('validate', 'p50')} / {p('validate', 'p95')}",
+                p("submit", "p95"),
+                f"{r['machine_peak_mb'] / 1000:.1f} ({r['machine_before_mb'] / 1000:.1f})",
+                "—" if cpu is None else f"{cpu:.0f}",
+                " / ".join(f"{x:.1f}" for x in r["loadavg_before"]),
+                str(len(r["failures"])),
+                f"`{r['command']}`",
+            ]
+        )
+    header = [
+        "started",
+        "students",
+        "logins within",
+        "login → first cell p50 / p95 s",
+        "Validate p50 / p95 s",
+        "Submit p95 s",
+        "machine memory peak GB (at start)",
+        "CPU s per student (median)",
+        "load average before (1, 5, 15 min)",
+        "failures",
+        "command",
+    ]
     return [table(header, rows)]
 
 
@@ -158,15 +201,30 @@ def _selfgrade(path: Path) -> list[nodes.Node]:
     keys = ["cold command", "first warm", "warm command", "warm cell"]
     rows = []
     for aid, s in data["seconds"].items():
-        rows.append([f"`{aid}`", *(_cell(s.get(k)) for k in keys), _cell(s.get("warm command load")),
-                     _cell(s.get("score"))])
+        rows.append(
+            [f"`{aid}`", *(_cell(s.get(k)) for k in keys), _cell(s.get("warm command load")), _cell(s.get("score"))]
+        )
     machine = data["machine"]
-    about = (f"Measured {data['date']} on a {machine['cpus']}-core {machine['processor']} machine (Python "
-             f"{machine['python']}), warm grader's start {data['warm grader start s']} s; load average at the end "
-             f"{' / '.join(str(x) for x in data['load average at the end'])}. Seconds from pressing to the table.")
-    return [nodes.paragraph("", about),
-            table(["assignment", "cold command s", "first warm s", "warm command s", "warm cell s",
-                   "load average (warm command)", "score"], rows)]
+    about = (
+        f"Measured {data['date']} on a {machine['cpus']}-core {machine['processor']} machine (Python "
+        f"{machine['python']}), warm grader's start {data['warm grader start s']} s; load average at the end "
+        f"{' / '.join(str(x) for x in data['load average at the end'])}. Seconds from pressing to the table."
+    )
+    return [
+        nodes.paragraph("", about),
+        table(
+            [
+                "assignment",
+                "cold command s",
+                "first warm s",
+                "warm command s",
+                "warm cell s",
+                "load average (warm command)",
+                "score",
+            ],
+            rows,
+        ),
+    ]
 
 
 class BenchmarkRuns(SphinxDirective):
@@ -180,7 +238,7 @@ class BenchmarkRuns(SphinxDirective):
         kind = self.options.get("format", "records")
         if not path.exists():
             raise self.error(f"{self.arguments[0]} does not exist (the data files live in the repository: {ROOT})")
-        for dependency in ([path] if path.is_file() else sorted(path.glob("*.json"))):
+        for dependency in [path] if path.is_file() else sorted(path.glob("*.json")):
             self.env.note_dependency(str(dependency))
         try:
             return {"records": _records, "capacity": _capacity, "selfgrade": _selfgrade}[kind](path)
@@ -195,7 +253,7 @@ def _rst_inline(line: str) -> str:
     """A Markdown line of a docstring as reStructuredText: `code` spans as literals, a bare `|` as text."""
     out, last = [], 0
     for match in _CODE.finditer(line):
-        out.append(line[last:match.start()].replace("|", r"\|"))
+        out.append(line[last : match.start()].replace("|", r"\|"))
         out.append(f"``{match[1]}``")
         last = match.end()
     out.append(line[last:].replace("|", r"\|"))
@@ -220,7 +278,7 @@ def markdown_docstring(app, what, name, obj, options, lines: list[str]) -> None:
     while i < len(lines):
         stripped = lines[i].strip()
         if stripped.startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\|[\s\-:|]+\|", lines[i + 1].strip()):
-            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
             j = i
             while j < len(lines) and lines[j].strip().startswith("|"):
                 j += 1

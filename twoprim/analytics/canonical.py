@@ -18,13 +18,14 @@ undoes the rest that can be undone from the code alone, on Python's own syntax t
 Code that does not parse is compared as it is. What this cannot undo: an answer rewritten in another construction
 (a comprehension for a loop, a helper split differently), which copydetect then sees as different code.
 """
+
 from __future__ import annotations
 
 import ast
 
 __all__ = ["normalise"]
 
-_ROUNDS = 4   # dead-code removal repeated: removing one dead store can make another one dead
+_ROUNDS = 4  # dead-code removal repeated: removing one dead store can make another one dead
 
 
 def normalise(code: str) -> str:
@@ -78,7 +79,7 @@ class _Canonical(ast.NodeTransformer):
             out += new if isinstance(new, list) else [] if new is None else [new]
         out = _in_order(_counted_whiles(out))
         ends = next((n for n, s in enumerate(out) if isinstance(s, (ast.Return, ast.Raise))), None)
-        return out if ends is None else out[:ends + 1]
+        return out if ends is None else out[: ends + 1]
 
     def generic_visit(self, node):
         for name, value in ast.iter_fields(node):
@@ -112,8 +113,12 @@ class _Canonical(ast.NodeTransformer):
         node = self.generic_visit(node)
         target = node.targets[0] if len(node.targets) == 1 else None
         value = node.value
-        if isinstance(target, (ast.Name, ast.Subscript)) and isinstance(value, ast.BinOp) and \
-                isinstance(value.op, (ast.Add, ast.Sub, ast.Mult)) and _same(value.left, target):
+        if (
+            isinstance(target, (ast.Name, ast.Subscript))
+            and isinstance(value, ast.BinOp)
+            and isinstance(value.op, (ast.Add, ast.Sub, ast.Mult))
+            and _same(value.left, target)
+        ):
             return ast.copy_location(ast.AugAssign(target=target, op=value.op, value=value.right), node)
         return node
 
@@ -148,10 +153,16 @@ def _names(node: ast.AST, ctx) -> set[str]:
 
 def _movable(stmt: ast.stmt) -> bool:
     """An assignment to names only (not into a container), which may move past another that it does not touch."""
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
-        stmt, (ast.AugAssign, ast.AnnAssign)) else None
-    return bool(targets) and all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Load, ast.Store))
-                                 for t in targets for n in ast.walk(t))
+    targets = (
+        stmt.targets
+        if isinstance(stmt, ast.Assign)
+        else [stmt.target]
+        if isinstance(stmt, (ast.AugAssign, ast.AnnAssign))
+        else None
+    )
+    return bool(targets) and all(
+        isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Load, ast.Store)) for t in targets for n in ast.walk(t)
+    )
 
 
 def _in_order(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -165,8 +176,11 @@ def _in_order(body: list[ast.stmt]) -> list[ast.stmt]:
         while run:
             writes = [_names(s, ast.Store) | ({s.target.id} if isinstance(s, ast.AugAssign) else set()) for s in run]
             reads = [_names(s, ast.Load) for s in run]
-            ready = [n for n in range(len(run)) if not any(
-                writes[m] & (reads[n] | writes[n]) or writes[n] & reads[m] for m in range(n))]
+            ready = [
+                n
+                for n in range(len(run))
+                if not any(writes[m] & (reads[n] | writes[n]) or writes[n] & reads[m] for m in range(n))
+            ]
             first = min(ready, key=lambda n: (_form(run[n]), n))
             out.append(run.pop(first))
         if stmt is not None:
@@ -190,12 +204,23 @@ def _range_args(args: list[ast.expr]) -> list[ast.expr]:
 
 def _step(stmt: ast.stmt, name: str) -> ast.expr | None:
     """s of `name += s` or `name = name + s`, else None."""
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name) \
-            and stmt.target.id == name:
+    if (
+        isinstance(stmt, ast.AugAssign)
+        and isinstance(stmt.op, ast.Add)
+        and isinstance(stmt.target, ast.Name)
+        and stmt.target.id == name
+    ):
         return stmt.value
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and \
-            stmt.targets[0].id == name and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add) \
-            and isinstance(stmt.value.left, ast.Name) and stmt.value.left.id == name:
+    if (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id == name
+        and isinstance(stmt.value, ast.BinOp)
+        and isinstance(stmt.value.op, ast.Add)
+        and isinstance(stmt.value.left, ast.Name)
+        and stmt.value.left.id == name
+    ):
         return stmt.value.right
     return None
 
@@ -206,25 +231,54 @@ def _counted_whiles(body: list[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for stmt in body:
         test = stmt.test if isinstance(stmt, ast.While) and not stmt.orelse else None
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
-                and isinstance(test.left, ast.Name)):
+        if not (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Lt)
+            and isinstance(test.left, ast.Name)
+        ):
             out.append(stmt)
             continue
         v, rest = test.left.id, stmt.body[:-1]
-        start = next((n for n in range(len(out) - 1, -1, -1) if v in _names(out[n], ast.Store) or
-                      v in _names(out[n], ast.Load)), None)
+        start = next(
+            (n for n in range(len(out) - 1, -1, -1) if v in _names(out[n], ast.Store) or v in _names(out[n], ast.Load)),
+            None,
+        )
         init = out[start] if start is not None else None
         step = _step(stmt.body[-1], v)
-        touched = any((isinstance(n, ast.Name) and n.id == v and isinstance(n.ctx, ast.Store))
-                      or isinstance(n, (ast.Break, ast.Continue)) for s in rest for n in ast.walk(s))
-        if not (isinstance(init, ast.Assign) and len(init.targets) == 1 and isinstance(init.targets[0], ast.Name)
-                and init.targets[0].id == v and v not in _names(init.value, ast.Load)) or step is None or touched:
+        touched = any(
+            (isinstance(n, ast.Name) and n.id == v and isinstance(n.ctx, ast.Store))
+            or isinstance(n, (ast.Break, ast.Continue))
+            for s in rest
+            for n in ast.walk(s)
+        )
+        if (
+            not (
+                isinstance(init, ast.Assign)
+                and len(init.targets) == 1
+                and isinstance(init.targets[0], ast.Name)
+                and init.targets[0].id == v
+                and v not in _names(init.value, ast.Load)
+            )
+            or step is None
+            or touched
+        ):
             out.append(stmt)
             continue
         del out[start]
         args = _range_args([init.value, test.comparators[0], step])
-        out.append(ast.copy_location(ast.For(target=ast.Name(v, ast.Store()), iter=ast.Call(
-            ast.Name("range", ast.Load()), args, []), body=rest or [ast.Pass()], orelse=[], type_comment=None), stmt))
+        out.append(
+            ast.copy_location(
+                ast.For(
+                    target=ast.Name(v, ast.Store()),
+                    iter=ast.Call(ast.Name("range", ast.Load()), args, []),
+                    body=rest or [ast.Pass()],
+                    orelse=[],
+                    type_comment=None,
+                ),
+                stmt,
+            )
+        )
     return out
 
 
@@ -236,12 +290,16 @@ def _drop_dead_stores(tree: ast.Module) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             reads[node.id] = reads.get(node.id, 0) + 1
-        target = node.target if isinstance(node, ast.AugAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        target = (
+            node.target
+            if isinstance(node, ast.AugAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        )
         if isinstance(target, ast.Name):
             own[target.id] = own.get(target.id, 0) + sum(
                 isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)
-                for n in ast.walk(node.value))
+                for n in ast.walk(node.value)
+            )
     dead = {name for name in own if reads.get(name, 0) <= own[name]}
     dropped = False
 
@@ -256,8 +314,12 @@ def _drop_dead_stores(tree: ast.Module) -> bool:
 
         def _drop(self, node, target):
             nonlocal dropped
-            if self.depth and isinstance(target, ast.Name) and target.id in dead and \
-                    not any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
+            if (
+                self.depth
+                and isinstance(target, ast.Name)
+                and target.id in dead
+                and not any(isinstance(n, ast.Call) for n in ast.walk(node.value))
+            ):
                 dropped = True
                 return None
             return node

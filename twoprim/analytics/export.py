@@ -28,6 +28,7 @@ and the penalty applied, and the notes state the late policy the course's nbgrad
 late work's points). The notes are printed and written beside the export (`<export>-notes.txt`): Canvas's import
 takes no notes.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,14 +38,28 @@ from pathlib import Path
 
 from twoprim.core.errors import CourseError
 
-__all__ = ["CANVAS_COLUMNS", "Export", "parse_assignments", "read_roster", "canvas_assignment_ids", "late_policy",
-           "lateness", "export", "ROSTER_ID"]
+__all__ = [
+    "CANVAS_COLUMNS",
+    "Export",
+    "parse_assignments",
+    "read_roster",
+    "canvas_assignment_ids",
+    "late_policy",
+    "lateness",
+    "export",
+    "ROSTER_ID",
+]
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-ROSTER_CANVAS = {"Student": "name", "ID": "canvas_id", "SIS User ID": "sis_user_id",
-                 "SIS Login ID": "sis_login_id", "Section": "section"}
-ROSTER_ID = "SIS Login ID"   # the column of a Canvas gradebook export that holds the course's student id
-_CANVAS_HEADER = {"ID", "SIS Login ID", "Section"}   # what every Canvas gradebook export's header has
+ROSTER_CANVAS = {
+    "Student": "name",
+    "ID": "canvas_id",
+    "SIS User ID": "sis_user_id",
+    "SIS Login ID": "sis_login_id",
+    "Section": "section",
+}
+ROSTER_ID = "SIS Login ID"  # the column of a Canvas gradebook export that holds the course's student id
+_CANVAS_HEADER = {"ID", "SIS Login ID", "Section"}  # what every Canvas gradebook export's header has
 _ASSIGNMENT_COLUMN = re.compile(r"^(.*) \((\d+)\)$")
 
 
@@ -67,8 +82,9 @@ class Export:
         return "\n".join(lines)
 
 
-def parse_assignments(specs: list[str], known: list[str], *, canvas: bool,
-                      ids: dict[str, str] | None = None) -> dict[str, str]:
+def parse_assignments(
+    specs: list[str], known: list[str], *, canvas: bool, ids: dict[str, str] | None = None
+) -> dict[str, str]:
     """'ex01_dot=1234' -> {'ex01_dot': '1234'}; the Canvas id is required with --canvas, unless `ids` (a Canvas
     gradebook export's assignment columns: name -> id) has the assignment."""
     out = {}
@@ -79,9 +95,11 @@ def parse_assignments(specs: list[str], known: list[str], *, canvas: bool,
         if canvas and not canvas_id.strip() and aid in (ids or {}):
             canvas_id = ids[aid]
         if canvas and not canvas_id.strip().isdigit():
-            raise CourseError(f"{spec!r}: Canvas needs each assignment's numeric id, as in its gradebook export's "
-                              f"column 'Assignment name (id)': write {aid}=ID, or give that export as --roster with a "
-                              f"column named {aid} (ID)")
+            raise CourseError(
+                f"{spec!r}: Canvas needs each assignment's numeric id, as in its gradebook export's "
+                f"column 'Assignment name (id)': write {aid}=ID, or give that export as --roster with a "
+                f"column named {aid} (ID)"
+            )
         out[aid] = canvas_id.strip()
     return out
 
@@ -92,11 +110,15 @@ def _read_csv(path: Path) -> list[list[str]]:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
     except OSError as err:
-        raise CourseError(f"cannot read the roster {path}: {err.strerror}; give --roster Canvas's gradebook export "
-                          f"or a CSV with a column `id`")
+        raise CourseError(
+            f"cannot read the roster {path}: {err.strerror}; give --roster Canvas's gradebook export "
+            f"or a CSV with a column `id`"
+        )
     except UnicodeDecodeError as err:
-        raise CourseError(f"the roster {path} is not UTF-8 text (byte {err.start}): export it from Canvas again, or "
-                          f"save it as CSV UTF-8")
+        raise CourseError(
+            f"the roster {path} is not UTF-8 text (byte {err.start}): export it from Canvas again, or "
+            f"save it as CSV UTF-8"
+        )
     first = text.split("\n", 1)[0]
     delimiter = max((",", ";", "\t"), key=first.count)
     return [row for row in csv.reader(text.splitlines(), delimiter=delimiter) if any(c.strip() for c in row)]
@@ -120,24 +142,36 @@ def canvas_assignment_ids(path: Path) -> dict[str, str]:
 def _canvas_export(path: Path, header: list[str], rows: list[list[str]], id_column: str) -> tuple[list, list]:
     """The students of a Canvas gradebook export, keyed as the course's roster, and the rows skipped (why)."""
     if id_column not in header:
-        raise CourseError(f"the roster {path} is a Canvas gradebook export without a column {id_column!r} (it has "
-                          f"{', '.join(header[:6])}, ...): name the column that holds the course's student ids with "
-                          f"--roster-id")
+        raise CourseError(
+            f"the roster {path} is a Canvas gradebook export without a column {id_column!r} (it has "
+            f"{', '.join(header[:6])}, ...): name the column that holds the course's student ids with "
+            f"--roster-id"
+        )
     people, skipped = [], []
     for row in rows[1:]:
         cell = dict(zip(header, (c.strip() for c in row)))
         first = (row[0] if row else "").strip()
         if first == "Points Possible" or (not cell.get("ID") and not cell.get(id_column)):
             continue  # the points row, or the Manual Posting row
-        name = _canvas_name(cell.get("Student") or ", ".join(filter(None, (cell.get("LastName"),
-                                                                             cell.get("FirstName")))))
+        name = _canvas_name(
+            cell.get("Student") or ", ".join(filter(None, (cell.get("LastName"), cell.get("FirstName"))))
+        )
         if not cell.get(id_column):
-            skipped.append(f"{name or 'a row'} (Canvas ID {cell.get('ID') or '?'}) has no {id_column}: not "
-                           f"exported (Canvas's Test Student has none)")
+            skipped.append(
+                f"{name or 'a row'} (Canvas ID {cell.get('ID') or '?'}) has no {id_column}: not "
+                f"exported (Canvas's Test Student has none)"
+            )
             continue
-        people.append({"id": cell[id_column], "name": name, "canvas_id": cell.get("ID", ""),
-                       "sis_user_id": cell.get("SIS User ID", ""), "sis_login_id": cell.get("SIS Login ID", ""),
-                       "section": cell.get("Section", "")})
+        people.append(
+            {
+                "id": cell[id_column],
+                "name": name,
+                "canvas_id": cell.get("ID", ""),
+                "sis_user_id": cell.get("SIS User ID", ""),
+                "sis_login_id": cell.get("SIS Login ID", ""),
+                "section": cell.get("Section", ""),
+            }
+        )
     return people, skipped
 
 
@@ -162,9 +196,11 @@ def read_roster(path: Path, *, canvas: bool, id_column: str = ROSTER_ID) -> Rost
         need = ["id", *(ROSTER_CANVAS.values() if canvas else ())]
         missing = [c for c in need if c not in header]
         if len(rows) < 2 or missing:
-            raise CourseError(f"the roster {path} has no {', '.join(f'`{c}`' for c in missing) or 'rows'} column"
-                              f"{'s' if len(missing) > 1 else ''}; it needs {', '.join(need)} (one row per student), "
-                              f"or give Canvas's gradebook export (Grades > Export > Export Entire Gradebook)")
+            raise CourseError(
+                f"the roster {path} has no {', '.join(f'`{c}`' for c in missing) or 'rows'} column"
+                f"{'s' if len(missing) > 1 else ''}; it needs {', '.join(need)} (one row per student), "
+                f"or give Canvas's gradebook export (Grades > Export > Export Entire Gradebook)"
+            )
         people = [{k: (v or "").strip() for k, v in zip(header, row)} for row in rows[1:]]
     if not people:
         raise CourseError(f"the roster {path} lists no student")
@@ -192,14 +228,21 @@ def late_policy(root: Path) -> str:
     method = getattr(plugin, "penalty_method", None)
     where = "grader/nbgrader_config.py"
     if name == "nbgrader.plugins.latesubmission.LateSubmissionPlugin" and method == "none":
-        return (f"late policy: none (nbgrader's LateSubmissionPlugin, penalty_method 'none', the default): a late "
-                f"submission keeps all its points; c.LateSubmissionPlugin.penalty_method = 'zero' in {where} scores "
-                f"it 0, c.AssignLatePenalties.plugin_class names a plugin of your own")
+        return (
+            f"late policy: none (nbgrader's LateSubmissionPlugin, penalty_method 'none', the default): a late "
+            f"submission keeps all its points; c.LateSubmissionPlugin.penalty_method = 'zero' in {where} scores "
+            f"it 0, c.AssignLatePenalties.plugin_class names a plugin of your own"
+        )
     if name == "nbgrader.plugins.latesubmission.LateSubmissionPlugin" and method == "zero":
-        return (f"late policy: zero (nbgrader's LateSubmissionPlugin, penalty_method 'zero', set in {where}): a late "
-                f"submission scores 0")
-    return (f"late policy: {name} (c.AssignLatePenalties.plugin_class in {where})"
-            + (f", penalty_method {method!r}" if method else "") + ": the penalties below are the ones it gave")
+        return (
+            f"late policy: zero (nbgrader's LateSubmissionPlugin, penalty_method 'zero', set in {where}): a late "
+            f"submission scores 0"
+        )
+    return (
+        f"late policy: {name} (c.AssignLatePenalties.plugin_class in {where})"
+        + (f", penalty_method {method!r}" if method else "")
+        + ": the penalties below are the ones it gave"
+    )
 
 
 def lateness(seconds: float) -> str:
@@ -208,8 +251,12 @@ def lateness(seconds: float) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes and not days
-             else "", f"{secs} s" if seconds < 60 else ""]
+    parts = [
+        f"{days} d" if days else "",
+        f"{hours} h" if hours else "",
+        f"{minutes} min" if minutes and not days else "",
+        f"{secs} s" if seconds < 60 else "",
+    ]
     return " ".join(p for p in parts if p) or "0 s"
 
 
@@ -233,15 +280,25 @@ def _cell(sid: str, aid: str, row: dict | None, notes: list[str]) -> str:
         late = float(row.get("seconds_late") or 0)
         if late > 0:
             penalty = float(row.get("late_penalty") or 0)
-            notes.append(f"{sid}: {aid} submitted {lateness(late)} late ({late:.0f} s after their deadline); late "
-                         f"penalty {penalty:g} of {row['max_score']} points applied: {row['score']} exported")
+            notes.append(
+                f"{sid}: {aid} submitted {lateness(late)} late ({late:.0f} s after their deadline); late "
+                f"penalty {penalty:g} of {row['max_score']} points applied: {row['score']} exported"
+            )
         return row["score"]
     notes.append(f"{sid}: {aid} is {row['status']} ({row['reason']}): left blank, not 0")
     return ""
 
 
-def export(assignments: dict[str, str], roster_path: Path, *, root: Path, url: str, canvas: bool,
-           out: Path | None = None, id_column: str = ROSTER_ID) -> Export:
+def export(
+    assignments: dict[str, str],
+    roster_path: Path,
+    *,
+    root: Path,
+    url: str,
+    canvas: bool,
+    out: Path | None = None,
+    id_column: str = ROSTER_ID,
+) -> Export:
     """Every student of the roster with their score on each assignment, written as a CSV (Canvas's import format with
     `canvas`), and its notes beside it: the late policy, who was late and their penalty, who is blank or left out."""
     roster = read_roster(roster_path, canvas=canvas, id_column=id_column)
@@ -250,8 +307,10 @@ def export(assignments: dict[str, str], roster_path: Path, *, root: Path, url: s
     enrolled = {r["id"] for r in roster}
     for aid, (rows, _) in results.items():
         for student in sorted(set(rows) - enrolled):
-            notes.append(f"{student} has a submission of {aid} but is not in the roster: not exported "
-                         f"(add them to {roster_path.name} if they belong to the class)")
+            notes.append(
+                f"{student} has a submission of {aid} but is not in the roster: not exported "
+                f"(add them to {roster_path.name} if they belong to the class)"
+            )
     columns = [f"{aid} ({cid})" if canvas else aid for aid, cid in assignments.items()]
     out = out or root / "grader" / "reports" / f"export-{'canvas' if canvas else 'grades'}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -259,8 +318,7 @@ def export(assignments: dict[str, str], roster_path: Path, *, root: Path, url: s
         writer = csv.writer(f)
         writer.writerow([*CANVAS_COLUMNS, *columns] if canvas else ["student", *columns])
         if canvas:
-            writer.writerow(["Points Possible", "", "", "", "",
-                             *(f"{results[aid][1]:g}" for aid in assignments)])
+            writer.writerow(["Points Possible", "", "", "", "", *(f"{results[aid][1]:g}" for aid in assignments)])
         for person in roster:
             sid = person["id"]
             cells = [_cell(sid, aid, results[aid][0].get(sid), notes) for aid in assignments]

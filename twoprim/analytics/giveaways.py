@@ -53,6 +53,7 @@ those, which renamed their variables (`E`, `q` for `keys`, `query`), spelled a c
 `math.ceil`) or spread an answer over statements. An answer the package holds is kept from learners by the checks
 instead (`twoprim.core.checks.no_grader_calls`: calling it fails the visible check).
 """
+
 from __future__ import annotations
 
 import ast
@@ -67,11 +68,21 @@ from twoprim.analytics.similarity import NOISE, WINDOW, _fingerprint
 from twoprim.config import ROOT
 from twoprim.core.notebooks import lessons
 
-__all__ = ["Solution", "Cell", "Score", "solutions", "lesson_cells", "scores", "giveaways", "table", "THRESHOLD",
-           "MIN_CHARS"]
+__all__ = [
+    "Solution",
+    "Cell",
+    "Score",
+    "solutions",
+    "lesson_cells",
+    "scores",
+    "giveaways",
+    "table",
+    "THRESHOLD",
+    "MIN_CHARS",
+]
 
-THRESHOLD = 0.25         # a lesson holding this share of a solution's fingerprints gives it away
-MIN_CHARS = 2 * NOISE    # token-stream characters below which a solution is a one-liner: only "same function" counts
+THRESHOLD = 0.25  # a lesson holding this share of a solution's fingerprints gives it away
+MIN_CHARS = 2 * NOISE  # token-stream characters below which a solution is a one-liner: only "same function" counts
 _MARKED = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION", re.S | re.M)
 
 
@@ -81,10 +92,10 @@ class Solution:
 
     assignment: str
     grade_id: str
-    names: tuple[str, ...]            # the functions the cell defines, or the names an answer cell assigns
-    functions: bool                   # whether `names` are functions
-    pieces: tuple[str, ...]           # the code of each BEGIN/END SOLUTION block, dedented
-    params: tuple[tuple[str, ...], ...] = ()   # per piece: the parameters of the function it sits in
+    names: tuple[str, ...]  # the functions the cell defines, or the names an answer cell assigns
+    functions: bool  # whether `names` are functions
+    pieces: tuple[str, ...]  # the code of each BEGIN/END SOLUTION block, dedented
+    params: tuple[tuple[str, ...], ...] = ()  # per piece: the parameters of the function it sits in
 
     @property
     def label(self) -> str:
@@ -113,10 +124,10 @@ class Score:
 
     lesson: str
     solution: Solution
-    share: float                       # fingerprinted share: the larger of the best cell's and the union's
-    cells: tuple[int, ...]             # the cells that share counts
-    fingerprintable: bool              # the solution has MIN_CHARS of token stream or more
-    same_function: tuple[int, ...] = ()   # cells defining a function whose body is the solution's, names aside
+    share: float  # fingerprinted share: the larger of the best cell's and the union's
+    cells: tuple[int, ...]  # the cells that share counts
+    fingerprintable: bool  # the solution has MIN_CHARS of token stream or more
+    same_function: tuple[int, ...] = ()  # cells defining a function whose body is the solution's, names aside
     passages: list[str] = field(default_factory=list)  # the solution's lines found in the lesson
 
     @property
@@ -127,17 +138,22 @@ class Score:
         """One line: lesson, cells, assignment, graded function, how much of it is there."""
         found = []
         if self.same_function:
-            found.append(f"cell{'s' if len(self.same_function) > 1 else ''} {', '.join(map(str, self.same_function))}"
-                         f" define{'s' if len(self.same_function) == 1 else ''} it as a function (names aside)")
+            found.append(
+                f"cell{'s' if len(self.same_function) > 1 else ''} {', '.join(map(str, self.same_function))}"
+                f" define{'s' if len(self.same_function) == 1 else ''} it as a function (names aside)"
+            )
         if self.share:
-            found.append(f"{self.share:.0%} of its fingerprints in cell{'s' if len(self.cells) > 1 else ''} "
-                         f"{', '.join(map(str, self.cells))}")
+            found.append(
+                f"{self.share:.0%} of its fingerprints in cell{'s' if len(self.cells) > 1 else ''} "
+                f"{', '.join(map(str, self.cells))}"
+            )
         return f"{self.lesson}: {self.solution.assignment} {self.solution.label}: {'; '.join(found)}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Reading the course
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _params(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
     args = node.args
@@ -152,11 +168,12 @@ def _defined(source: str) -> tuple[list[str], list[tuple[str, ...]]]:
     except SyntaxError:
         return [], []
     functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    names = [f.name for f in functions] or [t.id for n in tree.body if isinstance(n, ast.Assign)
-                                             for t in n.targets if isinstance(t, ast.Name)]
+    names = [f.name for f in functions] or [
+        t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    ]
     params = []
     for match in _MARKED.finditer(source):
-        line = source[:match.start()].count("\n") + 1
+        line = source[: match.start()].count("\n") + 1
         around = [f for f in functions if f.lineno <= line <= (f.end_lineno or line)]
         params.append(tuple(a for f in around for a in _params(f)))
     return names, params
@@ -184,8 +201,16 @@ def solutions(root: Path = ROOT) -> list[Solution]:
             if not any(p.strip() for p in pieces):
                 continue
             names, params = _defined(cell.source)
-            out.append(Solution(path.parent.name, meta["grade_id"], tuple(names), _defines_functions(cell.source),
-                                pieces, tuple(params)))
+            out.append(
+                Solution(
+                    path.parent.name,
+                    meta["grade_id"],
+                    tuple(names),
+                    _defines_functions(cell.source),
+                    pieces,
+                    tuple(params),
+                )
+            )
     return out
 
 
@@ -206,6 +231,7 @@ def course_cells(root: Path = ROOT) -> list[Cell]:
 # Fingerprints: similarity's (copydetect), per solution piece and per cell
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _uncommented(code: str) -> str:
     """`code` with every string statement (docstrings, bare strings) blanked out, positions kept: the tokenizer
     already drops comments, and a docstring is a comment too. IPython lines (`%magic`, `!shell`) are blanked for
@@ -222,8 +248,8 @@ def _uncommented(code: str) -> str:
     chars = list(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            begin = starts[node.lineno - 1] + len(lines[node.lineno - 1].encode()[:node.col_offset].decode())
-            end = starts[node.end_lineno - 1] + len(lines[node.end_lineno - 1].encode()[:node.end_col_offset].decode())
+            begin = starts[node.lineno - 1] + len(lines[node.lineno - 1].encode()[: node.col_offset].decode())
+            end = starts[node.end_lineno - 1] + len(lines[node.end_lineno - 1].encode()[: node.end_col_offset].decode())
             for i in range(begin, end):
                 if chars[i] != "\n":
                     chars[i] = " "
@@ -289,6 +315,7 @@ def _lines_in(code: str, spans: Iterable[tuple[int, int]]) -> list[str]:
 # Same function: a def or lambda whose body is the solution's, names aside
 # ----------------------------------------------------------------------------------------------------------------
 
+
 class _Numbered(ast.NodeTransformer):
     """Replace each parameter and local name by its order of first appearance (`_0`, `_1`, ...)."""
 
@@ -325,8 +352,12 @@ def _locals(body: Sequence[ast.AST], params: Iterable[str]) -> set[str]:
 
 
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(getattr(body[0], "value", None), ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         return body[1:]
     return body
 
@@ -364,6 +395,7 @@ def _function_shapes(code: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------------
 # Scores
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=4)
 def _answer_prints(graded: tuple[Solution, ...]) -> list[tuple[list, set[str]]]:
@@ -409,15 +441,19 @@ def scores(cells: Sequence[Cell], graded: Sequence[Solution]) -> list[Score]:
             if same:
                 passages = [line.strip() for p in solution.pieces for line in p.splitlines() if line.strip()]
             else:
-                passages = [line for piece, (_, spans) in zip(solution.pieces, found)
-                            for line in _lines_in(_uncommented(piece), spans)]
+                passages = [
+                    line
+                    for piece, (_, spans) in zip(solution.pieces, found)
+                    for line in _lines_in(_uncommented(piece), spans)
+                ]
             out.append(Score(lesson, solution, share, where, fingerprintable, same, passages))
     out.sort(key=lambda s: (s.lesson, not s.giveaway, -s.share, s.solution.grade_id))
     return out
 
 
-def giveaways(cells: Sequence[Cell] | None = None, graded: Sequence[Solution] | None = None, *,
-              root: Path = ROOT) -> list[Score]:
+def giveaways(
+    cells: Sequence[Cell] | None = None, graded: Sequence[Solution] | None = None, *, root: Path = ROOT
+) -> list[Score]:
     """Every give-away: a lesson holding `THRESHOLD` or more of a fingerprintable solution, or defining a solution
     as a function (names aside). Defaults: every lesson and every solution on disk."""
     cells = course_cells(root) if cells is None else cells
@@ -440,8 +476,10 @@ def table(found: Sequence[Score], *, top: int = 3) -> str:
             verdict += " (same function)"
         elif not s.fingerprintable:
             verdict += "(short answer: only a same function counts)"
-        lines.append(f"{s.lesson:24} {cells:>10}  {s.solution.assignment:15} {s.solution.label:24} {s.share:5.2f}  "
-                     f"{verdict}".rstrip())
+        lines.append(
+            f"{s.lesson:24} {cells:>10}  {s.solution.assignment:15} {s.solution.label:24} {s.share:5.2f}  "
+            f"{verdict}".rstrip()
+        )
     return "\n".join(lines)
 
 
@@ -459,8 +497,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\ngive-away: {s.describe()}")
         for line in s.passages[:12]:
             print(f"    {line}")
-    print(f"\n{len(bad)} give-away{'s' if len(bad) != 1 else ''} (threshold {THRESHOLD}, fingerprints of {NOISE} "
-          f"characters, window {WINDOW})")
+    print(
+        f"\n{len(bad)} give-away{'s' if len(bad) != 1 else ''} (threshold {THRESHOLD}, fingerprints of {NOISE} "
+        f"characters, window {WINDOW})"
+    )
     return 1 if bad else 0
 
 

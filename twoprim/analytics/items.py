@@ -29,6 +29,7 @@ with how many students and who.
     grader/reports/<aid>-items.html           the tables, the warnings, flags with who passed and lost, the plots
     grader/reports/<aid>-items.png            score histogram; difficulty against discrimination, every test drawn
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,11 +39,21 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Item", "Analysis", "analyse", "item_statistics", "bootstrap_interval", "blank_students", "plot_points",
-           "write_report", "SMALL_CLASS", "BOOTSTRAP"]
+__all__ = [
+    "Item",
+    "Analysis",
+    "analyse",
+    "item_statistics",
+    "bootstrap_interval",
+    "blank_students",
+    "plot_points",
+    "write_report",
+    "SMALL_CLASS",
+    "BOOTSTRAP",
+]
 
-SMALL_CLASS = 20     # under this many students, discrimination is read with its interval, and the report says so
-BOOTSTRAP = 2000     # resamples for the interval
+SMALL_CLASS = 20  # under this many students, discrimination is read with its interval, and the report says so
+BOOTSTRAP = 2000  # resamples for the interval
 SEED = 0
 
 
@@ -54,7 +65,7 @@ class Item:
     name: str
     points: float
     difficulty: float
-    discrimination: float | None   # None when the test or the rest is the same for everyone
+    discrimination: float | None  # None when the test or the rest is the same for everyone
     lost: int
     flags: list[str] = field(default_factory=list)
     interval: tuple[float, float] | None = None
@@ -73,10 +84,10 @@ class Analysis:
     totals: list[float]
     max_score: float
     items: list[Item]
-    left_out: dict[str, str] = field(default_factory=dict)   # student -> status
-    blank: list[str] = field(default_factory=list)           # blank notebooks, left out unless with_blank
+    left_out: dict[str, str] = field(default_factory=dict)  # student -> status
+    blank: list[str] = field(default_factory=list)  # blank notebooks, left out unless with_blank
     with_blank: bool = False
-    misconceptions: object = None                            # misconceptions.Misconceptions
+    misconceptions: object = None  # misconceptions.Misconceptions
 
     def flagged(self) -> list[Item]:
         return [i for i in self.items if i.flags]
@@ -89,37 +100,51 @@ class Analysis:
         """What to keep in mind reading the numbers: a small class, blank notebooks."""
         out = []
         if self.small():
-            out.append(f"a small class: {len(self.students)} students (under {SMALL_CLASS}); one student moves a "
-                       f"discrimination a lot, so read each with its 95% interval")
+            out.append(
+                f"a small class: {len(self.students)} students (under {SMALL_CLASS}); one student moves a "
+                f"discrimination a lot, so read each with its 95% interval"
+            )
         if self.blank:
-            out.append(f"{len(self.blank)} blank notebook(s) ({', '.join(self.blank)}): "
-                       + ("kept in the statistics (--with-blank)" if self.with_blank else
-                          "left out of the statistics (--with-blank keeps them)"))
+            out.append(
+                f"{len(self.blank)} blank notebook(s) ({', '.join(self.blank)}): "
+                + (
+                    "kept in the statistics (--with-blank)"
+                    if self.with_blank
+                    else "left out of the statistics (--with-blank keeps them)"
+                )
+            )
         return out
 
     def describe(self) -> str:
         """The terminal's table, the warnings, who passed and lost each flagged test, and the misconceptions."""
         width = max([len(i.name) for i in self.items] + [4])
-        lines = [f"{self.aid}: {len(self.students)} graded submissions, {len(self.items)} tests"
-                 + (f" ({len(self.left_out)} failed or held, left out)" if self.left_out else "")]
+        lines = [
+            f"{self.aid}: {len(self.students)} graded submissions, {len(self.items)} tests"
+            + (f" ({len(self.left_out)} failed or held, left out)" if self.left_out else "")
+        ]
         lines += [f"  ! {w}" for w in self.warnings()]
         lines.append(f"  {'test':<{width}}  kind    points  difficulty  discrimination  95% interval    lost")
         for i in self.items:
             disc = "    —" if i.discrimination is None else f"{i.discrimination:+.2f}"
             ci = "" if i.interval is None else f"[{i.interval[0]:+.2f}, {i.interval[1]:+.2f}]"
-            lines.append(f"  {i.name:<{width}}  {'hidden' if i.hidden else 'visible':7} {i.points:6g}  "
-                         f"{i.difficulty:10.2f}  {disc:>14}  {ci:>14}  {i.lost:4d}"
-                         + (f"  ⚑ {'; '.join(i.flags)}" if i.flags else ""))
+            lines.append(
+                f"  {i.name:<{width}}  {'hidden' if i.hidden else 'visible':7} {i.points:6g}  "
+                f"{i.difficulty:10.2f}  {disc:>14}  {ci:>14}  {i.lost:4d}"
+                + (f"  ⚑ {'; '.join(i.flags)}" if i.flags else "")
+            )
         for i in self.flagged():
-            lines.append(f"  {i.name}: passed by {', '.join(i.passed_by) or 'nobody'}; lost by "
-                         f"{', '.join(i.lost_by) or 'nobody'}")
+            lines.append(
+                f"  {i.name}: passed by {', '.join(i.passed_by) or 'nobody'}; lost by "
+                f"{', '.join(i.lost_by) or 'nobody'}"
+            )
         if self.misconceptions is not None:
             lines.append(self.misconceptions.describe())
         return "\n".join(lines)
 
 
-def bootstrap_interval(frac: list[float], rest: list[float], *, resamples: int = BOOTSTRAP,
-                       seed: int = SEED) -> tuple[float, float] | None:
+def bootstrap_interval(
+    frac: list[float], rest: list[float], *, resamples: int = BOOTSTRAP, seed: int = SEED
+) -> tuple[float, float] | None:
     """The 95% percentile interval of Pearson's r between `frac` and `rest` over `resamples` resamples of the
     students (seeded); resamples where either is constant are skipped; None if under half are usable."""
     import numpy as np
@@ -130,7 +155,7 @@ def bootstrap_interval(frac: list[float], rest: list[float], *, resamples: int =
     idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
     xs, ys = x[idx], y[idx]
     xs, ys = xs - xs.mean(axis=1, keepdims=True), ys - ys.mean(axis=1, keepdims=True)
-    sx, sy = np.sqrt((xs ** 2).sum(axis=1)), np.sqrt((ys ** 2).sum(axis=1))
+    sx, sy = np.sqrt((xs**2).sum(axis=1)), np.sqrt((ys**2).sum(axis=1))
     usable = (sx > 1e-12) & (sy > 1e-12)
     if usable.sum() < resamples / 2:
         return None
@@ -139,8 +164,9 @@ def bootstrap_interval(frac: list[float], rest: list[float], *, resamples: int =
     return float(low), float(high)
 
 
-def item_statistics(scores: dict[str, dict[str, float]], points: dict[str, float], *,
-                    hidden: set[str] = frozenset()) -> list[Item]:
+def item_statistics(
+    scores: dict[str, dict[str, float]], points: dict[str, float], *, hidden: set[str] = frozenset()
+) -> list[Item]:
     """Items from `scores` (student -> test -> points got) and `points` (test -> its points); `hidden`: the tests
     that are hidden."""
     from scipy import stats
@@ -156,10 +182,17 @@ def item_statistics(scores: dict[str, dict[str, float]], points: dict[str, float
         r = None
         if len(set(frac)) > 1 and len(set(rest)) > 1:
             r = float(stats.pearsonr(frac, rest).statistic)
-        item = Item(name, full, difficulty, r, sum(1 for g in got if g < full), hidden=name in hidden,
-                    interval=bootstrap_interval(frac, rest) if r is not None else None,
-                    passed_by=[s for s, g in zip(students, got) if g >= full],
-                    lost_by=[s for s, g in zip(students, got) if g < full])
+        item = Item(
+            name,
+            full,
+            difficulty,
+            r,
+            sum(1 for g in got if g < full),
+            hidden=name in hidden,
+            interval=bootstrap_interval(frac, rest) if r is not None else None,
+            passed_by=[s for s, g in zip(students, got) if g >= full],
+            lost_by=[s for s, g in zip(students, got) if g < full],
+        )
         if frac and difficulty == 1.0:
             item.flags.append("everybody passes: it tells no one apart")
         elif frac and difficulty == 0.0:
@@ -206,9 +239,11 @@ def blank_students(aid: str, root: Path, students: list[str]) -> list[str]:
             except Exception:  # noqa: BLE001 - unreadable: not known to be blank
                 written = True
                 break
-            written = written or any(line.strip() and not line.strip().startswith("#")
-                                     and line.strip() not in stubs.get(gid, set())
-                                     for gid, code in given.items() for line in code.splitlines())
+            written = written or any(
+                line.strip() and not line.strip().startswith("#") and line.strip() not in stubs.get(gid, set())
+                for gid, code in given.items()
+                for line in code.splitlines()
+            )
         if paths and not written:
             blank.append(student)
     return blank
@@ -264,9 +299,16 @@ def analyse(aid: str, url: str, root: Path | None = None, *, with_blank: bool = 
         scores = {s: v for s, v in scores.items() if s not in blank}
     students = sorted(scores)
     hidden = _hidden_tests(aid, root) if root is not None else {n for n in points if n.endswith("-hidden")}
-    analysis = Analysis(aid, students, [sum(scores[s].values()) for s in students], max_score,
-                        item_statistics(scores, {n: points[n] for n in sorted(points)}, hidden=hidden), left_out,
-                        blank, with_blank)
+    analysis = Analysis(
+        aid,
+        students,
+        [sum(scores[s].values()) for s in students],
+        max_score,
+        item_statistics(scores, {n: points[n] for n in sorted(points)}, hidden=hidden),
+        left_out,
+        blank,
+        with_blank,
+    )
     if root is not None:
         analysis.misconceptions = misconceptions.count(aid, root, graded, blank=blank)
     return analysis
@@ -303,10 +345,18 @@ def _plot(analysis: Analysis, path: Path) -> None:
     left.set_title(f"{aid}: {len(analysis.students)} graded submissions")
     flagged = {i.name for i in analysis.flagged()}
     for name, x, y, hidden in plot_points(analysis):
-        right.scatter(x, y, marker="^" if hidden else "o", s=40, color="#c44e52" if name in flagged else "#4c72b0",
-                      edgecolors="black", linewidths=0.4)
-        right.annotate(name.removeprefix(f"{aid}-"), (x, y), fontsize=6, rotation=30, xytext=(3, 3),
-                       textcoords="offset points")
+        right.scatter(
+            x,
+            y,
+            marker="^" if hidden else "o",
+            s=40,
+            color="#c44e52" if name in flagged else "#4c72b0",
+            edgecolors="black",
+            linewidths=0.4,
+        )
+        right.annotate(
+            name.removeprefix(f"{aid}-"), (x, y), fontsize=6, rotation=30, xytext=(3, 3), textcoords="offset points"
+        )
     right.scatter([], [], marker="o", color="#4c72b0", label="visible test")
     right.scatter([], [], marker="^", color="#4c72b0", label="hidden test")
     right.scatter([], [], marker="s", color="#c44e52", label="flagged")
@@ -325,22 +375,55 @@ def _plot(analysis: Analysis, path: Path) -> None:
 def _write_csvs(analysis: Analysis, items_path: Path, causes_path: Path) -> None:
     with open(items_path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["test", "kind", "points", "difficulty", "discrimination", "interval_low", "interval_high",
-                         "lost", "flags", "lost_by", "passed_by"])
+        writer.writerow(
+            [
+                "test",
+                "kind",
+                "points",
+                "difficulty",
+                "discrimination",
+                "interval_low",
+                "interval_high",
+                "lost",
+                "flags",
+                "lost_by",
+                "passed_by",
+            ]
+        )
         for i in analysis.items:
             low, high = i.interval or ("", "")
-            writer.writerow([i.name, "hidden" if i.hidden else "visible", f"{i.points:g}", f"{i.difficulty:.3f}",
-                             "" if i.discrimination is None else f"{i.discrimination:.3f}",
-                             low if low == "" else f"{low:.3f}", high if high == "" else f"{high:.3f}", i.lost,
-                             "; ".join(i.flags), " ".join(i.lost_by), " ".join(i.passed_by)])
+            writer.writerow(
+                [
+                    i.name,
+                    "hidden" if i.hidden else "visible",
+                    f"{i.points:g}",
+                    f"{i.difficulty:.3f}",
+                    "" if i.discrimination is None else f"{i.discrimination:.3f}",
+                    low if low == "" else f"{low:.3f}",
+                    high if high == "" else f"{high:.3f}",
+                    i.lost,
+                    "; ".join(i.flags),
+                    " ".join(i.lost_by),
+                    " ".join(i.passed_by),
+                ]
+            )
     m = analysis.misconceptions
     with open(causes_path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["function", "students", "of", "cause", "next_step", "who", "tests"])
-        for function, causes in (m.causes.items() if m is not None else ()):
+        for function, causes in m.causes.items() if m is not None else ():
             for c in causes:
-                writer.writerow([function, len(c.students), len(m.students), c.label, c.next_step,
-                                 " ".join(c.students), " ".join(c.tests)])
+                writer.writerow(
+                    [
+                        function,
+                        len(c.students),
+                        len(m.students),
+                        c.label,
+                        c.next_step,
+                        " ".join(c.students),
+                        " ".join(c.tests),
+                    ]
+                )
 
 
 def _misconceptions_html(analysis: Analysis) -> str:
@@ -348,14 +431,19 @@ def _misconceptions_html(analysis: Analysis) -> str:
     m = analysis.misconceptions
     if m is None:
         return ""
-    rows = "".join(f"<tr><td>{esc(function)}</td><td>{len(c.students)} of {len(m.students)}</td><td>{esc(c.label)}"
-                   f"</td><td>{esc(c.next_step)}</td><td>{esc(', '.join(c.students))}</td></tr>"
-                   for function, causes in m.causes.items() for c in causes)
-    return (f"<h2>What the checks told the class</h2><p>Per graded function, each cause the checks named in the "
-            f"students' feedback (the same mistake met on another case counts once), over {len(m.students)} "
-            f"notebooks{'; blank ones left out: ' + esc(', '.join(m.blank)) if m.blank else ''}. What to teach "
-            f"again.</p><table><tr><th>function</th><th>students</th><th>cause</th><th>the next step it gave</th>"
-            f"<th>who</th></tr>{rows or '<tr><td colspan=5>every check passed</td></tr>'}</table>")
+    rows = "".join(
+        f"<tr><td>{esc(function)}</td><td>{len(c.students)} of {len(m.students)}</td><td>{esc(c.label)}"
+        f"</td><td>{esc(c.next_step)}</td><td>{esc(', '.join(c.students))}</td></tr>"
+        for function, causes in m.causes.items()
+        for c in causes
+    )
+    return (
+        f"<h2>What the checks told the class</h2><p>Per graded function, each cause the checks named in the "
+        f"students' feedback (the same mistake met on another case counts once), over {len(m.students)} "
+        f"notebooks{'; blank ones left out: ' + esc(', '.join(m.blank)) if m.blank else ''}. What to teach "
+        f"again.</p><table><tr><th>function</th><th>students</th><th>cause</th><th>the next step it gave</th>"
+        f"<th>who</th></tr>{rows or '<tr><td colspan=5>every check passed</td></tr>'}</table>"
+    )
 
 
 def write_report(analysis: Analysis, folder: Path) -> tuple[Path, Path, Path, Path]:
@@ -372,9 +460,14 @@ def write_report(analysis: Analysis, folder: Path) -> tuple[Path, Path, Path, Pa
         f"<td>{i.points:g}</td><td>{i.difficulty:.2f}</td>"
         f"<td>{'—' if i.discrimination is None else f'{i.discrimination:+.2f}'}</td>"
         f"<td>{'' if i.interval is None else f'[{i.interval[0]:+.2f}, {i.interval[1]:+.2f}]'}</td>"
-        f"<td>{i.lost}</td><td>{esc('; '.join(i.flags))}</td></tr>" for i in analysis.items)
-    who = "".join(f"<li>{esc(i.name)}: passed by {esc(', '.join(i.passed_by) or 'nobody')}; lost by "
-                  f"{esc(', '.join(i.lost_by) or 'nobody')}</li>" for i in analysis.flagged())
+        f"<td>{i.lost}</td><td>{esc('; '.join(i.flags))}</td></tr>"
+        for i in analysis.items
+    )
+    who = "".join(
+        f"<li>{esc(i.name)}: passed by {esc(', '.join(i.passed_by) or 'nobody')}; lost by "
+        f"{esc(', '.join(i.lost_by) or 'nobody')}</li>"
+        for i in analysis.flagged()
+    )
     warnings = "".join(f"<p class=warn>{esc(w)}</p>" for w in analysis.warnings())
     html_path.write_text(
         f"<!doctype html><meta charset='utf-8'><title>{esc(aid)}: item analysis</title><style>body{{font-family:"
@@ -389,5 +482,6 @@ def write_report(analysis: Analysis, folder: Path) -> tuple[Path, Path, Path, Pa
         f"<th>discrimination</th><th>95% interval</th><th>lost</th><th>flags</th></tr>{rows}</table>"
         f"{'<h2>Flagged tests: who passed, who lost</h2><ul>' + who + '</ul>' if who else ''}"
         f"{_misconceptions_html(analysis)}<p><img src='{esc(png_path.name)}' alt='score histogram and items'></p>\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return csv_path, html_path, png_path, causes_path

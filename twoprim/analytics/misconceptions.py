@@ -21,6 +21,7 @@ A student counts once per cause of a function however many of its tests named it
 one function. Blank notebooks (nothing written) are left out and listed apart: every check of a blank notebook says
 "not written yet", which teaches nothing about the class.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,8 +33,10 @@ __all__ = ["Cause", "Misconceptions", "cause_of", "normalise", "messages", "coun
 
 NO_CAUSE = "wrong values; the check names no cause"
 _DTYPES = r"\b(?:b?float(?:16|32|64)|u?int(?:8|16|32|64)|complex(?:64|128)|bool|fp(?:16|32|64)|bf16)\b"
-_DESCRIBED = re.compile(r"^(?:MLX )?‹dtype› (?:tensor|array) of shape \([^)]*\)"
-                        r"(?: \(non-contiguous, strides \([^)]*\)\))?[:,]?\s*")
+_DESCRIBED = re.compile(
+    r"^(?:MLX )?‹dtype› (?:tensor|array) of shape \([^)]*\)"
+    r"(?: \(non-contiguous, strides \([^)]*\)\))?[:,]?\s*"
+)
 _FIELD = re.compile(r"^\s+([a-z][a-z ]{1,20}):\s+(.*)$")
 
 
@@ -60,7 +63,7 @@ def _parse(message: str) -> _Message | None:
         return None
     headline = re.sub(r"^✘\s+\S+?:\s*", "", lines[start].strip())
     fields: dict[str, str] = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.lstrip().startswith("✘"):
             break  # a second failure quoted under the first (a function whose dependency fails): the first says why
         m = _FIELD.match(line)
@@ -72,8 +75,12 @@ def _parse(message: str) -> _Message | None:
 def _says_more(got: str) -> bool:
     """Whether what came back (`got:`) says more than the values: their type, shape and the values themselves."""
     text = _DESCRIBED.sub("", normalise(got))
-    text = re.sub(r"^(?:‹dtype›|int|float|bool|str|list|tuple|dict|NoneType|Counter)\s+(?:N|\[\.\.\.\]|None|'[^']*')?"
-                  r"\s*[:;,]?\s*", "", text)
+    text = re.sub(
+        r"^(?:‹dtype›|int|float|bool|str|list|tuple|dict|NoneType|Counter)\s+(?:N|\[\.\.\.\]|None|'[^']*')?"
+        r"\s*[:;,]?\s*",
+        "",
+        text,
+    )
     return not re.fullmatch(r"(?:(?:[a-z]+ )?\[\.\.\.\]|N of N elements wrong|N)?", text.strip())
 
 
@@ -113,7 +120,7 @@ class Cause:
     next_step: str
     students: list[str] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
-    named: dict[str, list[str]] = field(default_factory=dict)   # student -> the tests whose message named it
+    named: dict[str, list[str]] = field(default_factory=dict)  # student -> the tests whose message named it
 
     def line(self, of: int) -> str:
         """'9 of 30: <cause>'."""
@@ -128,14 +135,17 @@ class Misconceptions:
     aid: str
     students: list[str]
     blank: list[str]
-    causes: dict[str, list[Cause]] = field(default_factory=dict)   # function -> causes
-    unread: dict[str, str] = field(default_factory=dict)           # student -> why their notebook was not read
+    causes: dict[str, list[Cause]] = field(default_factory=dict)  # function -> causes
+    unread: dict[str, str] = field(default_factory=dict)  # student -> why their notebook was not read
 
     def describe(self, top: int = 5) -> str:
         """What the terminal shows: per function, its commonest causes with the students."""
         n = len(self.students)
-        lines = [f"What the checks told the class ({n} graded notebooks"
-                 + (f"; {len(self.blank)} blank, left out: {', '.join(self.blank)}" if self.blank else "") + "):"]
+        lines = [
+            f"What the checks told the class ({n} graded notebooks"
+            + (f"; {len(self.blank)} blank, left out: {', '.join(self.blank)}" if self.blank else "")
+            + "):"
+        ]
         if not any(self.causes.values()):
             lines.append("  every check passed")
         for function, causes in self.causes.items():
@@ -181,7 +191,7 @@ def count(aid: str, root: Path, students: list[str], *, blank: list[str] = ()) -
     counted = [s for s in students if s not in set(blank)]
     result = Misconceptions(aid, counted, sorted(blank))
     found: dict[str, dict[str, Cause]] = {}
-    position: dict[str, tuple[int, int]] = {}   # function -> where its first test stands (notebook, cell)
+    position: dict[str, tuple[int, int]] = {}  # function -> where its first test stands (notebook, cell)
     for student in counted:
         folder = root / "grader" / "autograded" / student / aid
         paths = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
@@ -206,8 +216,7 @@ def count(aid: str, root: Path, students: list[str], *, blank: list[str] = ()) -
                 function = _function(gid, aid)
                 here = (number, cells.index(gid))
                 position[function] = min(position.get(function, here), here)
-                cause = found.setdefault(function, {}).setdefault(
-                    key, Cause(function, label, key.rsplit(" | ", 1)[-1]))
+                cause = found.setdefault(function, {}).setdefault(key, Cause(function, label, key.rsplit(" | ", 1)[-1]))
                 if student not in cause.students:
                     cause.students.append(student)
                 if gid not in cause.tests:

@@ -33,6 +33,7 @@ not as three pairs. Pairs are ranked, never judged: the report names the matchin
 What each threshold finds on classes built as an instructor's is measured by scripts/bench_similarity.py
 (data/benchmarks/similarity.json).
 """
+
 from __future__ import annotations
 
 import collections
@@ -48,17 +49,28 @@ from twoprim.analytics.canonical import normalise
 from twoprim.config import ROOT
 from twoprim.core.notebooks import answers
 
-__all__ = ["Pair", "Result", "compare", "compare_answers", "write_report", "rarity", "NOISE", "WINDOW", "THRESHOLD",
-           "ANSWERS_THRESHOLD", "NEAR"]
+__all__ = [
+    "Pair",
+    "Result",
+    "compare",
+    "compare_answers",
+    "write_report",
+    "rarity",
+    "NOISE",
+    "WINDOW",
+    "THRESHOLD",
+    "ANSWERS_THRESHOLD",
+    "NEAR",
+]
 
-NOISE = 25          # copydetect's noise threshold: matches shorter than this many filtered characters are ignored
+NOISE = 25  # copydetect's noise threshold: matches shorter than this many filtered characters are ignored
 # Every k-gram is a fingerprint (a winnowing window of 1): answers are short, so this costs little, finds every
 # match of NOISE characters or more, and gives the same numbers on every run (a wider window samples fingerprints
 # by the minimum of Python's string hash, which is randomised per process).
 WINDOW = 1
-THRESHOLD = 0.5          # overall (weighted) at or above this: flagged
-ANSWERS_THRESHOLD = 0.7   # the two most similar near-identical answers (weighted) at or above this: flagged
-NEAR = 0.9               # an answer whose raw similarity reaches this is near-identical: named as matching
+THRESHOLD = 0.5  # overall (weighted) at or above this: flagged
+ANSWERS_THRESHOLD = 0.7  # the two most similar near-identical answers (weighted) at or above this: flagged
+NEAR = 0.9  # an answer whose raw similarity reaches this is near-identical: named as matching
 
 
 @dataclass
@@ -70,12 +82,12 @@ class Pair:
     b: str
     overall: float = 0.0
     answers_score: float = 0.0
-    sides: tuple[float, float] = (0.0, 0.0)                  # a's code found in b, b's found in a (weighted)
+    sides: tuple[float, float] = (0.0, 0.0)  # a's code found in b, b's found in a (weighted)
     overall_raw: float = 0.0
     answers: dict[str, float] = field(default_factory=dict)  # grade_id -> weighted similarity, where both wrote code
-    raw: dict[str, float] = field(default_factory=dict)      # grade_id -> copydetect's similarity
+    raw: dict[str, float] = field(default_factory=dict)  # grade_id -> copydetect's similarity
     passages: dict[str, tuple[str, str]] = field(default_factory=dict)  # grade_id -> (a, b) highlighted HTML
-    top: list[str] = field(default_factory=list)             # the answers `answers_score` averages
+    top: list[str] = field(default_factory=list)  # the answers `answers_score` averages
 
     def matching(self, at: float = NEAR) -> list[str]:
         """The answers whose raw similarity reaches `at`, most similar (weighted) first."""
@@ -83,8 +95,11 @@ class Pair:
 
     def why(self, threshold: float = THRESHOLD, answers_threshold: float = ANSWERS_THRESHOLD) -> list[str]:
         """Why the pair is flagged: 'overall', 'answers', both or neither."""
-        return [w for w, hit in (("overall", self.overall >= threshold),
-                                 ("answers", self.answers_score >= answers_threshold)) if hit]
+        return [
+            w
+            for w, hit in (("overall", self.overall >= threshold), ("answers", self.answers_score >= answers_threshold))
+            if hit
+        ]
 
 
 @dataclass
@@ -102,8 +117,9 @@ class Result:
     def flagged(self) -> list[Pair]:
         """The pairs flagged by either score, the strongest first (each score as a share of its threshold)."""
         hits = [p for p in self.pairs if p.why(self.threshold, self.answers_threshold)]
-        return sorted(hits, key=lambda p: (-max(p.overall / self.threshold, p.answers_score / self.answers_threshold),
-                                           p.a, p.b))
+        return sorted(
+            hits, key=lambda p: (-max(p.overall / self.threshold, p.answers_score / self.answers_threshold), p.a, p.b)
+        )
 
     def by_answers(self) -> list[Pair]:
         """Every pair ranked by its most similar answers."""
@@ -136,10 +152,12 @@ class Result:
         and the notebooks left out."""
         flagged = self.flagged()
         by = collections.Counter(w for p in flagged for w in p.why(self.threshold, self.answers_threshold))
-        lines = [f"{len(self.students)} submissions of {self.aid} compared, {len(self.pairs)} pairs; {len(flagged)} "
-                 f"flagged: {by['overall']} by overall similarity >= {self.threshold:.2f}, {by['answers']} by their "
-                 f"two most similar answers >= {self.answers_threshold:.2f} (a ranking to read, never a verdict)",
-                 "  overall  answers  pair"]
+        lines = [
+            f"{len(self.students)} submissions of {self.aid} compared, {len(self.pairs)} pairs; {len(flagged)} "
+            f"flagged: {by['overall']} by overall similarity >= {self.threshold:.2f}, {by['answers']} by their "
+            f"two most similar answers >= {self.answers_threshold:.2f} (a ranking to read, never a verdict)",
+            "  overall  answers  pair",
+        ]
         for p in flagged[:top]:
             which = ", ".join(f"{self.short(g)} {p.answers[g]:.2f}" for g in p.matching()) or "no answer near-identical"
             lines.append(f"  {p.overall:7.2f}  {p.answers_score:7.2f}  {p.a} ~ {p.b}  (matching: {which})")
@@ -158,8 +176,9 @@ class Result:
 def _fingerprint(name: str, code: str, boilerplate):
     from copydetect import CodeFingerprint
 
-    return CodeFingerprint(f"{name}.py", NOISE, WINDOW, boilerplate=boilerplate, fp=io.StringIO(code),
-                           language="python")
+    return CodeFingerprint(
+        f"{name}.py", NOISE, WINDOW, boilerplate=boilerplate, fp=io.StringIO(code), language="python"
+    )
 
 
 def _boilerplate(code: str):
@@ -194,7 +213,7 @@ def _weighted(fp, common: set, weight: dict) -> float:
     cover = np.zeros(len(fp.filtered_code) + fp.k)
     for h in common:
         for i in fp.hash_idx[h]:
-            np.maximum(cover[i:i + fp.k], weight[h], out=cover[i:i + fp.k])
+            np.maximum(cover[i : i + fp.k], weight[h], out=cover[i : i + fp.k])
     return float(cover.sum()) / fp.token_coverage
 
 
@@ -246,17 +265,24 @@ def _pair(a: str, b: str, prints: dict, weights: dict) -> Pair:
     return pair
 
 
-def compare_answers(by_student: dict[str, dict[str, str]], boilerplate: dict[str, str], *, aid: str = "",
-                    threshold: float = THRESHOLD, answers_threshold: float = ANSWERS_THRESHOLD) -> Result:
+def compare_answers(
+    by_student: dict[str, dict[str, str]],
+    boilerplate: dict[str, str],
+    *,
+    aid: str = "",
+    threshold: float = THRESHOLD,
+    answers_threshold: float = ANSWERS_THRESHOLD,
+) -> Result:
     """Every pair of students compared by their answers (`by_student`: student -> grade_id -> code);
     `boilerplate`: grade_id -> the released code of that cell (and any other key -> other released code)."""
     gids = list(dict.fromkeys(g for a in by_student.values() for g in a))
     shared = _boilerplate("\n\n".join(boilerplate.values()))
     prints: dict[str, dict[str, object]] = {}
     for student, given in by_student.items():
-        prints[student] = {gid: _fingerprint(f"{student}-{gid}", _written(given.get(gid, ""),
-                                                                          boilerplate.get(gid, "")), shared)
-                           for gid in gids}
+        prints[student] = {
+            gid: _fingerprint(f"{student}-{gid}", _written(given.get(gid, ""), boilerplate.get(gid, "")), shared)
+            for gid in gids
+        }
     weights = {}
     for gid in gids:  # how many students share each passage of this answer, and the weight that gives it
         writers = [prints[s][gid] for s in by_student if prints[s][gid].token_coverage]
@@ -267,8 +293,9 @@ def compare_answers(by_student: dict[str, dict[str, str]], boilerplate: dict[str
     return Result(aid, sorted(by_student), pairs, {}, threshold, answers_threshold)
 
 
-def compare(aid: str, *, root: Path = ROOT, threshold: float = THRESHOLD,
-            answers_threshold: float = ANSWERS_THRESHOLD) -> Result:
+def compare(
+    aid: str, *, root: Path = ROOT, threshold: float = THRESHOLD, answers_threshold: float = ANSWERS_THRESHOLD
+) -> Result:
     """Every collected submission of `aid` (grader/submitted/), compared pairwise."""
     import nbformat
 
@@ -289,15 +316,18 @@ def compare(aid: str, *, root: Path = ROOT, threshold: float = THRESHOLD,
         for path in released:
             mine = folder / path.name
             try:
-                given.update({f"{path.stem}/{gid}" if len(released) > 1 else gid: code for gid, code in
-                              answers(nbformat.read(str(mine), as_version=4)).items()})
+                given.update(
+                    {
+                        f"{path.stem}/{gid}" if len(released) > 1 else gid: code
+                        for gid, code in answers(nbformat.read(str(mine), as_version=4)).items()
+                    }
+                )
             except Exception as err:  # unreadable: grading reports why; here it is only not compared
                 skipped[student] = f"{path.name} could not be read as a notebook ({type(err).__name__})"
                 break
         else:
             by_student[student] = given
-    result = compare_answers(by_student, boilerplate, aid=aid, threshold=threshold,
-                             answers_threshold=answers_threshold)
+    result = compare_answers(by_student, boilerplate, aid=aid, threshold=threshold, answers_threshold=answers_threshold)
     result.skipped = skipped
     return result
 
@@ -309,36 +339,64 @@ def _write_csv(result: Result, path: Path, gids: list[str]) -> None:
     group_of = {s: n for n, g in enumerate(result.groups(), 1) for s in g}
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["rank", "student_a", "student_b", "overall", "answers", "flagged", "group", "a_in_b",
-                         "b_in_a", "overall_raw", *(result.short(g) for g in gids),
-                         *(f"{result.short(g)} raw" for g in gids)])
+        writer.writerow(
+            [
+                "rank",
+                "student_a",
+                "student_b",
+                "overall",
+                "answers",
+                "flagged",
+                "group",
+                "a_in_b",
+                "b_in_a",
+                "overall_raw",
+                *(result.short(g) for g in gids),
+                *(f"{result.short(g)} raw" for g in gids),
+            ]
+        )
         for rank, p in enumerate(result.pairs, 1):
             why = p.why(result.threshold, result.answers_threshold)
-            writer.writerow([rank, p.a, p.b, f"{p.overall:.3f}", f"{p.answers_score:.3f}", "+".join(why),
-                             group_of.get(p.a, "") if why else "", f"{p.sides[0]:.3f}", f"{p.sides[1]:.3f}",
-                             f"{p.overall_raw:.3f}",
-                             *(f"{p.answers[g]:.3f}" if g in p.answers else "" for g in gids),
-                             *(f"{p.raw[g]:.3f}" if g in p.raw else "" for g in gids)])
+            writer.writerow(
+                [
+                    rank,
+                    p.a,
+                    p.b,
+                    f"{p.overall:.3f}",
+                    f"{p.answers_score:.3f}",
+                    "+".join(why),
+                    group_of.get(p.a, "") if why else "",
+                    f"{p.sides[0]:.3f}",
+                    f"{p.sides[1]:.3f}",
+                    f"{p.overall_raw:.3f}",
+                    *(f"{p.answers[g]:.3f}" if g in p.answers else "" for g in gids),
+                    *(f"{p.raw[g]:.3f}" if g in p.raw else "" for g in gids),
+                ]
+            )
 
 
-_STYLE = ("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-          "padding:4px 8px;vertical-align:top}pre{margin:0;white-space:pre-wrap;font-size:12px}mark{background:#ffd54f}"
-          ".pair{margin-top:2em}td.near{background:#fde2e2}</style>")
+_STYLE = (
+    "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+    "padding:4px 8px;vertical-align:top}pre{margin:0;white-space:pre-wrap;font-size:12px}mark{background:#ffd54f}"
+    ".pair{margin-top:2em}td.near{background:#fde2e2}</style>"
+)
 
 
 def _intro(result: Result, flagged: list[Pair]) -> str:
-    return (f"<p>{len(result.students)} submissions, {len(result.pairs)} pairs, {len(flagged)} flagged. Compared: "
-            f"the code students wrote (answer cells only; the released notebook is boilerplate), after comments, "
-            f"docstrings and dead code are removed and counted <code>while</code> loops are read as <code>for</code> "
-            f"loops; names never count; passages under {NOISE} characters of code never match. Each passage counts "
-            f"by how rare it is in the class: one only these two wrote counts fully, one that most of the class "
-            f"wrote alike counts little. A pair is flagged when its <b>overall</b> similarity reaches "
-            f"{result.threshold:.2f} (a copy of the whole notebook), or when its <b>answers</b> score, the two most "
-            f"similar near-identical answers (raw at least {NEAR:.2f}), reaches {result.answers_threshold:.2f} (a "
-            f"copy of some answers, the rest written). Each answer's cell is its rarity-weighted similarity; "
-            f"<b>an empty cell means one of the two wrote no code in that answer</b> (left as released), so there "
-            f"was nothing to compare; a red cell is near-identical. A ranking to read, never a verdict: short answers "
-            f"written the natural way can match honestly.</p>")
+    return (
+        f"<p>{len(result.students)} submissions, {len(result.pairs)} pairs, {len(flagged)} flagged. Compared: "
+        f"the code students wrote (answer cells only; the released notebook is boilerplate), after comments, "
+        f"docstrings and dead code are removed and counted <code>while</code> loops are read as <code>for</code> "
+        f"loops; names never count; passages under {NOISE} characters of code never match. Each passage counts "
+        f"by how rare it is in the class: one only these two wrote counts fully, one that most of the class "
+        f"wrote alike counts little. A pair is flagged when its <b>overall</b> similarity reaches "
+        f"{result.threshold:.2f} (a copy of the whole notebook), or when its <b>answers</b> score, the two most "
+        f"similar near-identical answers (raw at least {NEAR:.2f}), reaches {result.answers_threshold:.2f} (a "
+        f"copy of some answers, the rest written). Each answer's cell is its rarity-weighted similarity; "
+        f"<b>an empty cell means one of the two wrote no code in that answer</b> (left as released), so there "
+        f"was nothing to compare; a red cell is near-identical. A ranking to read, never a verdict: short answers "
+        f"written the natural way can match honestly.</p>"
+    )
 
 
 def _groups_html(result: Result) -> list[str]:
@@ -346,22 +404,31 @@ def _groups_html(result: Result) -> list[str]:
     if not groups:
         return ["<h2>Groups</h2><p>No students are linked by flagged pairs.</p>"]
     esc = html.escape
-    return ["<h2>Groups</h2><p>Students linked by flagged pairs (directly or through one another): one source "
-            "shared by several shows here once.</p><ul>"] + \
-        [f"<li>group {n}: {esc(', '.join(g))} ({len(g)} students)</li>" for n, g in enumerate(groups, 1)] + ["</ul>"]
+    return (
+        [
+            "<h2>Groups</h2><p>Students linked by flagged pairs (directly or through one another): one source "
+            "shared by several shows here once.</p><ul>"
+        ]
+        + [f"<li>group {n}: {esc(', '.join(g))} ({len(g)} students)</li>" for n, g in enumerate(groups, 1)]
+        + ["</ul>"]
+    )
 
 
 def _pair_html(result: Result, n: int, p: Pair) -> list[str]:
     esc = html.escape
     why = " and ".join(p.why(result.threshold, result.answers_threshold))
-    out = [f"<div class='pair' id='p{n}'><h2>{n}. {esc(p.a)} ~ {esc(p.b)}: overall {p.overall:.2f}, answers "
-           f"{p.answers_score:.2f} (flagged by {why})</h2>",
-           f"<p>Matching (near-identical) answers: {esc(', '.join(result.short(g) for g in p.matching())) or 'none'}"
-           f".</p><table><tr><th>answer</th><th>{esc(p.a)}</th><th>{esc(p.b)}</th></tr>"]
+    out = [
+        f"<div class='pair' id='p{n}'><h2>{n}. {esc(p.a)} ~ {esc(p.b)}: overall {p.overall:.2f}, answers "
+        f"{p.answers_score:.2f} (flagged by {why})</h2>",
+        f"<p>Matching (near-identical) answers: {esc(', '.join(result.short(g) for g in p.matching())) or 'none'}"
+        f".</p><table><tr><th>answer</th><th>{esc(p.a)}</th><th>{esc(p.b)}</th></tr>",
+    ]
     for gid in sorted(p.passages, key=lambda g: -p.answers[g]):
         left, right = p.passages[gid]
-        out.append(f"<tr><td>{esc(result.short(gid))}<br>weighted {p.answers[gid]:.2f}<br>raw {p.raw[gid]:.2f}</td>"
-                   f"<td><pre>{left}</pre></td><td><pre>{right}</pre></td></tr>")
+        out.append(
+            f"<tr><td>{esc(result.short(gid))}<br>weighted {p.answers[gid]:.2f}<br>raw {p.raw[gid]:.2f}</td>"
+            f"<td><pre>{left}</pre></td><td><pre>{right}</pre></td></tr>"
+        )
     return out + ["</table></div>"]
 
 
@@ -373,16 +440,27 @@ def write_report(result: Result, folder: Path) -> tuple[Path, Path]:
     _write_csv(result, csv_path, gids)
     esc = html.escape
     flagged = result.flagged()
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{esc(result.aid)}: similar code</title>", _STYLE,
-             f"<h1>{esc(result.aid)}: pairs of students whose answers match</h1>", _intro(result, flagged),
-             "<table><tr><th>#</th><th>pair</th><th>overall</th><th>answers</th><th>flagged by</th>"
-             + "".join(f"<th>{esc(result.short(g))}</th>" for g in gids) + "</tr>"]
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>{esc(result.aid)}: similar code</title>",
+        _STYLE,
+        f"<h1>{esc(result.aid)}: pairs of students whose answers match</h1>",
+        _intro(result, flagged),
+        "<table><tr><th>#</th><th>pair</th><th>overall</th><th>answers</th><th>flagged by</th>"
+        + "".join(f"<th>{esc(result.short(g))}</th>" for g in gids)
+        + "</tr>",
+    ]
     for n, p in enumerate(flagged, 1):
-        cells = "".join((f"<td class='near'>" if p.raw.get(g, 0) >= NEAR else "<td>") + f"{p.answers[g]:.2f}</td>"
-                        if g in p.answers else "<td></td>" for g in gids)
+        cells = "".join(
+            (f"<td class='near'>" if p.raw.get(g, 0) >= NEAR else "<td>") + f"{p.answers[g]:.2f}</td>"
+            if g in p.answers
+            else "<td></td>"
+            for g in gids
+        )
         why = " + ".join(p.why(result.threshold, result.answers_threshold))
-        parts.append(f"<tr><td>{n}</td><td><a href='#p{n}'>{esc(p.a)} ~ {esc(p.b)}</a></td><td>{p.overall:.2f}</td>"
-                     f"<td>{p.answers_score:.2f}</td><td>{esc(why)}</td>{cells}</tr>")
+        parts.append(
+            f"<tr><td>{n}</td><td><a href='#p{n}'>{esc(p.a)} ~ {esc(p.b)}</a></td><td>{p.overall:.2f}</td>"
+            f"<td>{p.answers_score:.2f}</td><td>{esc(why)}</td>{cells}</tr>"
+        )
     parts.append("</table>")
     parts += _groups_html(result)
     for n, p in enumerate(flagged, 1):

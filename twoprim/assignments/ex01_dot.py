@@ -4,6 +4,7 @@ Visible checks run with the default cases below; the hidden checks in the soluti
 (built with the same builders) and `hidden=0`. Oracles compute in float64 with torch. `twoprim.reference.dot_spec`,
 the lesson's loop, is `dot_loop` itself: an answer that calls it is refused (`no_grader_calls`).
 """
+
 from __future__ import annotations
 
 import math
@@ -13,12 +14,34 @@ import torch
 import torch.nn.functional as F
 
 from twoprim.core.cases import randn
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Case, ErrorSummary, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, no_grader_calls, reduction_tolerance, run_check
+from twoprim.core.checks import (
+    GEMM_ATEN,
+    GEMM_FUNCTIONS,
+    Case,
+    ErrorSummary,
+    CallLog,
+    CheckResult,
+    Mismatch,
+    Rule,
+    describe,
+    forbid,
+    judge_tensor,
+    no_grader_calls,
+    reduction_tolerance,
+    run_check,
+)
 from twoprim.topics import dot_product
 
 __all__ = [
-    "vector_cases", "neuron_cases", "search_cases", "tie_cases",
-    "check_dot_loop", "check_dot", "check_neuron", "check_cosine_similarity", "check_top_k",
+    "vector_cases",
+    "neuron_cases",
+    "search_cases",
+    "tie_cases",
+    "check_dot_loop",
+    "check_dot",
+    "check_neuron",
+    "check_cosine_similarity",
+    "check_top_k",
 ]
 
 TASK = "ex01_dot"
@@ -28,8 +51,14 @@ TASK = "ex01_dot"
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-def vector_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 noncontiguous: bool = False, seed: int = 0) -> list[Case]:
+
+def vector_cases(
+    lengths: Sequence[int],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    noncontiguous: bool = False,
+    seed: int = 0,
+) -> list[Case]:
     """Pairs (x, w) of random vectors for every length × dtype."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -42,8 +71,9 @@ def vector_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.
     return cases
 
 
-def neuron_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 seed: int = 0) -> list[Case]:
+def neuron_cases(
+    lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0
+) -> list[Case]:
     """(x, w, b) with b alternately a Python float and a 0-d tensor of the input's dtype."""
     cases = []
     for i, case in enumerate(vector_cases(lengths, dtypes, seed=seed)):
@@ -53,9 +83,15 @@ def neuron_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.
     return cases
 
 
-def search_cases(shapes: Sequence[tuple[int, int]], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 k: int | None = None, zero_key: bool = False, noncontiguous: bool = False,
-                 seed: int = 0) -> list[Case]:
+def search_cases(
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    k: int | None = None,
+    zero_key: bool = False,
+    noncontiguous: bool = False,
+    seed: int = 0,
+) -> list[Case]:
     """(query (D,), keys (N, D)) and, when `k` is given, k (clipped to N)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -88,14 +124,19 @@ def tie_cases(dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0
         query[0] = 2
         # rows: 0 1 2 3 4, then a copy of row 2, 2 × row 0, a copy of row 4
         keys = torch.cat([base, base[2:3], 2 * base[0:1], base[4:5]])
-        cases.append(Case(f"ties: key 5 copies key 2, key 6 is 2 × key 0, key 7 copies key 4; {str(dtype)[6:]}, "
-                          f"k=8", (query, keys, 8)))
+        cases.append(
+            Case(
+                f"ties: key 5 copies key 2, key 6 is 2 × key 0, key 7 copies key 4; {str(dtype)[6:]}, k=8",
+                (query, keys, 8),
+            )
+        )
     return cases
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Oracles (float64 torch)
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _dot64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.dot(x.double(), w.double())
@@ -119,13 +160,17 @@ def _cosine64(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 _NO_GEMM = forbid(
     "no torch.dot, @, matmul, einsum or any other built-in dot product",
-    GEMM_FUNCTIONS | {"numpy"}, GEMM_ATEN,
-    next_step="multiply the two vectors element-wise and add up the products yourself, in torch")
+    GEMM_FUNCTIONS | {"numpy"},
+    GEMM_ATEN,
+    next_step="multiply the two vectors element-wise and add up the products yourself, in torch",
+)
 
 _NO_VECTOR_REDUCTION = forbid(
     "a Python loop over the elements: no vectorised product or sum",
-    GEMM_FUNCTIONS | {"sum", "nansum", "cumsum", "mean", "prod", "numpy"}, GEMM_ATEN | {"sum", "cumsum", "mean"},
-    next_step="write `for i in range(len(x)):` and add x[i] * w[i] to a running Python float")
+    GEMM_FUNCTIONS | {"sum", "nansum", "cumsum", "mean", "prod", "numpy"},
+    GEMM_ATEN | {"sum", "cumsum", "mean"},
+    next_step="write `for i in range(len(x)):` and add x[i] * w[i] to a running Python float",
+)
 
 
 def _vectorised(max_ops: int = 12, min_length: int = 16) -> Rule:
@@ -134,12 +179,17 @@ def _vectorised(max_ops: int = 12, min_length: int = 16) -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
         n = case.args[0].shape[0]
         if n >= min_length and log.total > max_ops:
-            return (f"it ran {log.total} ATen ops for vectors of length {n}; a vectorised dot product runs a "
-                    f"handful whatever the length, so this loops in Python")
+            return (
+                f"it ran {log.total} ATen ops for vectors of length {n}; a vectorised dot product runs a "
+                f"handful whatever the length, so this loops in Python"
+            )
         return None
 
-    return Rule("vectorised: a fixed number of tensor ops, whatever the length", test,
-                "replace the loop by one element-wise product and one sum over the whole vectors")
+    return Rule(
+        "vectorised: a fixed number of tensor ops, whatever the length",
+        test,
+        "replace the loop by one element-wise product and one sum over the whole vectors",
+    )
 
 
 def _one_gemv() -> Rule:
@@ -151,32 +201,44 @@ def _one_gemv() -> Rule:
         if count == 1:
             return None
         if count == 0:
-            return ("it ran no matrix-vector product: the N similarities came from element-wise products and "
-                    "sums instead")
+            return (
+                "it ran no matrix-vector product: the N similarities came from element-wise products and sums instead"
+            )
         n_keys = case.args[1].shape[0]
         listing = ", ".join(f"{op} ×{n}" for op, n in used.items())
         loop = f" — one per key for {n_keys} keys, a Python loop" if count == n_keys else ""
         return f"it ran {count} dot/GEMM ops ({listing}){loop}"
 
-    return Rule("one matrix-vector product for all keys", test,
-                "compute every key's dot with the query at once as keys @ query (N, D) @ (D,) -> (N,), and the "
-                "norms with torch.linalg.vector_norm")
+    return Rule(
+        "one matrix-vector product for all keys",
+        test,
+        "compute every key's dot with the query at once as keys @ query (N, D) @ (D,) -> (N,), and the "
+        "norms with torch.linalg.vector_norm",
+    )
 
 
-_NO_BUILTIN_COSINE = forbid("no torch.nn.functional.cosine_similarity", {"cosine_similarity", "numpy"},
-                            next_step="divide the dot products by the product of the norms yourself")
+_NO_BUILTIN_COSINE = forbid(
+    "no torch.nn.functional.cosine_similarity",
+    {"cosine_similarity", "numpy"},
+    next_step="divide the dot products by the product of the norms yourself",
+)
 
 
 def _own(fn: Callable) -> tuple[Callable, Rule]:
     """`fn` watched for calls to the lesson's loop `twoprim.reference.dot_spec`, and the rule that refuses them."""
-    return no_grader_calls(fn, {"twoprim.reference": dot_product.uses}, why="dot_spec, the lesson's loop, which is this answer",
-                           next_step="write the loop (or the vectorised product) yourself; dot_spec is the answer "
-                                     "the check compares with, not a building block")
+    return no_grader_calls(
+        fn,
+        {"twoprim.reference": dot_product.uses},
+        why="dot_spec, the lesson's loop, which is this answer",
+        next_step="write the loop (or the vectorised product) yourself; dot_spec is the answer "
+        "the check compares with, not a building block",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Judges
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _judge_dot(got, want, case: Case) -> str:
     x, w = case.args
@@ -187,17 +249,21 @@ def _judge_dot(got, want, case: Case) -> str:
 def _judge_float(got, want, case: Case) -> str:
     x, w = case.args
     if isinstance(got, torch.Tensor):
-        raise Mismatch(f"{describe(got)}, but dot_loop returns a Python float",
-                       next_step="accumulate into a Python float (total = 0.0) and return it; float(t) converts a "
-                                 "one-element tensor")
+        raise Mismatch(
+            f"{describe(got)}, but dot_loop returns a Python float",
+            next_step="accumulate into a Python float (total = 0.0) and return it; float(t) converts a "
+            "one-element tensor",
+        )
     if not isinstance(got, float):
         raise Mismatch(f"{describe(got)}, but dot_loop returns a Python float", next_step="return float(total)")
     tol = reduction_tolerance(x.dtype, _abs_sum(x, w))
     err = abs(got - float(want))
     summary = ErrorSummary(err, err / max(abs(float(want)), 1e-300), tol, 0.0)
     if not err <= tol:
-        raise Mismatch(f"{got!r}\n  error:    {summary}",
-                       next_step="check that the loop visits every index once, from 0 to len(x) - 1")
+        raise Mismatch(
+            f"{got!r}\n  error:    {summary}",
+            next_step="check that the loop visits every index once, from 0 to len(x) - 1",
+        )
     return summary
 
 
@@ -223,11 +289,15 @@ def _judge_top_k(got, want, case: Case) -> str:
     query, keys, k = case.args
     n = keys.shape[0]
     if not isinstance(got, torch.Tensor) or got.is_floating_point() or got.dtype == torch.bool:
-        raise Mismatch(f"{describe(got)}, but top_k returns a 1-D integer tensor of {k} key indices",
-                       next_step="return indices (e.g. from torch.sort(...).indices), not similarity values")
+        raise Mismatch(
+            f"{describe(got)}, but top_k returns a 1-D integer tensor of {k} key indices",
+            next_step="return indices (e.g. from torch.sort(...).indices), not similarity values",
+        )
     if got.shape != (k,):
-        raise Mismatch(f"shape {tuple(got.shape)}, expected ({k},): one index per requested key",
-                       next_step="keep only the first k indices of the ranking")
+        raise Mismatch(
+            f"shape {tuple(got.shape)}, expected ({k},): one index per requested key",
+            next_step="keep only the first k indices of the ranking",
+        )
     idx = [int(i) for i in got]
     if any(not 0 <= i < n for i in idx):
         raise Mismatch(f"indices {idx}, but keys are numbered 0..{n - 1}")
@@ -245,12 +315,14 @@ def _judge_top_k(got, want, case: Case) -> str:
             raise Mismatch(
                 f"indices {idx}: at rank {rank} keys {g} and {e} tie (similarity {sg:.6g}) and {g} came first",
                 next_step="break ties by the lower key index: a stable sort (torch.sort(..., stable=True)) keeps "
-                          "equal similarities in index order")
+                "equal similarities in index order",
+            )
         if abs(sg - se) > tol:
             raise Mismatch(
                 f"indices {idx}\n  at rank {rank}: key {g} (similarity {sg:.6g}) where key {e} (similarity "
                 f"{se:.6g}) belongs",
-                next_step="rank by cosine similarity, largest first (descending), and keep the first k")
+                next_step="rank by cosine similarity, largest first (descending), and keep the first k",
+            )
     return ""
 
 
@@ -258,26 +330,44 @@ def _judge_top_k(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def check_dot_loop(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `dot_loop`: a Python loop of multiply-adds equals x·w and returns a float."""
     cases = cases if cases is not None else vector_cases([1, 3, 10], [torch.float32, torch.float64])
     fn, own = _own(fn)
-    return run_check(f"{TASK}-dot_loop", fn, cases, expected=_dot64, judge=_judge_float,
-              rules=[_NO_VECTOR_REDUCTION, own],
-              proves="a Python loop of multiply-adds equals x·w and returns a float", hidden=hidden,
-              next_step="multiply x[i] by w[i] for every i and add the products")
+    return run_check(
+        f"{TASK}-dot_loop",
+        fn,
+        cases,
+        expected=_dot64,
+        judge=_judge_float,
+        rules=[_NO_VECTOR_REDUCTION, own],
+        proves="a Python loop of multiply-adds equals x·w and returns a float",
+        hidden=hidden,
+        next_step="multiply x[i] by w[i] for every i and add the products",
+    )
 
 
 def check_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `dot`: a vectorised x·w without built-in dot products, in the input's dtype."""
     if cases is None:  # the rules stated, each in a case: float16 keeps its dtype too; a non-contiguous view
-        cases = (vector_cases([3, 64, 1000], [torch.float32, torch.float64])
-                 + vector_cases([33], [torch.float16], seed=3) + vector_cases([31], noncontiguous=True, seed=4))
+        cases = (
+            vector_cases([3, 64, 1000], [torch.float32, torch.float64])
+            + vector_cases([33], [torch.float16], seed=3)
+            + vector_cases([31], noncontiguous=True, seed=4)
+        )
     fn, own = _own(fn)
-    return run_check(f"{TASK}-dot", fn, cases, expected=_dot_expected, judge=_judge_dot,
-              rules=[_NO_GEMM, _vectorised(), own],
-              proves="a vectorised x·w without built-in dot products, in the input's dtype", hidden=hidden,
-              next_step="(x * w) is the element-wise product; its sum over all elements is the dot product")
+    return run_check(
+        f"{TASK}-dot",
+        fn,
+        cases,
+        expected=_dot_expected,
+        judge=_judge_dot,
+        rules=[_NO_GEMM, _vectorised(), own],
+        proves="a vectorised x·w without built-in dot products, in the input's dtype",
+        hidden=hidden,
+        next_step="(x * w) is the element-wise product; its sum over all elements is the dot product",
+    )
 
 
 def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -285,32 +375,55 @@ def check_neuron(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
     if cases is None:  # float16 too: x·w + b keeps x's dtype whatever b is (a number or a 0-d tensor)
         cases = neuron_cases([4, 100], [torch.float32, torch.float64]) + neuron_cases([20], [torch.float16], seed=3)
     fn, own = _own(fn)
-    return run_check(f"{TASK}-neuron", fn, cases, expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype),
-              judge=_judge_neuron, rules=[own],
-              proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor", hidden=hidden,
-              next_step="reuse your dot(x, w) and add b")
+    return run_check(
+        f"{TASK}-neuron",
+        fn,
+        cases,
+        expected=lambda x, w, b: (_dot64(x, w) + float(b)).to(x.dtype),
+        judge=_judge_neuron,
+        rules=[own],
+        proves="a neuron's pre-activation x·w + b, with b a number or a 0-d tensor",
+        hidden=hidden,
+        next_step="reuse your dot(x, w) and add b",
+    )
 
 
 def check_cosine_similarity(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `cosine_similarity`: cosine similarity of one query against N keys, with one matrix-vector product."""
     if cases is None:  # the rules stated, each in a case: a key of all zeros has similarity 0; transposed keys
-        cases = (search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
-                 + search_cases([(9, 5)], [torch.float64], zero_key=True, seed=3)
-                 + search_cases([(11, 3)], [torch.float32], noncontiguous=True, seed=4))
-    return run_check(f"{TASK}-cosine_similarity", fn, cases, expected=lambda q, keys: _cosine64(q, keys).to(q.dtype), judge=_judge_cosine,
-              rules=[_NO_BUILTIN_COSINE, _one_gemv()],
-              proves="cosine similarity of one query against N keys, with one matrix-vector product", hidden=hidden,
-              next_step="similarity = (keys @ query) / (‖keys‖ per row × ‖query‖)")
+        cases = (
+            search_cases([(5, 8), (100, 32)], [torch.float32, torch.float64])
+            + search_cases([(9, 5)], [torch.float64], zero_key=True, seed=3)
+            + search_cases([(11, 3)], [torch.float32], noncontiguous=True, seed=4)
+        )
+    return run_check(
+        f"{TASK}-cosine_similarity",
+        fn,
+        cases,
+        expected=lambda q, keys: _cosine64(q, keys).to(q.dtype),
+        judge=_judge_cosine,
+        rules=[_NO_BUILTIN_COSINE, _one_gemv()],
+        proves="cosine similarity of one query against N keys, with one matrix-vector product",
+        hidden=hidden,
+        next_step="similarity = (keys @ query) / (‖keys‖ per row × ‖query‖)",
+    )
 
 
 def check_top_k(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `top_k`: the k most similar keys, best first, ties to the lower index."""
     if cases is None:
         cases = search_cases([(10, 8), (200, 16)], [torch.float32], k=3) + tie_cases([torch.float64])
-    return run_check(f"{TASK}-top_k", fn, cases, expected=_expected_top_k, judge=_judge_top_k,
-              rules=[_NO_BUILTIN_COSINE],
-              proves="the k most similar keys, best first, ties to the lower index", hidden=hidden,
-              next_step="sort the similarities in descending order and keep the first k indices")
+    return run_check(
+        f"{TASK}-top_k",
+        fn,
+        cases,
+        expected=_expected_top_k,
+        judge=_judge_top_k,
+        rules=[_NO_BUILTIN_COSINE],
+        proves="the k most similar keys, best first, ties to the lower index",
+        hidden=hidden,
+        next_step="sort the similarities in descending order and keep the first k indices",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Why this module is long: one assignment's checks (six graded functions), each wi
 and the messages they teach with, its input guard and its hints; split further, a check would sit apart from the
 messages it gives.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,10 +26,25 @@ from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, desc
 from twoprim.topics.layers_as_gemms import gemms_of
 
 __all__ = [
-    "guard_linear", "guard_qkv", "guard_mlp", "guard_embedding", "guard_rnn", "guard_gnn",
-    "linear_cases", "qkv_cases", "mlp_cases", "embedding_cases", "rnn_cases", "gnn_cases",
-    "check_linear", "check_qkv_projection", "check_mlp", "check_embedding_as_gemm", "check_rnn_cell",
-    "check_gnn_layer", "gnn_flops",
+    "guard_linear",
+    "guard_qkv",
+    "guard_mlp",
+    "guard_embedding",
+    "guard_rnn",
+    "guard_gnn",
+    "linear_cases",
+    "qkv_cases",
+    "mlp_cases",
+    "embedding_cases",
+    "rnn_cases",
+    "gnn_cases",
+    "check_linear",
+    "check_qkv_projection",
+    "check_mlp",
+    "check_embedding_as_gemm",
+    "check_rnn_cell",
+    "check_gnn_layer",
+    "gnn_flops",
 ]
 
 TASK = "ex03_layers"
@@ -37,6 +53,7 @@ TASK = "ex03_layers"
 # ----------------------------------------------------------------------------------------------------------------
 # Guards: called first in every function of the notebook; a clear error naming the shapes, never a broadcast
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _shapes(**tensors: torch.Tensor) -> str:
     return ", ".join(f"{name} has shape {tuple(t.shape)}" for name, t in tensors.items())
@@ -49,8 +66,10 @@ def _floats(fn: str, **tensors: Any) -> None:
     (first, t0), *rest = tensors.items()
     for name, t in rest:
         if t.dtype != t0.dtype:
-            raise TypeError(f"{fn}: {first} is {t0.dtype} but {name} is {t.dtype}; convert them to one dtype "
-                            f"(e.g. {name}.to({first}.dtype)).")
+            raise TypeError(
+                f"{fn}: {first} is {t0.dtype} but {name} is {t.dtype}; convert them to one dtype "
+                f"(e.g. {name}.to({first}.dtype))."
+            )
 
 
 def _ndim(fn: str, name: str, t: torch.Tensor, ndim: int, what: str) -> None:
@@ -67,15 +86,19 @@ def _weight(fn: str, x_name: str, x: torch.Tensor, w_name: str, W: torch.Tensor,
     """W is (out, in) with in = x.shape[-1] (nn.Linear's layout)."""
     _ndim(fn, w_name, W, 2, f"a 2-D ({out}, in) matrix")
     if W.shape[1] != x.shape[-1]:
-        raise ValueError(f"{fn}: {_shapes(**{x_name: x, w_name: W})}; {w_name} must be ({out}, {x.shape[-1]}): "
-                         f"nn.Linear's (out, in) layout, one row per output feature, as wide as {x_name}'s last "
-                         f"dimension.")
+        raise ValueError(
+            f"{fn}: {_shapes(**{x_name: x, w_name: W})}; {w_name} must be ({out}, {x.shape[-1]}): "
+            f"nn.Linear's (out, in) layout, one row per output feature, as wide as {x_name}'s last "
+            f"dimension."
+        )
 
 
 def _bias(fn: str, b_name: str, b: torch.Tensor, w_name: str, W: torch.Tensor) -> None:
     if b.shape != (W.shape[0],):
-        raise ValueError(f"{fn}: {_shapes(**{b_name: b, w_name: W})}; {b_name} must be ({W.shape[0]},): one bias "
-                         f"per output feature (per row of {w_name}).")
+        raise ValueError(
+            f"{fn}: {_shapes(**{b_name: b, w_name: W})}; {b_name} must be ({W.shape[0]},): one bias "
+            f"per output feature (per row of {w_name})."
+        )
 
 
 def guard_linear(x: Any, W: Any, b: Any, *, fn: str = "linear") -> None:
@@ -104,8 +127,10 @@ def guard_mlp(x: Any, W1: Any, b1: Any, W2: Any, b2: Any) -> None:
     _bias(fn, "b1", b1, "W1", W1)
     _ndim(fn, "W2", W2, 2, "a 2-D (out, hidden) matrix")
     if W2.shape[1] != W1.shape[0]:
-        raise ValueError(f"{fn}: {_shapes(W1=W1, W2=W2)}; W2 must be (out, {W1.shape[0]}): it reads the "
-                         f"{W1.shape[0]} hidden features that W1 produces.")
+        raise ValueError(
+            f"{fn}: {_shapes(W1=W1, W2=W2)}; W2 must be (out, {W1.shape[0]}): it reads the "
+            f"{W1.shape[0]} hidden features that W1 produces."
+        )
     _bias(fn, "b2", b2, "W2", W2)
 
 
@@ -114,15 +139,19 @@ def guard_embedding(ids: Any, table: Any) -> None:
     fn = "embedding_as_gemm"
     guards.tensor(fn, "ids", ids, floating=False)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{fn}: ids must be an integer tensor (int64 or int32 token ids), got {ids.dtype}; "
-                        f"convert it with ids.long().")
+        raise TypeError(
+            f"{fn}: ids must be an integer tensor (int64 or int32 token ids), got {ids.dtype}; "
+            f"convert it with ids.long()."
+        )
     guards.tensor(fn, "table", table, ndim=2)
     V = table.shape[0]
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= V:
-            raise IndexError(f"{fn}: ids run from {lo} to {hi}, but table has shape {tuple(table.shape)}: {V} rows, "
-                             f"so every id must lie in [0, {V - 1}].")
+            raise IndexError(
+                f"{fn}: ids run from {lo} to {hi}, but table has shape {tuple(table.shape)}: {V} rows, "
+                f"so every id must lie in [0, {V - 1}]."
+            )
 
 
 def guard_rnn(x: Any, h: Any, W_ih: Any, W_hh: Any, b: Any) -> None:
@@ -132,13 +161,16 @@ def guard_rnn(x: Any, h: Any, W_ih: Any, W_hh: Any, b: Any) -> None:
     _features(fn, "x", x)
     _features(fn, "h", h)
     if x.shape[:-1] != h.shape[:-1]:
-        raise ValueError(f"{fn}: {_shapes(x=x, h=h)}; x and h need the same leading dimensions (one hidden state "
-                         f"per input row): x {tuple(x.shape[:-1])} vs h {tuple(h.shape[:-1])}.")
+        raise ValueError(
+            f"{fn}: {_shapes(x=x, h=h)}; x and h need the same leading dimensions (one hidden state "
+            f"per input row): x {tuple(x.shape[:-1])} vs h {tuple(h.shape[:-1])}."
+        )
     _weight(fn, "x", x, "W_ih", W_ih, "hidden")
     _weight(fn, "h", h, "W_hh", W_hh, "hidden")
     if W_ih.shape[0] != h.shape[-1]:
-        raise ValueError(f"{fn}: {_shapes(h=h, W_ih=W_ih)}; W_ih must have {h.shape[-1]} rows, one per hidden "
-                         f"feature of h.")
+        raise ValueError(
+            f"{fn}: {_shapes(h=h, W_ih=W_ih)}; W_ih must have {h.shape[-1]} rows, one per hidden feature of h."
+        )
     _bias(fn, "b", b, "W_hh", W_hh)
 
 
@@ -150,21 +182,29 @@ def guard_gnn(adj: Any, X: Any, W: Any) -> None:
     _ndim(fn, "X", X, 2, "a 2-D (N, F_in) matrix of node features")
     _ndim(fn, "W", W, 2, "a 2-D (F_in, F_out) matrix")
     if adj.shape[0] != adj.shape[1]:
-        raise ValueError(f"{fn}: adj has shape {tuple(adj.shape)}; an adjacency matrix is square (N, N), one row "
-                         f"and one column per node.")
+        raise ValueError(
+            f"{fn}: adj has shape {tuple(adj.shape)}; an adjacency matrix is square (N, N), one row "
+            f"and one column per node."
+        )
     if X.shape[0] != adj.shape[0]:
         raise ValueError(f"{fn}: {_shapes(adj=adj, X=X)}; X must have one row per node: ({adj.shape[0]}, F_in).")
     if W.shape[0] != X.shape[1]:
-        raise ValueError(f"{fn}: {_shapes(X=X, W=W)}; W must be ({X.shape[1]}, F_out): (in, out), as tall as X "
-                         f"is wide (not nn.Linear's (out, in) layout).")
+        raise ValueError(
+            f"{fn}: {_shapes(X=X, W=W)}; W must be ({X.shape[1]}, F_out): (in, out), as tall as X "
+            f"is wide (not nn.Linear's (out, in) layout)."
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-_LAYOUTS = {"": "", "T": "transposed view", "lead": "first two dims swapped, non-contiguous",
-            "stride": "every other element, stride 2"}
+_LAYOUTS = {
+    "": "",
+    "T": "transposed view",
+    "lead": "first two dims swapped, non-contiguous",
+    "stride": "every other element, stride 2",
+}
 
 
 def _layout(t: torch.Tensor, layout: str = "") -> torch.Tensor:
@@ -188,8 +228,9 @@ def _note(name: str, t: torch.Tensor, layout: str) -> str:
     return f"{name} {tuple(t.shape)}{extra}"
 
 
-def linear_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 seed: int = 0) -> list[Case]:
+def linear_cases(
+    specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0
+) -> list[Case]:
     """(x, W, b) for every spec × dtype; spec = (x_shape, out) or (x_shape, out, x_layout, W_layout)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -204,8 +245,7 @@ def linear_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
     return cases
 
 
-def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-              seed: int = 0) -> list[Case]:
+def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0) -> list[Case]:
     """(x, Wq, Wk, Wv); spec = (x_shape, (dq, dk, dv)) or (x_shape, (dq, dk, dv), x_layout, W_layout)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -220,8 +260,7 @@ def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
     return cases
 
 
-def mlp_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-              seed: int = 0) -> list[Case]:
+def mlp_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0) -> list[Case]:
     """(x, W1, b1, W2, b2); spec = (x_shape, hidden, out) or (x_shape, hidden, out, x_layout)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -231,13 +270,19 @@ def mlp_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             x = _layout(randn(x_shape, dtype, gen), x_layout)
             W1, b1 = randn((hidden, x_shape[-1]), dtype, gen), randn((hidden,), dtype, gen)
             W2, b2 = randn((n_out, hidden), dtype, gen), randn((n_out,), dtype, gen)
-            cases.append(Case(f"{_note('x', x, x_layout)}, in {x_shape[-1]} -> hidden {hidden} -> out {n_out}, "
-                              f"{dtype_name(dtype)}", (x, W1, b1, W2, b2)))
+            cases.append(
+                Case(
+                    f"{_note('x', x, x_layout)}, in {x_shape[-1]} -> hidden {hidden} -> out {n_out}, "
+                    f"{dtype_name(dtype)}",
+                    (x, W1, b1, W2, b2),
+                )
+            )
     return cases
 
 
-def embedding_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                    seed: int = 0) -> list[Case]:
+def embedding_cases(
+    specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0
+) -> list[Case]:
     """(ids, table); spec = (ids_shape, V, D) or (ids_shape, V, D, ids_dtype, table_layout).
 
     With 2 or more ids, the last repeats the first (a token that occurs twice); with 3 or more, the second is the
@@ -260,13 +305,17 @@ def embedding_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (tor
             table = _layout(randn((V, D), dtype, gen), t_layout)
             what = "ids ()" if ids.dim() == 0 else f"ids {tuple(ids.shape)}"
             t_note = f" {_LAYOUTS[t_layout]}" if t_layout and not table.is_contiguous() else ""
-            cases.append(Case(f"{what} {dtype_name(ids_dtype)}{', ' + ', '.join(notes) if notes else ''}, "
-                              f"table ({V}, {D}){t_note}, {dtype_name(dtype)}", (ids, table)))
+            cases.append(
+                Case(
+                    f"{what} {dtype_name(ids_dtype)}{', ' + ', '.join(notes) if notes else ''}, "
+                    f"table ({V}, {D}){t_note}, {dtype_name(dtype)}",
+                    (ids, table),
+                )
+            )
     return cases
 
 
-def rnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-              seed: int = 0) -> list[Case]:
+def rnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0) -> list[Case]:
     """(x, h, W_ih, W_hh, b); spec = (x_shape, hidden) or (x_shape, hidden, layout of x and h)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -278,8 +327,13 @@ def rnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             W_ih = randn((hidden, x_shape[-1]), dtype, gen) / math.sqrt(x_shape[-1])
             W_hh = randn((hidden, hidden), dtype, gen) / math.sqrt(hidden)
             b = randn((hidden,), dtype, gen)
-            cases.append(Case(f"{_note('x', x, layout)}, {_note('h', h, layout)}, in {x_shape[-1]}, hidden "
-                              f"{hidden}, {dtype_name(dtype)}", (x, h, W_ih, W_hh, b)))
+            cases.append(
+                Case(
+                    f"{_note('x', x, layout)}, {_note('h', h, layout)}, in {x_shape[-1]}, hidden "
+                    f"{hidden}, {dtype_name(dtype)}",
+                    (x, h, W_ih, W_hh, b),
+                )
+            )
     return cases
 
 
@@ -291,8 +345,7 @@ def _normalised_adjacency(n: int, gen: torch.Generator) -> torch.Tensor:
     return d[:, None] * A * d[None, :]
 
 
-def gnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-              seed: int = 0) -> list[Case]:
+def gnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *, seed: int = 0) -> list[Case]:
     """(adj, X, W); spec = (N, F_in, F_out) or (N, F_in, F_out, adj_layout, X_layout)."""
     gen = torch.Generator().manual_seed(seed)
     cases = []
@@ -302,17 +355,28 @@ def gnn_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             adj = _layout(_normalised_adjacency(n, gen).to(dtype), a_layout)
             X = _layout(randn((n, f_in), dtype, gen), x_layout)
             W = randn((f_in, f_out), dtype, gen)
-            order = ("either order" if f_in == f_out else "cheaper: adj @ (X @ W)" if f_out < f_in
-                     else "cheaper: (adj @ X) @ W")
+            order = (
+                "either order"
+                if f_in == f_out
+                else "cheaper: adj @ (X @ W)"
+                if f_out < f_in
+                else "cheaper: (adj @ X) @ W"
+            )
             a_note = f" {_LAYOUTS[a_layout]}" if a_layout and not adj.is_contiguous() else ""
-            cases.append(Case(f"N={n} nodes, adj ({n}, {n}){a_note}, {_note('X', X, x_layout)}, W ({f_in}, {f_out}) "
-                              f"[{order}], {dtype_name(dtype)}", (adj, X, W)))
+            cases.append(
+                Case(
+                    f"N={n} nodes, adj ({n}, {n}){a_note}, {_note('X', X, x_layout)}, W ({f_in}, {f_out}) "
+                    f"[{order}], {dtype_name(dtype)}",
+                    (adj, X, W),
+                )
+            )
     return cases
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Oracles (float64) and error bounds
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _d(*ts: torch.Tensor) -> list[torch.Tensor]:
     return [t.detach().double() for t in ts]
@@ -358,19 +422,24 @@ def _judge_qkv(got, want, case: Case) -> str:
     x, *Ws = case.args
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         what = f"a {type(got).__name__} of length {len(got)}" if isinstance(got, (tuple, list)) else describe(got)
-        raise Mismatch(f"{what}, but qkv_projection returns three tensors (q, k, v)",
-                       next_step="split the fused result into its three column blocks and return them as a tuple")
+        raise Mismatch(
+            f"{what}, but qkv_projection returns three tensors (q, k, v)",
+            next_step="split the fused result into its three column blocks and return them as a tuple",
+        )
     eps = torch.finfo(x.dtype).eps
     summaries = []
     for name, g, w, W in zip("qkv", got, want, Ws):
         bound = float((x.detach().double().abs() @ W.detach().double().abs().T).max())
         try:
-            summaries.append(judge_tensor(g, w, atol=16 * eps * bound + torch.finfo(x.dtype).tiny, rtol=4 * eps,
-                                          what=name))
+            summaries.append(
+                judge_tensor(g, w, atol=16 * eps * bound + torch.finfo(x.dtype).tiny, rtol=4 * eps, what=name)
+            )
         except Mismatch as bad:
-            raise Mismatch(f"{name}: {bad.detail}", next_step=bad.next_step or
-                           f"{name} is x @ W{name}.T: check which columns of the fused result you return as "
-                           f"{name}") from None
+            raise Mismatch(
+                f"{name}: {bad.detail}",
+                next_step=bad.next_step
+                or f"{name} is x @ W{name}.T: check which columns of the fused result you return as {name}",
+            ) from None
     return max(summaries, key=lambda s: s.rel_error)
 
 
@@ -417,18 +486,22 @@ def _with_dtype(oracle: Callable, dtype_of: int = 0) -> Callable:
     def expected(*args):
         out = oracle(*args)
         return out.to(args[dtype_of].dtype) if isinstance(out, torch.Tensor) else out
+
     return expected
 
 
 def gnn_flops(n: int, f_in: int, f_out: int) -> dict[str, int]:
     """FLOPs of the two orders of adj (N, N) @ X (N, F_in) @ W (F_in, F_out)."""
-    return {"(adj @ X) @ W": 2 * n * n * f_in + 2 * n * f_in * f_out,
-            "adj @ (X @ W)": 2 * n * f_in * f_out + 2 * n * n * f_out}
+    return {
+        "(adj @ X) @ W": 2 * n * n * f_in + 2 * n * f_in * f_out,
+        "adj @ (X @ W)": 2 * n * f_in * f_out + 2 * n * n * f_out,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Rules: checked on what ran
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _rows(t: torch.Tensor) -> int:
     return math.prod(t.shape[:-1])
@@ -439,12 +512,19 @@ def _plan_text(plan: Sequence[tuple[int, int, int]]) -> str:
     return f"{words}: " + " and ".join(f"({M}, {K}) @ ({K}, {N})" for M, N, K in plan)
 
 
-_MATMUL_BATCHES = ("torch.matmul runs a batched GEMM like this when x has 3 or more dims and is not contiguous: "
-                   "it cannot fold them into rows without a copy")
+_MATMUL_BATCHES = (
+    "torch.matmul runs a batched GEMM like this when x has 3 or more dims and is not contiguous: "
+    "it cannot fold them into rows without a copy"
+)
 
 
-def _gemm_plan(what: str, plans: Callable[..., list[list[tuple[int, int, int]]]], next_step: str, *,
-               batched_hint: str = _MATMUL_BATCHES) -> Rule:
+def _gemm_plan(
+    what: str,
+    plans: Callable[..., list[list[tuple[int, int, int]]]],
+    next_step: str,
+    *,
+    batched_hint: str = _MATMUL_BATCHES,
+) -> Rule:
     """The GEMM-family ops that ran must match one of `plans(*case.args)`: each plan a list of (M, N, K).
 
     Matching is by output size M·N and inner size K, so a transposed formulation (Wᵀ-first, (N, M) out) or an
@@ -459,16 +539,20 @@ def _gemm_plan(what: str, plans: Callable[..., list[list[tuple[int, int, int]]]]
         listing = "; ".join(str(g) for g in ran)
         for g in ran:
             if g.batch > 1:
-                return (f"it ran {g}: one call, but {g.batch} separate GEMMs of ({g.M}, {g.K}) @ ({g.K}, {g.N}), "
-                        f"each reading its operands again ({batched_hint}). This function needs {want}")
+                return (
+                    f"it ran {g}: one call, but {g.batch} separate GEMMs of ({g.M}, {g.K}) @ ({g.K}, {g.N}), "
+                    f"each reading its operands again ({batched_hint}). This function needs {want}"
+                )
         got = sorted((g.M * g.N, g.K) for g in ran)
         if any(got == sorted((M * N, K) for M, N, K in plan) for plan in options):
             return None
         if not ran:
             return f"it ran no GEMM at all; this function needs {want}"
         flops = sum(g.flops for g in ran)
-        return (f"it ran {len(ran)} GEMM op{'s' if len(ran) != 1 else ''} ({listing}; {flops:,} FLOPs); this function "
-                f"needs {want}")
+        return (
+            f"it ran {len(ran)} GEMM op{'s' if len(ran) != 1 else ''} ({listing}; {flops:,} FLOPs); this function "
+            f"needs {want}"
+        )
 
     return Rule(what, test, next_step)
 
@@ -496,8 +580,8 @@ def _rnn_plan(x, h, W_ih, W_hh, b):
 
 def _gnn_plan(adj, X, W):
     n, f_in, f_out = X.shape[0], X.shape[1], W.shape[1]
-    x_first = [(n, f_out, f_in), (n, f_out, n)]      # X @ W, then adj @ (X W)
-    adj_first = [(n, f_in, n), (n, f_out, f_in)]     # adj @ X, then (adj X) @ W
+    x_first = [(n, f_out, f_in), (n, f_out, n)]  # X @ W, then adj @ (X W)
+    adj_first = [(n, f_in, n), (n, f_out, f_in)]  # adj @ X, then (adj X) @ W
     if f_out < f_in:
         return [x_first]
     if f_in < f_out:
@@ -507,133 +591,218 @@ def _gnn_plan(adj, X, W):
 
 _NO_LINEAR = forbid(
     "write the GEMM yourself: no torch.nn.functional.linear or nn.Linear",
-    {"linear", "bilinear", "numpy"}, {"linear", "_mkl_linear", "mkldnn_linear"},
-    next_step="compute x @ W.T + b with torch.addmm, torch.mm or @ on tensors you shaped yourself")
+    {"linear", "bilinear", "numpy"},
+    {"linear", "_mkl_linear", "mkldnn_linear"},
+    next_step="compute x @ W.T + b with torch.addmm, torch.mm or @ on tensors you shaped yourself",
+)
 
 _NO_GATHER = forbid(
     "the rows must come out of the GEMM: no table[ids], index_select, gather, F.embedding or a loop over rows",
     {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim", "masked_select", "numpy"},
-    {"index", "index_select", "gather", "take", "embedding", "embedding_bag", "_embedding_bag",
-     "_embedding_bag_forward_only", "masked_select", "select", "unbind"},
+    {
+        "index",
+        "index_select",
+        "gather",
+        "take",
+        "embedding",
+        "embedding_bag",
+        "_embedding_bag",
+        "_embedding_bag_forward_only",
+        "masked_select",
+        "select",
+        "unbind",
+    },
     next_step="build the one-hot matrix (ids compared with torch.arange(V), or F.one_hot on int64 ids), then "
-              "multiply it by the table")
+    "multiply it by the table",
+)
 
 _NO_RNN_CELL = forbid(
     "write the GEMMs yourself: no nn.RNNCell, torch.rnn_tanh_cell or F.linear",
-    {"rnn_tanh_cell", "rnn_relu_cell", "rnn_tanh", "rnn_relu", "linear", "numpy"}, {"linear", "_mkl_linear"},
-    next_step="compute tanh(x @ W_ih.T + h @ W_hh.T + b) with torch.addmm, torch.mm or @")
+    {"rnn_tanh_cell", "rnn_relu_cell", "rnn_tanh", "rnn_relu", "linear", "numpy"},
+    {"linear", "_mkl_linear"},
+    next_step="compute tanh(x @ W_ih.T + h @ W_hh.T + b) with torch.addmm, torch.mm or @",
+)
 
 _NO_MULTI_DOT = forbid(
     "choose the order yourself: no torch.linalg.multi_dot or chain_matmul (they pick it for you)",
-    {"multi_dot", "chain_matmul", "linear", "numpy"}, {"linear"},
-    next_step="compare the FLOPs of (adj @ X) @ W and adj @ (X @ W) and multiply in the cheaper order")
+    {"multi_dot", "chain_matmul", "linear", "numpy"},
+    {"linear"},
+    next_step="compare the FLOPs of (adj @ X) @ W and adj @ (X @ W) and multiply in the cheaper order",
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def check_linear(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `linear`: x @ W.T + b for x of any rank, with one GEMM over all rows."""
     if cases is None:
-        cases = (linear_cases([((6, 5), 4), ((2, 3, 4, 5), 7)], [torch.float32])
-                 + linear_cases([((2, 3, 5), 4)], [torch.float64], seed=1)
-                 + linear_cases([((2, 3, 5), 4, "lead")], [torch.float32], seed=2)
-                 # the rules stated, each in a case: x of rank 1, (in,); any strides of x and of W
-                 + linear_cases([((7,), 3), ((5, 8), 3, "stride", "T")], [torch.float32], seed=3))
+        cases = (
+            linear_cases([((6, 5), 4), ((2, 3, 4, 5), 7)], [torch.float32])
+            + linear_cases([((2, 3, 5), 4)], [torch.float64], seed=1)
+            + linear_cases([((2, 3, 5), 4, "lead")], [torch.float32], seed=2)
+            # the rules stated, each in a case: x of rank 1, (in,); any strides of x and of W
+            + linear_cases([((7,), 3), ((5, 8), 3, "stride", "T")], [torch.float32], seed=3)
+        )
     rule = _gemm_plan(
-        "one GEMM over all rows of x, whatever its rank", _linear_plan,
+        "one GEMM over all rows of x, whatever its rank",
+        _linear_plan,
         "fold every leading dim of x into the rows of one GEMM: x.reshape(-1, in) is (M, in) with M the product of "
-        "the leading dims; multiply by W.T, add b (torch.addmm does both in one call), reshape back to (..., out)")
-    return run_check(f"{TASK}-linear", fn, cases, expected=_with_dtype(_linear64), judge=_gemm_judge(_linear_bound),
-                     rules=[_NO_LINEAR, rule], hidden=hidden,
-                     proves="x @ W.T + b for x of any rank, with one GEMM over all rows",
-                     next_step="compare with x @ W.T + b on a small case: W is (out, in), so x multiplies W.T")
+        "the leading dims; multiply by W.T, add b (torch.addmm does both in one call), reshape back to (..., out)",
+    )
+    return run_check(
+        f"{TASK}-linear",
+        fn,
+        cases,
+        expected=_with_dtype(_linear64),
+        judge=_gemm_judge(_linear_bound),
+        rules=[_NO_LINEAR, rule],
+        hidden=hidden,
+        proves="x @ W.T + b for x of any rank, with one GEMM over all rows",
+        next_step="compare with x @ W.T + b on a small case: W is (out, in), so x multiplies W.T",
+    )
 
 
 def check_qkv_projection(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `qkv_projection`: q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v."""
     if cases is None:
-        cases = (qkv_cases([((5, 8), (8, 8, 8)), ((2, 3, 8), (8, 8, 8))], [torch.float32])
-                 + qkv_cases([((2, 4, 6), (6, 2, 2))], [torch.float64], seed=1)
-                 # the rules stated, each in a case: x of rank 1; a non-contiguous x and transposed weights
-                 + qkv_cases([((7,), (3, 3, 3)), ((3, 2, 8), (8, 4, 4), "lead", "T")], [torch.float32], seed=2))
+        cases = (
+            qkv_cases([((5, 8), (8, 8, 8)), ((2, 3, 8), (8, 8, 8))], [torch.float32])
+            + qkv_cases([((2, 4, 6), (6, 2, 2))], [torch.float64], seed=1)
+            # the rules stated, each in a case: x of rank 1; a non-contiguous x and transposed weights
+            + qkv_cases([((7,), (3, 3, 3)), ((3, 2, 8), (8, 4, 4), "lead", "T")], [torch.float32], seed=2)
+        )
     rule = _gemm_plan(
-        "one GEMM for q, k and v together", _qkv_plan,
+        "one GEMM for q, k and v together",
+        _qkv_plan,
         "stack the three weights into one (dq + dk + dv, in) matrix with torch.cat, run one GEMM over all rows, "
         "then split its columns into q, k and v",
         batched_hint="stacking the weights into a 3-D tensor makes a batched GEMM; torch.cat them into one 2-D "
-                     "(dq + dk + dv, in) matrix instead")
-    return run_check(f"{TASK}-qkv_projection", fn, cases, expected=_qkv64, judge=_judge_qkv,
-                     rules=[_NO_LINEAR, rule], hidden=hidden,
-                     proves="q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v",
-                     next_step="q is x @ Wq.T: check the order and widths of the column blocks you split off")
+        "(dq + dk + dv, in) matrix instead",
+    )
+    return run_check(
+        f"{TASK}-qkv_projection",
+        fn,
+        cases,
+        expected=_qkv64,
+        judge=_judge_qkv,
+        rules=[_NO_LINEAR, rule],
+        hidden=hidden,
+        proves="q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v",
+        next_step="q is x @ Wq.T: check the order and widths of the column blocks you split off",
+    )
 
 
 def check_mlp(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `mlp`: linear(relu(linear(x, W1, b1)), W2, b2) with two GEMMs."""
     if cases is None:
-        cases = (mlp_cases([((6, 5), 16, 3), ((2, 3, 5), 8, 5)], [torch.float32])
-                 + mlp_cases([((4, 7), 9, 2)], [torch.float64], seed=1)
-                 + mlp_cases([((7,), 4, 2), ((3, 2, 5), 6, 2, "lead")], [torch.float32], seed=2))  # rank 1; strides
+        cases = (
+            mlp_cases([((6, 5), 16, 3), ((2, 3, 5), 8, 5)], [torch.float32])
+            + mlp_cases([((4, 7), 9, 2)], [torch.float64], seed=1)
+            + mlp_cases([((7,), 4, 2), ((3, 2, 5), 6, 2, "lead")], [torch.float32], seed=2)
+        )  # rank 1; strides
     rule = _gemm_plan(
-        "two GEMMs: one per layer, each over all rows", _mlp_plan,
-        "call your linear twice, with a ReLU (torch.relu) in between: linear(relu(linear(x, W1, b1)), W2, b2)")
-    return run_check(f"{TASK}-mlp", fn, cases, expected=_with_dtype(_mlp64), judge=_gemm_judge(_mlp_bound),
-                     rules=[_NO_LINEAR, rule], hidden=hidden,
-                     proves="linear(relu(linear(x, W1, b1)), W2, b2) with two GEMMs",
-                     next_step="check the ReLU sits between the two layers and each layer adds its own bias")
+        "two GEMMs: one per layer, each over all rows",
+        _mlp_plan,
+        "call your linear twice, with a ReLU (torch.relu) in between: linear(relu(linear(x, W1, b1)), W2, b2)",
+    )
+    return run_check(
+        f"{TASK}-mlp",
+        fn,
+        cases,
+        expected=_with_dtype(_mlp64),
+        judge=_gemm_judge(_mlp_bound),
+        rules=[_NO_LINEAR, rule],
+        hidden=hidden,
+        proves="linear(relu(linear(x, W1, b1)), W2, b2) with two GEMMs",
+        next_step="check the ReLU sits between the two layers and each layer adds its own bias",
+    )
 
 
 def check_embedding_as_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `embedding_as_gemm`: table[ids] for ids of any shape, exactly, as one one-hot GEMM with no gather."""
     if cases is None:
-        cases = (embedding_cases([((5,), 10, 4), ((2, 3), 7, 3)], [torch.float32])
-                 + embedding_cases([((4,), 6, 5, torch.int32)], [torch.float64], seed=1)
-                 # the rules stated, each in a case: a single 0-d id; a transposed (non-contiguous) table
-                 + embedding_cases([((), 5, 3), ((6,), 7, 4, torch.int64, "T")], [torch.float32], seed=2))
+        cases = (
+            embedding_cases([((5,), 10, 4), ((2, 3), 7, 3)], [torch.float32])
+            + embedding_cases([((4,), 6, 5, torch.int32)], [torch.float64], seed=1)
+            # the rules stated, each in a case: a single 0-d id; a transposed (non-contiguous) table
+            + embedding_cases([((), 5, 3), ((6,), 7, 4, torch.int64, "T")], [torch.float32], seed=2)
+        )
     rule = _gemm_plan(
-        "one GEMM: the one-hot matrix (n, V) times the table (V, D)", _embedding_plan,
+        "one GEMM: the one-hot matrix (n, V) times the table (V, D)",
+        _embedding_plan,
         "flatten ids to n ids, build their (n, V) one-hot matrix in the table's dtype, multiply it by the (V, D) "
-        "table, and reshape the (n, D) result to (*ids.shape, D)")
-    return run_check(f"{TASK}-embedding_as_gemm", fn, cases, expected=_embedding64, judge=_judge_embedding,
-                     rules=[_NO_GATHER, rule], hidden=hidden,
-                     proves="table[ids] for ids of any shape, exactly, as one one-hot GEMM with no gather",
-                     next_step="row i of one_hot @ table is the table row whose column holds the 1: check the "
-                               "one-hot has one 1 per row, in column ids[i], and the final reshape")
+        "table, and reshape the (n, D) result to (*ids.shape, D)",
+    )
+    return run_check(
+        f"{TASK}-embedding_as_gemm",
+        fn,
+        cases,
+        expected=_embedding64,
+        judge=_judge_embedding,
+        rules=[_NO_GATHER, rule],
+        hidden=hidden,
+        proves="table[ids] for ids of any shape, exactly, as one one-hot GEMM with no gather",
+        next_step="row i of one_hot @ table is the table row whose column holds the 1: check the "
+        "one-hot has one 1 per row, in column ids[i], and the final reshape",
+    )
 
 
 def check_rnn_cell(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `rnn_cell`: tanh(x @ W_ih.T + h @ W_hh.T + b) with at most two GEMMs."""
     if cases is None:
-        cases = (rnn_cases([((4, 3), 5), ((2, 3, 6), 4)], [torch.float32])
-                 + rnn_cases([((3, 2), 7)], [torch.float64], seed=1)
-                 # the rules stated, each in a case: one unbatched step (x of rank 1); non-contiguous x and h
-                 + rnn_cases([((3,), 2), ((3, 2, 6), 5, "lead")], [torch.float32], seed=2))
+        cases = (
+            rnn_cases([((4, 3), 5), ((2, 3, 6), 4)], [torch.float32])
+            + rnn_cases([((3, 2), 7)], [torch.float64], seed=1)
+            # the rules stated, each in a case: one unbatched step (x of rank 1); non-contiguous x and h
+            + rnn_cases([((3,), 2), ((3, 2, 6), 5, "lead")], [torch.float32], seed=2)
+        )
     rule = _gemm_plan(
-        "one GEMM per weight over all rows, or the two fused into one", _rnn_plan,
+        "one GEMM per weight over all rows, or the two fused into one",
+        _rnn_plan,
         "multiply all rows at once: x.reshape(-1, in) @ W_ih.T and h.reshape(-1, hidden) @ W_hh.T (or one GEMM of "
-        "[x, h] and [W_ih, W_hh])")
-    return run_check(f"{TASK}-rnn_cell", fn, cases, expected=_with_dtype(_rnn64), judge=_gemm_judge(_rnn_bound),
-                     rules=[_NO_RNN_CELL, rule], hidden=hidden,
-                     proves="tanh(x @ W_ih.T + h @ W_hh.T + b) with at most two GEMMs",
-                     next_step="check each weight multiplies its own input (W_ih with x, W_hh with h) and tanh comes "
-                               "last")
+        "[x, h] and [W_ih, W_hh])",
+    )
+    return run_check(
+        f"{TASK}-rnn_cell",
+        fn,
+        cases,
+        expected=_with_dtype(_rnn64),
+        judge=_gemm_judge(_rnn_bound),
+        rules=[_NO_RNN_CELL, rule],
+        hidden=hidden,
+        proves="tanh(x @ W_ih.T + h @ W_hh.T + b) with at most two GEMMs",
+        next_step="check each weight multiplies its own input (W_ih with x, W_hh with h) and tanh comes last",
+    )
 
 
 def check_gnn_layer(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `gnn_layer`: the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs."""
     if cases is None:
-        cases = (gnn_cases([(6, 8, 2), (5, 2, 6)], [torch.float32])
-                 + gnn_cases([(7, 3, 3)], [torch.float64], seed=1)
-                 + gnn_cases([(8, 6, 3, "T", "stride")], [torch.float32], seed=2))  # any strides of adj and X
-    rule = _gemm_plan("two GEMMs, in the cheaper order", _gnn_plan,
-                      "(adj @ X) @ W costs 2·N·N·F_in + 2·N·F_in·F_out FLOPs and adj @ (X @ W) costs "
-                      "2·N·F_in·F_out + 2·N·N·F_out: compare F_in with F_out and multiply the cheaper way")
-    return run_check(f"{TASK}-gnn_layer", fn, cases, expected=_with_dtype(_gnn64), judge=_gemm_judge(_gnn_bound),
-                     rules=[_NO_MULTI_DOT, rule], hidden=hidden,
-                     proves="the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs",
-                     next_step="W is (F_in, F_out), already (in, out): X @ W needs no transpose")
+        cases = (
+            gnn_cases([(6, 8, 2), (5, 2, 6)], [torch.float32])
+            + gnn_cases([(7, 3, 3)], [torch.float64], seed=1)
+            + gnn_cases([(8, 6, 3, "T", "stride")], [torch.float32], seed=2)
+        )  # any strides of adj and X
+    rule = _gemm_plan(
+        "two GEMMs, in the cheaper order",
+        _gnn_plan,
+        "(adj @ X) @ W costs 2·N·N·F_in + 2·N·F_in·F_out FLOPs and adj @ (X @ W) costs "
+        "2·N·F_in·F_out + 2·N·N·F_out: compare F_in with F_out and multiply the cheaper way",
+    )
+    return run_check(
+        f"{TASK}-gnn_layer",
+        fn,
+        cases,
+        expected=_with_dtype(_gnn64),
+        judge=_gemm_judge(_gnn_bound),
+        rules=[_NO_MULTI_DOT, rule],
+        hidden=hidden,
+        proves="the GCN layer adj @ X @ W, multiplied in the order with fewer FLOPs",
+        next_step="W is (F_in, F_out), already (in, out): X @ W needs no transpose",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

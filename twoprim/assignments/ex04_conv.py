@@ -22,6 +22,7 @@ What the rules allow, precisely:
 Why this module is long: three graded functions, each with its guard, case builders for every argument and memory
 layout (every rule the exercise states has a visible case), an oracle and a judge that names the likely mistake.
 """
+
 from __future__ import annotations
 
 import operator
@@ -33,14 +34,33 @@ import torch.nn.functional as F
 
 from twoprim.core import guards
 from twoprim.core.cases import dtype_name, randn
-from twoprim.core.checks import GEMM_ATEN, GEMM_FUNCTIONS, Axis, CallLog, Case, CheckResult, Mismatch, Rule, judge_tensor, no_grader_calls, run_check
+from twoprim.core.checks import (
+    GEMM_ATEN,
+    GEMM_FUNCTIONS,
+    Axis,
+    CallLog,
+    Case,
+    CheckResult,
+    Mismatch,
+    Rule,
+    judge_tensor,
+    no_grader_calls,
+    run_check,
+)
 from twoprim.topics import convolution
 from twoprim.topics.convolution import conv_flops, out_size, pair, recorded_gemms
 
 __all__ = [
-    "im2col_args", "conv_args", "conv_shape_args",
-    "im2col_cases", "conv_cases", "shape_cases", "layer_shape_cases",
-    "check_im2col", "check_conv2d_gemm", "check_conv_gemm_shape",
+    "im2col_args",
+    "conv_args",
+    "conv_shape_args",
+    "im2col_cases",
+    "conv_cases",
+    "shape_cases",
+    "layer_shape_cases",
+    "check_im2col",
+    "check_conv2d_gemm",
+    "check_conv_gemm_shape",
 ]
 
 TASK = "ex04_conv"
@@ -49,6 +69,7 @@ TASK = "ex04_conv"
 # ----------------------------------------------------------------------------------------------------------------
 # Guards: a clear error naming the shapes, as F.conv2d / F.unfold would refuse the same call
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _int(fn: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -62,8 +83,10 @@ def _pair(fn: str, name: str, value: Any, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints (height, width), each >= minimum."""
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
-            raise ValueError(f"{fn}: {name} must be an int or a pair (for the height, for the width), got "
-                             f"{value!r} of length {len(value)}.")
+            raise ValueError(
+                f"{fn}: {name} must be an int or a pair (for the height, for the width), got "
+                f"{value!r} of length {len(value)}."
+            )
         return _int(fn, name, value[0], minimum), _int(fn, name, value[1], minimum)
     v = _int(fn, name, value, minimum)
     return v, v
@@ -89,7 +112,8 @@ def _fits(fn: str, x_shape, kernel, stride, padding, dilation, what: str) -> Non
         raise ValueError(
             f"{fn}: the padded input is {padded[0]} × {padded[1]} (x of shape {tuple(x_shape)}, padding {padding}) "
             f"but the {what} spans {span[0]} × {span[1]} (kernel {kernel}, dilation {dilation}); a kernel can't be "
-            f"larger than the padded input (F.conv2d refuses it too). Pad more or use a smaller kernel.")
+            f"larger than the padded input (F.conv2d refuses it too). Pad more or use a smaller kernel."
+        )
 
 
 def _conv_shapes(fn: str, x_shape, w_shape, stride, padding, dilation, groups) -> tuple:
@@ -99,13 +123,17 @@ def _conv_shapes(fn: str, x_shape, w_shape, stride, padding, dilation, groups) -
     N, C, H, W = x_shape
     O, Cg, kh, kw = w_shape
     if O % g:
-        raise ValueError(f"{fn}: groups={g} must divide the output channels, but weight has shape {tuple(w_shape)}: "
-                         f"{O} output channels are not a multiple of {g}.")
+        raise ValueError(
+            f"{fn}: groups={g} must divide the output channels, but weight has shape {tuple(w_shape)}: "
+            f"{O} output channels are not a multiple of {g}."
+        )
     if C != g * Cg:
         extra = f" (and groups={g} must divide x's {C} channels)" if C % g else ""
-        raise ValueError(f"{fn}: weight of shape {tuple(w_shape)} with groups={g} expects x with {g * Cg} channels "
-                         f"(groups × weight.shape[1] = {g} × {Cg}), but x has shape {tuple(x_shape)}: {C} channels"
-                         f"{extra}.")
+        raise ValueError(
+            f"{fn}: weight of shape {tuple(w_shape)} with groups={g} expects x with {g * Cg} channels "
+            f"(groups × weight.shape[1] = {g} × {Cg}), but x has shape {tuple(x_shape)}: {C} channels"
+            f"{extra}."
+        )
     _fits(fn, x_shape, (kh, kw), s, p, d, "kernel")
     return s, p, d
 
@@ -119,8 +147,7 @@ def im2col_args(fn: str, x: Any, kernel_size: Any, stride: Any, padding: Any, di
     return k, s, p, d
 
 
-def conv_args(fn: str, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
-              groups: Any) -> tuple:
+def conv_args(fn: str, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any) -> tuple:
     """x (N, C, H, W), weight (O, C/groups, kh, kw), bias None or (O,), one dtype; returns the three pairs."""
     guards.tensor(fn, "x", x, ndim=4)
     guards.tensor(fn, "weight", weight, ndim=4)
@@ -128,14 +155,17 @@ def conv_args(fn: str, x: Any, weight: Any, bias: Any, stride: Any, padding: Any
     if bias is not None:
         guards.tensor(fn, "bias", bias, ndim=1)
         if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"{fn}: bias has shape {tuple(bias.shape)} but weight has shape {tuple(weight.shape)}; "
-                             f"bias must be ({weight.shape[0]},): one number per output channel.")
+            raise ValueError(
+                f"{fn}: bias has shape {tuple(bias.shape)} but weight has shape {tuple(weight.shape)}; "
+                f"bias must be ({weight.shape[0]},): one number per output channel."
+            )
         guards.same_dtype(fn, x=x, bias=bias)
     return _conv_shapes(fn, tuple(x.shape), tuple(weight.shape), stride, padding, dilation, groups)
 
 
-def conv_shape_args(fn: str, x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any,
-                    groups: Any) -> tuple:
+def conv_shape_args(
+    fn: str, x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: Any
+) -> tuple:
     """Shapes as tuples of 4 ints, consistent as F.conv2d requires; returns (sh, sw), (ph, pw), (dh, dw)."""
     x_shape, w_shape = _shape(fn, "x_shape", x_shape), _shape(fn, "w_shape", w_shape)
     return _conv_shapes(fn, x_shape, w_shape, stride, padding, dilation, groups)
@@ -144,6 +174,7 @@ def conv_shape_args(fn: str, x_shape: Any, w_shape: Any, stride: Any, padding: A
 # ----------------------------------------------------------------------------------------------------------------
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _input(shape, dtype, gen, layout: str | None) -> torch.Tensor:
     """A random tensor of `shape`; layout None (contiguous), "channels_last", "sliced" (a crop of a larger tensor,
@@ -164,8 +195,13 @@ def _settings(kwargs: dict) -> str:
     return ", ".join(parts) if parts else "default stride, padding and dilation"
 
 
-def im2col_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                 layout: str | None = None, seed: int = 0) -> list[Case]:
+def im2col_cases(
+    configs: Sequence[tuple],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    layout: str | None = None,
+    seed: int = 0,
+) -> list[Case]:
     """configs: (x_shape, kernel_size, {"stride": ..., "padding": ..., "dilation": ...}) with only the given keys
     passed; one case per config × dtype."""
     gen = torch.Generator().manual_seed(seed)
@@ -180,8 +216,14 @@ def im2col_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torc
     return cases
 
 
-def conv_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-               bias: bool = True, layout: str | None = None, seed: int = 0) -> list[Case]:
+def conv_cases(
+    configs: Sequence[tuple],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    bias: bool = True,
+    layout: str | None = None,
+    seed: int = 0,
+) -> list[Case]:
     """configs: (x_shape, w_shape, {"stride", "padding", "dilation", "groups": ...}); one case per config × dtype,
     with a bias of shape (O,) when `bias` (passed as a keyword), without one otherwise."""
     gen = torch.Generator().manual_seed(seed)
@@ -193,8 +235,10 @@ def conv_cases(configs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.
             kw = dict(kwargs)
             if bias:
                 kw = {"bias": randn((w_shape[0],), dtype, gen), **kw}
-            label = (f"x {tuple(x_shape)}, weight {tuple(w_shape)}, {'bias' if bias else 'no bias'}, "
-                     f"{_settings(kwargs)}, {dtype_name(dtype)}")
+            label = (
+                f"x {tuple(x_shape)}, weight {tuple(w_shape)}, {'bias' if bias else 'no bias'}, "
+                f"{_settings(kwargs)}, {dtype_name(dtype)}"
+            )
             if layout:
                 label += f", {layout} (non-contiguous) input"
             cases.append(Case(label, (x, w), kw))
@@ -253,22 +297,29 @@ def _no_unfold() -> Rule:
             return f"it called {', '.join(sorted(hits))}: torch's own im2col, the function you are writing"
         return None
 
-    return Rule("no F.unfold, nn.Unfold or F.fold (torch's im2col)", test,
-                "pad x, then take sliding windows with Tensor.unfold (x.unfold(dim, size, step), a view) or slices, "
-                "and reshape the windows into columns; twoprim.topics.convolution.im2col_spec shows the indexing")
+    return Rule(
+        "no F.unfold, nn.Unfold or F.fold (torch's im2col)",
+        test,
+        "pad x, then take sliding windows with Tensor.unfold (x.unfold(dim, size, step), a view) or slices, "
+        "and reshape the windows into columns; twoprim.topics.convolution.im2col_spec shows the indexing",
+    )
 
 
 def _no_gemm_in_im2col() -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
         hits = log.used(GEMM_FUNCTIONS, GEMM_ATEN)
         if hits:
-            return (f"it called {', '.join(sorted(hits))}: im2col only moves numbers; multiplying by a 0/1 matrix "
-                    f"to pick them costs a GEMM (and its FLOPs) that the convolution does not need")
+            return (
+                f"it called {', '.join(sorted(hits))}: im2col only moves numbers; multiplying by a 0/1 matrix "
+                f"to pick them costs a GEMM (and its FLOPs) that the convolution does not need"
+            )
         return None
 
-    return Rule("im2col moves numbers: no dot or GEMM ops", test,
-                "select the windows by indexing, slicing or Tensor.unfold instead of multiplying by a selection "
-                "matrix")
+    return Rule(
+        "im2col moves numbers: no dot or GEMM ops",
+        test,
+        "select the windows by indexing, slicing or Tensor.unfold instead of multiplying by a selection matrix",
+    )
 
 
 def _im2col_vectorised(base: int = 40, per_offset: int = 8) -> Rule:
@@ -278,20 +329,31 @@ def _im2col_vectorised(base: int = 40, per_offset: int = 8) -> Rule:
         kh, kw = pair(case.args[1])
         allowed = base + per_offset * kh * kw
         if log.total > allowed:
-            return (f"it ran {log.total} tensor (ATen) ops for a {kh}×{kw} kernel; building the columns with a "
-                    f"fixed number of ops, or a few per kernel offset, stays under {allowed}, so this loops in "
-                    f"Python over samples, channels or output positions")
+            return (
+                f"it ran {log.total} tensor (ATen) ops for a {kh}×{kw} kernel; building the columns with a "
+                f"fixed number of ops, or a few per kernel offset, stays under {allowed}, so this loops in "
+                f"Python over samples, channels or output positions"
+            )
         return None
 
-    return Rule("vectorised: no Python loop over output positions (a loop over the kh·kw kernel offsets is fine)",
-                test, "take every window at once: x_padded.unfold(2, ...).unfold(3, ...) gives all of them as a view")
+    return Rule(
+        "vectorised: no Python loop over output positions (a loop over the kh·kw kernel offsets is fine)",
+        test,
+        "take every window at once: x_padded.unfold(2, ...).unfold(3, ...) gives all of them as a view",
+    )
 
 
 def _conv_geometry(case: Case) -> tuple:
     x, w = case.args[:2]
     kw = case.kwargs
-    return (tuple(x.shape), tuple(w.shape), kw.get("stride", 1), kw.get("padding", 0), kw.get("dilation", 1),
-            kw.get("groups", 1))
+    return (
+        tuple(x.shape),
+        tuple(w.shape),
+        kw.get("stride", 1),
+        kw.get("padding", 0),
+        kw.get("dilation", 1),
+        kw.get("groups", 1),
+    )
 
 
 def _gemms_do_the_flops() -> Rule:
@@ -305,25 +367,35 @@ def _gemms_do_the_flops() -> Rule:
         got = log.gemm_flops()
         if got != want:
             if got == 0:
-                return (f"it ran no dot/GEMM op (GEMM ops: {listing}): the products were summed by element-wise "
-                        f"ops instead of a matrix multiply; the convolution needs {want:,} FLOPs in GEMMs")
-            return (f"its dot/GEMM ops ({listing}) did {got:,} FLOPs, but the convolution needs exactly "
-                    f"2·N·O·Hout·Wout·(C/groups)·kh·kw = {want:,}")
+                return (
+                    f"it ran no dot/GEMM op (GEMM ops: {listing}): the products were summed by element-wise "
+                    f"ops instead of a matrix multiply; the convolution needs {want:,} FLOPs in GEMMs"
+                )
+            return (
+                f"its dot/GEMM ops ({listing}) did {got:,} FLOPs, but the convolution needs exactly "
+                f"2·N·O·Hout·Wout·(C/groups)·kh·kw = {want:,}"
+            )
         if len(ops) not in (1, groups):
             N = x_shape[0]
             why = f" — one per sample for N={N}: a Python loop over samples" if len(ops) in (N, N * groups) else ""
-            return (f"it ran {len(ops)} dot/GEMM ops ({listing}) for groups={groups}; allowed: {groups} (one per "
-                    f"group) or 1 (one batched GEMM){why}")
+            return (
+                f"it ran {len(ops)} dot/GEMM ops ({listing}) for groups={groups}; allowed: {groups} (one per "
+                f"group) or 1 (one batched GEMM){why}"
+            )
         return None
 
-    return Rule("the FLOPs run in GEMMs: one per group (or one batched GEMM), no loop over samples or positions",
-                test, "reshape the columns to (C/groups·kh·kw, N·Hout·Wout) per group so that one GEMM covers every "
-                      "sample and position of that group: W_g (M, K) @ cols_g (K, N·Hout·Wout)")
+    return Rule(
+        "the FLOPs run in GEMMs: one per group (or one batched GEMM), no loop over samples or positions",
+        test,
+        "reshape the columns to (C/groups·kh·kw, N·Hout·Wout) per group so that one GEMM covers every "
+        "sample and position of that group: W_g (M, K) @ cols_g (K, N·Hout·Wout)",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Oracles and judges
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _im2col_expected(x, kernel_size, stride=1, padding=0, dilation=1):
     return F.unfold(x, kernel_size, dilation=dilation, padding=padding, stride=stride)
@@ -340,10 +412,14 @@ def _im2col_axes(case: Case) -> list[Axis]:
     x, kernel = case.args[:2]
     kw_ = case.kwargs
     (kh, kw) = pair(kernel)
-    hout, wout = _output_size(tuple(x.shape), kernel, kw_.get("stride", 1), kw_.get("padding", 0),
-                              kw_.get("dilation", 1))
-    return [Axis("batch"), Axis("row", (("channel", x.shape[1]), ("kernel row", kh), ("kernel column", kw))),
-            Axis("column", (("output row", hout), ("output column", wout)))]
+    hout, wout = _output_size(
+        tuple(x.shape), kernel, kw_.get("stride", 1), kw_.get("padding", 0), kw_.get("dilation", 1)
+    )
+    return [
+        Axis("batch"),
+        Axis("row", (("channel", x.shape[1]), ("kernel row", kh), ("kernel column", kw))),
+        Axis("column", (("output row", hout), ("output column", wout))),
+    ]
 
 
 def _judge_im2col(got, want, case: Case) -> str:
@@ -364,8 +440,15 @@ def _judge_conv(got, want, case: Case) -> str:
     kw = case.kwargs
     bias = kw.get("bias")
     b = None if bias is None else bias.double().abs()
-    abs_sum = F.conv2d(x.double().abs(), w.double().abs(), b, kw.get("stride", 1), kw.get("padding", 0),
-                       kw.get("dilation", 1), kw.get("groups", 1))
+    abs_sum = F.conv2d(
+        x.double().abs(),
+        w.double().abs(),
+        b,
+        kw.get("stride", 1),
+        kw.get("padding", 0),
+        kw.get("dilation", 1),
+        kw.get("groups", 1),
+    )
     eps = torch.finfo(x.dtype).eps
     atol = CONV_TOLERANCE_K * eps * float(abs_sum.max()) + torch.finfo(x.dtype).tiny
     groups, O = kw.get("groups", 1), w.shape[0]
@@ -387,102 +470,169 @@ def _judge_gemm_shape(got, want, case: Case) -> str:
     x_shape, w_shape, s, p, d, groups = case.args
     M, N, K = want
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise Mismatch(f"{got!r}, but conv_gemm_shape returns a tuple of three ints (M, N, K)",
-                       next_step="return (M, N, K) as a tuple, e.g. return (M, N, K)")
+        raise Mismatch(
+            f"{got!r}, but conv_gemm_shape returns a tuple of three ints (M, N, K)",
+            next_step="return (M, N, K) as a tuple, e.g. return (M, N, K)",
+        )
     try:
         values = tuple(operator.index(v) for v in got)
         if any(isinstance(v, bool) for v in got):
             raise TypeError
     except TypeError:
-        raise Mismatch(f"{got!r}: M, N and K must be ints (not floats or tensors)",
-                       next_step="use integer division // and int(...), never /, for sizes") from None
+        raise Mismatch(
+            f"{got!r}: M, N and K must be ints (not floats or tensors)",
+            next_step="use integer division // and int(...), never /, for sizes",
+        ) from None
     if values == want:
         return ""
     wrong = [n for n, g, e in zip("MNK", values, want) if g != e]
     hints = {
         "M": f"M is the output channels of one group: O/groups = {w_shape[0]}/{groups}",
-        "N": ("N counts every output position of every sample: N·Hout·Wout, with "
-              "Hout = ⌊(H + 2·ph − dh·(kh − 1) − 1)/sh⌋ + 1 and Wout likewise"),
-        "K": (f"K is one column's length: (C/groups)·kh·kw = weight.shape[1]·kh·kw = "
-              f"{w_shape[1]}·{w_shape[2]}·{w_shape[3]}"),
+        "N": (
+            "N counts every output position of every sample: N·Hout·Wout, with "
+            "Hout = ⌊(H + 2·ph − dh·(kh − 1) − 1)/sh⌋ + 1 and Wout likewise"
+        ),
+        "K": (
+            f"K is one column's length: (C/groups)·kh·kw = weight.shape[1]·kh·kw = "
+            f"{w_shape[1]}·{w_shape[2]}·{w_shape[3]}"
+        ),
     }
     raise Mismatch(
         f"(M, N, K) = {values}: {', '.join(wrong)} wrong; the reference conv multiplied {groups} GEMM"
         f"{'s' if groups > 1 else ''} of (M, K) @ (K, N) = ({M}, {K}) @ ({K}, {N})",
-        next_step="; ".join(hints[n] for n in wrong))
+        next_step="; ".join(hints[n] for n in wrong),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _own(fn: Callable, next_step: str) -> tuple[Callable, Rule]:
     """`fn` watched for calls to the course's reference convolution code, and the rule that refuses them."""
-    return no_grader_calls(fn, {"twoprim.conv": convolution.uses}, next_step=next_step,
-                           why="the reference code the grader compares with (im2col_spec, conv2d_im2col, recorded_gemms)")
+    return no_grader_calls(
+        fn,
+        {"twoprim.conv": convolution.uses},
+        next_step=next_step,
+        why="the reference code the grader compares with (im2col_spec, conv2d_im2col, recorded_gemms)",
+    )
 
 
 def check_im2col(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `im2col`: the columns of every receptive field, exactly as F.unfold, with stride, padding and dilation."""
     if cases is None:
-        cases = (im2col_cases([((2, 3, 16, 16), 3, {}),
-                               ((1, 2, 7, 8), (2, 3), {"stride": 2, "padding": 1})], [torch.float32], seed=1)
-                 + im2col_cases([((2, 1, 9, 9), 3, {"padding": (2, 1), "dilation": 2}),
-                                 ((1, 3, 5, 6), (3, 3), {"stride": (2, 1), "padding": 1, "dilation": (1, 2)})],
-                                [torch.float64], seed=2)
-                 # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
-                 + im2col_cases([((1, 3, 6, 7), 3, {"padding": 1})], [torch.float32], layout="channels_last", seed=3)
-                 + im2col_cases([((2, 2, 7, 5), (2, 3), {"stride": 2})], [torch.float64], layout="sliced", seed=4)
-                 + im2col_cases([((1, 2, 5, 6), 2, {"dilation": 2})], [torch.float32], layout="transposed", seed=5))
-    fn, own = _own(fn, "build the columns yourself with F.pad and Tensor.unfold or slices; compare with "
-                       "conv.im2col_spec outside your function, never call it inside")
-    return run_check(f"{TASK}-im2col", fn, cases, expected=_im2col_expected, judge=_judge_im2col,
-                     rules=[_no_unfold(), _no_conv("select the windows with slicing or Tensor.unfold"),
-                            _no_gemm_in_im2col(), _im2col_vectorised(), own],
-                     proves="the columns of every receptive field, exactly as F.unfold, with stride, padding and "
-                            "dilation", hidden=hidden,
-                     next_step="compare with twoprim.topics.convolution.im2col_spec on a tiny input: row c·kh·kw + p·kw + q, "
-                               "column i·Wout + j holds x_padded[n, c, sh·i + dh·p, sw·j + dw·q]")
+        cases = (
+            im2col_cases(
+                [((2, 3, 16, 16), 3, {}), ((1, 2, 7, 8), (2, 3), {"stride": 2, "padding": 1})], [torch.float32], seed=1
+            )
+            + im2col_cases(
+                [
+                    ((2, 1, 9, 9), 3, {"padding": (2, 1), "dilation": 2}),
+                    ((1, 3, 5, 6), (3, 3), {"stride": (2, 1), "padding": 1, "dilation": (1, 2)}),
+                ],
+                [torch.float64],
+                seed=2,
+            )
+            # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
+            + im2col_cases([((1, 3, 6, 7), 3, {"padding": 1})], [torch.float32], layout="channels_last", seed=3)
+            + im2col_cases([((2, 2, 7, 5), (2, 3), {"stride": 2})], [torch.float64], layout="sliced", seed=4)
+            + im2col_cases([((1, 2, 5, 6), 2, {"dilation": 2})], [torch.float32], layout="transposed", seed=5)
+        )
+    fn, own = _own(
+        fn,
+        "build the columns yourself with F.pad and Tensor.unfold or slices; compare with "
+        "conv.im2col_spec outside your function, never call it inside",
+    )
+    return run_check(
+        f"{TASK}-im2col",
+        fn,
+        cases,
+        expected=_im2col_expected,
+        judge=_judge_im2col,
+        rules=[
+            _no_unfold(),
+            _no_conv("select the windows with slicing or Tensor.unfold"),
+            _no_gemm_in_im2col(),
+            _im2col_vectorised(),
+            own,
+        ],
+        proves="the columns of every receptive field, exactly as F.unfold, with stride, padding and dilation",
+        hidden=hidden,
+        next_step="compare with twoprim.topics.convolution.im2col_spec on a tiny input: row c·kh·kw + p·kw + q, "
+        "column i·Wout + j holds x_padded[n, c, sh·i + dh·p, sw·j + dw·q]",
+    )
 
 
 def check_conv_gemm_shape(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `conv_gemm_shape`: (M, N, K) of one group's GEMM, equal to the shapes the reference conv multiplies."""
     if cases is None:
-        cases = shape_cases([((2, 3, 8, 8), (4, 3, 3, 3), 1, 1, 1, 1),
-                             ((1, 4, 9, 7), (6, 2, 3, 2), 2, (1, 0), 1, 2),
-                             ((2, 4, 10, 10), (4, 1, 3, 3), 1, 2, 2, 4)])
+        cases = shape_cases(
+            [
+                ((2, 3, 8, 8), (4, 3, 3, 3), 1, 1, 1, 1),
+                ((1, 4, 9, 7), (6, 2, 3, 2), 2, (1, 0), 1, 2),
+                ((2, 4, 10, 10), (4, 1, 3, 3), 1, 2, 2, 4),
+            ]
+        )
     fn, own = _own(fn, "compute Hout and Wout from the shapes with the output-size formula, then M, N and K")
-    return run_check(f"{TASK}-conv_gemm_shape", fn, cases, expected=_gemm_shape_expected, judge=_judge_gemm_shape,
-                     rules=[own],
-                     proves="(M, N, K) of one group's GEMM, equal to the shapes the reference conv multiplies",
-                     hidden=hidden, next_step="M = O/groups, N = N·Hout·Wout, K = C/groups·kh·kw")
+    return run_check(
+        f"{TASK}-conv_gemm_shape",
+        fn,
+        cases,
+        expected=_gemm_shape_expected,
+        judge=_judge_gemm_shape,
+        rules=[own],
+        proves="(M, N, K) of one group's GEMM, equal to the shapes the reference conv multiplies",
+        hidden=hidden,
+        next_step="M = O/groups, N = N·Hout·Wout, K = C/groups·kh·kw",
+    )
 
 
 def check_conv2d_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `conv2d_gemm`: F.conv2d (float64 oracle) with bias, stride, padding, dilation and groups, from im2col and
     one GEMM per group."""
     if cases is None:
-        cases = (conv_cases([((2, 3, 8, 8), (4, 3, 3, 3), {"padding": 1})], [torch.float32], seed=3)
-                 + conv_cases([((1, 4, 9, 7), (6, 2, 3, 2), {"stride": 2, "groups": 2})], [torch.float64],
-                              bias=False, seed=4)
-                 + conv_cases([((2, 4, 10, 10), (4, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 4})],
-                              [torch.float32], seed=5)
-                 + conv_cases([((3, 5, 6, 6), (8, 5, 1, 1), {})], [torch.float64], seed=6)
-                 # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
-                 + conv_cases([((2, 4, 7, 6), (6, 2, 3, 3), {"padding": 1, "groups": 2})], [torch.float32],
-                              layout="channels_last", seed=7)
-                 + conv_cases([((1, 3, 6, 5), (4, 3, 2, 2), {"stride": 2})], [torch.float64], layout="sliced",
-                              bias=False, seed=8)
-                 + conv_cases([((2, 2, 5, 7), (3, 2, 3, 2), {"padding": (1, 0)})], [torch.float32],
-                              layout="transposed", seed=9))
+        cases = (
+            conv_cases([((2, 3, 8, 8), (4, 3, 3, 3), {"padding": 1})], [torch.float32], seed=3)
+            + conv_cases(
+                [((1, 4, 9, 7), (6, 2, 3, 2), {"stride": 2, "groups": 2})], [torch.float64], bias=False, seed=4
+            )
+            + conv_cases(
+                [((2, 4, 10, 10), (4, 1, 3, 3), {"padding": 2, "dilation": 2, "groups": 4})], [torch.float32], seed=5
+            )
+            + conv_cases([((3, 5, 6, 6), (8, 5, 1, 1), {})], [torch.float64], seed=6)
+            # the rule "any strides": channels_last, sliced and transposed (non-contiguous) inputs
+            + conv_cases(
+                [((2, 4, 7, 6), (6, 2, 3, 3), {"padding": 1, "groups": 2})],
+                [torch.float32],
+                layout="channels_last",
+                seed=7,
+            )
+            + conv_cases(
+                [((1, 3, 6, 5), (4, 3, 2, 2), {"stride": 2})], [torch.float64], layout="sliced", bias=False, seed=8
+            )
+            + conv_cases(
+                [((2, 2, 5, 7), (3, 2, 3, 2), {"padding": (1, 0)})], [torch.float32], layout="transposed", seed=9
+            )
+        )
     fn, own = _own(fn, "build it from your im2col (or F.unfold) and W_g @ cols_g for each group, yourself")
-    return run_check(f"{TASK}-conv2d_gemm", fn, cases, expected=_conv_expected, judge=_judge_conv,
-                     rules=[_no_conv("build the output from im2col and a GEMM: W_g @ cols_g for each group"),
-                            _gemms_do_the_flops(), own],
-                     proves="F.conv2d (float64 oracle) with bias, stride, padding, dilation and groups, from im2col "
-                            "and one GEMM per group", hidden=hidden,
-                     next_step="check the shape of every step on a tiny case: cols (N, C·kh·kw, L) -> per group "
-                               "(K, N·L); W_g (M, K); W_g @ cols_g (M, N·L) -> (N, O, Hout, Wout), then + bias")
+    return run_check(
+        f"{TASK}-conv2d_gemm",
+        fn,
+        cases,
+        expected=_conv_expected,
+        judge=_judge_conv,
+        rules=[
+            _no_conv("build the output from im2col and a GEMM: W_g @ cols_g for each group"),
+            _gemms_do_the_flops(),
+            own,
+        ],
+        proves="F.conv2d (float64 oracle) with bias, stride, padding, dilation and groups, from im2col "
+        "and one GEMM per group",
+        hidden=hidden,
+        next_step="check the shape of every step on a tiny case: cols (N, C·kh·kw, L) -> per group "
+        "(K, N·L); W_g (M, K); W_g @ cols_g (M, N·L) -> (N, O, Hout, Wout), then + bias",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

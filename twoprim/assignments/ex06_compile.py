@@ -12,6 +12,7 @@ Why this module is long: one assignment's checks (three graded functions and the
 time), with the models the checks capture, their messages and hints; split further, a check would sit apart from the
 models and messages it needs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,10 +35,28 @@ from twoprim.core.checks import Case, CheckResult, Mismatch, Rule, no_grader_cal
 from twoprim.core.counting import as_counter, difference
 
 __all__ = [
-    "GEMM_OPS", "MLP", "MatmulMLP", "EinsumMLP", "EinsumAttention", "MLPWithBreak", "LoggedMLP", "Spec",
-    "build", "model_cases", "graph_cases", "answer_cases", "graph_module", "capture_args",
-    "check_count_ops", "check_capture", "check_gemm_count", "check_forward_gemms", "check_backward_gemms",
-    "check_backward_gemms_input_grad", "check_no_bias_gemms", "check_graph_break_graphs",
+    "GEMM_OPS",
+    "MLP",
+    "MatmulMLP",
+    "EinsumMLP",
+    "EinsumAttention",
+    "MLPWithBreak",
+    "LoggedMLP",
+    "Spec",
+    "build",
+    "model_cases",
+    "graph_cases",
+    "answer_cases",
+    "graph_module",
+    "capture_args",
+    "check_count_ops",
+    "check_capture",
+    "check_gemm_count",
+    "check_forward_gemms",
+    "check_backward_gemms",
+    "check_backward_gemms_input_grad",
+    "check_no_bias_gemms",
+    "check_graph_break_graphs",
 ]
 
 TASK = "ex06_compile"
@@ -47,6 +66,7 @@ GEMM_OPS = compiler.GEMM_OPS
 # ----------------------------------------------------------------------------------------------------------------
 # The models the checks try
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _arrow(sizes: Sequence[int]) -> str:
     return "→".join(str(s) for s in sizes)
@@ -71,15 +91,15 @@ class MatmulMLP(nn.Module):
 
     def __init__(self, n_in: int, hidden: int, n_out: int):
         super().__init__()
-        self.W1 = nn.Parameter(torch.randn(hidden, n_in) / n_in ** 0.5)   # (H, K), nn.Linear's layout
+        self.W1 = nn.Parameter(torch.randn(hidden, n_in) / n_in**0.5)  # (H, K), nn.Linear's layout
         self.b1 = nn.Parameter(torch.zeros(hidden))
-        self.W2 = nn.Parameter(torch.randn(n_out, hidden) / hidden ** 0.5)
+        self.W2 = nn.Parameter(torch.randn(n_out, hidden) / hidden**0.5)
         self.b2 = nn.Parameter(torch.zeros(n_out))
         self.sizes = (n_in, hidden, n_out)
 
     def forward(self, x):
-        h = torch.relu(x @ self.W1.T + self.b1)   # (M, K) @ (K, H) -> (M, H)
-        return h @ self.W2.T + self.b2            # (M, H) @ (H, N) -> (M, N)
+        h = torch.relu(x @ self.W1.T + self.b1)  # (M, K) @ (K, H) -> (M, H)
+        return h @ self.W2.T + self.b2  # (M, H) @ (H, N) -> (M, N)
 
     def __repr__(self) -> str:
         return f"MatmulMLP({_arrow(self.sizes)}, x @ W.T + b)"
@@ -101,14 +121,14 @@ class EinsumAttention(nn.Module):
 
     def __init__(self, d: int):
         super().__init__()
-        self.W_qkv = nn.Parameter(torch.randn(3, d, d) / d ** 0.5)  # q, k, v projections
-        self.W_o = nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.W_qkv = nn.Parameter(torch.randn(3, d, d) / d**0.5)  # q, k, v projections
+        self.W_o = nn.Parameter(torch.randn(d, d) / d**0.5)
         self.d = d
 
     def forward(self, x):
-        q, k, v = torch.einsum("bsd,ned->nbse", x, self.W_qkv)           # 3 × (B, S, D)
-        scores = torch.einsum("bsd,btd->bst", q, k) / self.d ** 0.5       # (B, S, D) @ (B, D, S) -> (B, S, S)
-        out = torch.einsum("bst,btd->bsd", scores.softmax(dim=-1), v)    # (B, S, S) @ (B, S, D) -> (B, S, D)
+        q, k, v = torch.einsum("bsd,ned->nbse", x, self.W_qkv)  # 3 × (B, S, D)
+        scores = torch.einsum("bsd,btd->bst", q, k) / self.d**0.5  # (B, S, D) @ (B, D, S) -> (B, S, S)
+        out = torch.einsum("bst,btd->bsd", scores.softmax(dim=-1), v)  # (B, S, S) @ (B, S, D) -> (B, S, D)
         return out @ self.W_o.T
 
     def __repr__(self) -> str:
@@ -122,9 +142,9 @@ class MLPWithBreak(MLP):
         super().__init__(n_in, hidden, n_out)
 
     def forward(self, x):
-        linear1, relu, linear2 = self     # unpacked, not self[i]: Dynamo traces Sequential.__getitem__ (a quarter of
-        h = relu(linear1(x))              # a capture), and the graphs are the same
-        if not torch.isfinite(h).all():   # Python needs a bool from a tensor: a graph break
+        linear1, relu, linear2 = self  # unpacked, not self[i]: Dynamo traces Sequential.__getitem__ (a quarter of
+        h = relu(linear1(x))  # a capture), and the graphs are the same
+        if not torch.isfinite(h).all():  # Python needs a bool from a tensor: a graph break
             raise FloatingPointError("non-finite activations")
         return linear2(h)
 
@@ -144,12 +164,12 @@ class LoggedMLP(MLP):
         super().__init__(n_in, hidden1, hidden2, n_out)
 
     def forward(self, x):
-        linear1, relu1, linear2, relu2, linear3 = self   # unpacked, as MLPWithBreak
+        linear1, relu1, linear2, relu2, linear3 = self  # unpacked, as MLPWithBreak
         h = relu1(linear1(x))
-        _record_activation(h)             # Dynamo may not trace it: a graph break
+        _record_activation(h)  # Dynamo may not trace it: a graph break
         h = relu2(linear2(h))
-        _record_activation(h)             # and another (no loop here: a graph break inside a loop makes Dynamo
-        return linear3(h)                 # give up on the whole frame and run it eagerly)
+        _record_activation(h)  # and another (no loop here: a graph break inside a loop makes Dynamo
+        return linear3(h)  # give up on the whole frame and run it eagerly)
 
     def __repr__(self) -> str:
         return f"LoggedMLP({_arrow(self.sizes)}, a compiler.disable'd hook after each ReLU)"
@@ -193,8 +213,12 @@ def build(spec: Spec, seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
 
 
 def _label(spec: Spec, model: nn.Module, x: torch.Tensor) -> str:
-    parts = [repr(model), f"x {tuple(x.shape)} {str(x.dtype)[6:]}" + (" requires_grad" if x.requires_grad else ""),
-             f"level {spec.level!r}", "train=True (forward + backward)" if spec.train else "train=False (no_grad)"]
+    parts = [
+        repr(model),
+        f"x {tuple(x.shape)} {str(x.dtype)[6:]}" + (" requires_grad" if x.requires_grad else ""),
+        f"level {spec.level!r}",
+        "train=True (forward + backward)" if spec.train else "train=False (no_grad)",
+    ]
     return ", ".join(parts)
 
 
@@ -287,6 +311,7 @@ def warm_cells(sources: list[str]) -> None:
 # Guards
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def graph_module(fn: str, value: Any) -> None:
     """`value` is a torch.fx.GraphModule."""
     if isinstance(value, torch.fx.GraphModule):
@@ -296,8 +321,10 @@ def graph_module(fn: str, value: Any) -> None:
         hint = f" (a {type(value).__name__} of {len(value)}: capture returns a list, pass one of its graphs)"
     elif isinstance(value, nn.Module):
         hint = " (a model: capture it first, then count the ops of one of the graphs capture returns)"
-    raise TypeError(f"{fn}: graph_module must be a torch.fx.GraphModule, the graph a Dynamo backend or an AOTAutograd "
-                    f"compiler receives; got {type(value).__name__}{hint}.")
+    raise TypeError(
+        f"{fn}: graph_module must be a torch.fx.GraphModule, the graph a Dynamo backend or an AOTAutograd "
+        f"compiler receives; got {type(value).__name__}{hint}."
+    )
 
 
 def capture_args(fn: str, model: Any, x: Any, level: Any, train: Any) -> None:
@@ -312,22 +339,27 @@ def capture_args(fn: str, model: Any, x: Any, level: Any, train: Any) -> None:
         raise TypeError(f"{fn}: train must be True or False, got {type(train).__name__} {train!r}.")
     params = [p for p in model.parameters() if p.is_floating_point()] if isinstance(model, nn.Module) else []
     if params and params[0].dtype != x.dtype:
-        raise TypeError(f"{fn}: the model's parameters are {params[0].dtype} but x is {x.dtype}; convert one so "
-                        f"both match (model.to(x.dtype) or x.to({params[0].dtype})).")
+        raise TypeError(
+            f"{fn}: the model's parameters are {params[0].dtype} but x is {x.dtype}; convert one so "
+            f"both match (model.to(x.dtype) or x.to({params[0].dtype}))."
+        )
     try:
         with torch.no_grad():
             model(x)
     except Exception as err:  # noqa: BLE001 - said in words, with the shapes
-        raise ValueError(f"{fn}: model(x) fails before any compiling, for x of shape {tuple(x.shape)}: "
-                         f"{type(err).__name__}: {err}") from None
+        raise ValueError(
+            f"{fn}: model(x) fails before any compiling, for x of shape {tuple(x.shape)}: {type(err).__name__}: {err}"
+        ) from None
     if train and isinstance(model, nn.Module) and not x.requires_grad and not any(p.requires_grad for p in params):
-        raise ValueError(f"{fn}: train=True, but neither x nor any parameter requires grad: there is no backward "
-                         f"to capture.")
+        raise ValueError(
+            f"{fn}: train=True, but neither x nor any parameter requires grad: there is no backward to capture."
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Running the learner's code outside the recorder, and the rule "don't call the grader"
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _outside_recording():
@@ -355,49 +387,67 @@ def _outside(fn: Callable, *args, **kwargs) -> Any:
 def _own(fn: Callable) -> tuple[Callable, Rule]:
     """`fn`, run outside the recorder, and the rule that it calls no twoprim.topics.inside_torch_compile function."""
     return no_grader_calls(
-        fn, {"twoprim.topics.inside_torch_compile": compiler.uses}, call=_outside,
+        fn,
+        {"twoprim.topics.inside_torch_compile": compiler.uses},
+        call=_outside,
         rule="your own code: no calls to twoprim.topics.inside_torch_compile (the grader's ground truth)",
         next_step="write it with a backend of your own (Dynamo) or aot_autograd with your own forward and backward "
-                  "compilers (ATen), and count graph.nodes yourself, as lesson 06 shows")
+        "compilers (ATen), and count graph.nodes yourself, as lesson 06 shows",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Judges
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _counts_hint(expected: Counter, got: Counter, gm: torch.fx.GraphModule | None = None) -> str:
     keys = set(got)
     if any("." in k or k.startswith("aten") for k in keys):
-        return ("name an ATen op by its packet name: node.target.overloadpacket.__name__ is 'addmm' for "
-                "aten.addmm.default; a torch function by its __name__")
+        return (
+            "name an ATen op by its packet name: node.target.overloadpacket.__name__ is 'addmm' for "
+            "aten.addmm.default; a torch function by its __name__"
+        )
     if any(k.startswith("<") or " " in k for k in keys):
         return "use the function's __name__ (torch._C._nn.linear.__name__ is 'linear'), not str(node.target)"
     if gm is not None and keys and keys <= {n.name for n in gm.graph.nodes} and not keys <= set(expected):
-        return ("node.name is the variable the graph keeps a result in (input_1, addmm_1); the op comes from "
-                "node.target, and only 'call_function' and 'call_method' nodes run one")
+        return (
+            "node.name is the variable the graph keeps a result in (input_1, addmm_1); the op comes from "
+            "node.target, and only 'call_function' and 'call_method' nodes run one"
+        )
     if keys & {"placeholder", "output", "get_attr", "call_function", "call_method"}:
-        return ("count op names, not node kinds: node.op says what kind of node it is; only 'call_function' and "
-                "'call_method' nodes run an op, and their name comes from node.target")
+        return (
+            "count op names, not node kinds: node.op says what kind of node it is; only 'call_function' and "
+            "'call_method' nodes run an op, and their name comes from node.target"
+        )
     if gm is not None:
         placeholders = {str(n.target) for n in gm.graph.nodes if n.op == "placeholder"}
         if keys & placeholders or "output" in keys:
             return "count only 'call_function' and 'call_method' nodes: placeholders are inputs, output is the result"
         methods = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_method")
         if methods and all(got[m] == 0 for m in methods):
-            return (f"this graph has call_method nodes ({', '.join(sorted(methods))}): their node.target is the "
-                    f"method's name as a string; count them too")
+            return (
+                f"this graph has call_method nodes ({', '.join(sorted(methods))}): their node.target is the "
+                f"method's name as a string; count them too"
+            )
     if not got:
         return "loop over graph_module.graph.nodes and count the op of every 'call_function' and 'call_method' node"
     return "print graph_module.code next to your counter and compare them op by op"
 
 
 def _judge_counts(got, want: Counter, case: Case) -> str:
-    counts = as_counter(got, "count_ops", build="build a collections.Counter: counts[name] += 1 for every op node",
-                        key="key the counter by the op's name as a string (e.g. 'addmm'), not by the node or its "
-                            "target object; the value is how many nodes run that op")
+    counts = as_counter(
+        got,
+        "count_ops",
+        build="build a collections.Counter: counts[name] += 1 for every op node",
+        key="key the counter by the op's name as a string (e.g. 'addmm'), not by the node or its "
+        "target object; the value is how many nodes run that op",
+    )
     if counts != want:
-        raise Mismatch(f"{dict(counts)!r}\n  differs:  {difference(want, counts)}",
-                       next_step=_counts_hint(want, counts, case.args[0]))
+        raise Mismatch(
+            f"{dict(counts)!r}\n  differs:  {difference(want, counts)}",
+            next_step=_counts_hint(want, counts, case.args[0]),
+        )
     return ""
 
 
@@ -405,20 +455,26 @@ def _ground_truth(model, x, level, train) -> compiler.Capture:
     """The grader's capture; it never grades against nothing: no graph at all means Dynamo ran the model eagerly."""
     cap = compiler.capture_graphs(model, x, level, train)
     if not cap.graphs:
-        raise RuntimeError(f"the grader captured no graph for {model!r} at level {level!r} on torch "
-                           f"{torch.__version__}: Dynamo ran it eagerly, so this case cannot be graded here")
+        raise RuntimeError(
+            f"the grader captured no graph for {model!r} at level {level!r} on torch "
+            f"{torch.__version__}: Dynamo ran it eagerly, so this case cannot be graded here"
+        )
     return cap
 
 
 def _judge_capture(got, want: compiler.Capture, case: Case) -> str:
     model, x, level, train = case.args
     if not isinstance(got, (list, tuple)):
-        raise Mismatch(f"{type(got).__name__}, but capture returns a list of GraphModules",
-                       next_step="collect every GraphModule your backend or compilers receive in a list and return it")
+        raise Mismatch(
+            f"{type(got).__name__}, but capture returns a list of GraphModules",
+            next_step="collect every GraphModule your backend or compilers receive in a list and return it",
+        )
     not_graphs = [type(g).__name__ for g in got if not isinstance(g, torch.fx.GraphModule)]
     if not_graphs:
-        raise Mismatch(f"a list holding {', '.join(sorted(set(not_graphs)))}, not only torch.fx.GraphModules",
-                       next_step="keep the gm argument your backend (or compiler) receives, not gm.forward or gm.code")
+        raise Mismatch(
+            f"a list holding {', '.join(sorted(set(not_graphs)))}, not only torch.fx.GraphModules",
+            next_step="keep the gm argument your backend (or compiler) receives, not gm.forward or gm.code",
+        )
     n_fw, n_bw = len(want.forward), len(want.backward)
     shape = f"{n_fw} forward + {n_bw} backward" if level == "aten" else f"{n_fw} Dynamo"
     counts = [compiler._count(g) for g in got]
@@ -426,23 +482,32 @@ def _judge_capture(got, want: compiler.Capture, case: Case) -> str:
     if len(got) != len(want.graphs):
         hint = "print how many graphs your backend received"
         if len(got) == 0:
-            hint = ("your backend never ran: compile the model with it (torch.compile(model, backend=...)) and call "
-                    "the compiled model; reset Dynamo first (torch._dynamo.reset()) so it does not reuse old code")
+            hint = (
+                "your backend never ran: compile the model with it (torch.compile(model, backend=...)) and call "
+                "the compiled model; reset Dynamo first (torch._dynamo.reset()) so it does not reuse old code"
+            )
         elif level == "aten" and train and len(got) == n_fw:
-            hint = ("the backward graphs are missing: AOTAutograd compiles them when backward runs, so with "
-                    "train=True call .sum().backward() on the compiled model's output")
+            hint = (
+                "the backward graphs are missing: AOTAutograd compiles them when backward runs, so with "
+                "train=True call .sum().backward() on the compiled model's output"
+            )
         elif len(got) > len(want.graphs):
-            hint = ("more graphs than one compile produces: create the list inside capture (not once, outside it), "
-                    "and call torch._dynamo.reset() first")
-        raise Mismatch(f"{len(got)} graph{'s' if len(got) != 1 else ''}, expected {len(want.graphs)} ({shape})",
-                       next_step=hint)
+            hint = (
+                "more graphs than one compile produces: create the list inside capture (not once, outside it), "
+                "and call torch._dynamo.reset() first"
+            )
+        raise Mismatch(
+            f"{len(got)} graph{'s' if len(got) != 1 else ''}, expected {len(want.graphs)} ({shape})", next_step=hint
+        )
     for i in range(n_fw):
         if counts[i] != want_counts[i]:
             diff = difference(want_counts[i], counts[i])
             hint = "compare graph.code of your graph with what the lesson shows for this level"
             if set(counts[i] - want_counts[i]) == {"detach"}:
-                hint = ("train=False must run the compiled model under torch.no_grad(): with autograd on, AOTAutograd "
-                        "builds the training forward graph (it saves tensors for backward)")
+                hint = (
+                    "train=False must run the compiled model under torch.no_grad(): with autograd on, AOTAutograd "
+                    "builds the training forward graph (it saves tensors for backward)"
+                )
             elif level == "aten" and counts[i]["linear"]:
                 hint = "level 'aten' needs ATen graphs: use aot_autograd(fw_compiler=..., bw_compiler=...) as backend"
             elif level == "dynamo" and (counts[i]["addmm"] or counts[i]["t"]):
@@ -450,18 +515,22 @@ def _judge_capture(got, want: compiler.Capture, case: Case) -> str:
             raise Mismatch(f"graph {i + 1} (forward) has ops {dict(counts[i])!r}\n  differs:  {diff}", next_step=hint)
     rest, wanted = sorted(counts[n_fw:], key=repr), sorted(want_counts[n_fw:], key=repr)
     if rest != wanted:
-        raise Mismatch(f"backward graphs with ops {[dict(c) for c in counts[n_fw:]]!r}, expected "
-                       f"{[dict(c) for c in want_counts[n_fw:]]!r} (in any order)",
-                       next_step="give aot_autograd a bw_compiler that keeps its graph, and put the forward graphs "
-                                 "first in the list you return")
+        raise Mismatch(
+            f"backward graphs with ops {[dict(c) for c in counts[n_fw:]]!r}, expected "
+            f"{[dict(c) for c in want_counts[n_fw:]]!r} (in any order)",
+            next_step="give aot_autograd a bw_compiler that keeps its graph, and put the forward graphs "
+            "first in the list you return",
+        )
     return ""
 
 
 def _judge_gemms(got, want: int, case: Case) -> str:
     model, x, level, train = case.args
     if isinstance(got, bool) or not isinstance(got, numbers.Integral):
-        raise Mismatch(f"{type(got).__name__} {got!r}, but gemm_count returns an int",
-                       next_step="add up the counts of the GEMM op names over every captured graph: an int")
+        raise Mismatch(
+            f"{type(got).__name__} {got!r}, but gemm_count returns an int",
+            next_step="add up the counts of the GEMM op names over every captured graph: an int",
+        )
     got = int(got)
     if got == want:
         return ""
@@ -475,8 +544,10 @@ def _judge_gemms(got, want: int, case: Case) -> str:
     elif len(cap.graphs) > 1 and got == compiler._gemms_in(cap.graphs[0], level):
         hint = "add the GEMMs of every graph capture returns, not only the first"
     elif got == want + names_other or got == 0:
-        hint = (f"count only the GEMM names of this level, GEMM_OPS[{level!r}] = {sorted(GEMM_OPS[level])}, "
-                f"and capture at the level you were given")
+        hint = (
+            f"count only the GEMM names of this level, GEMM_OPS[{level!r}] = {sorted(GEMM_OPS[level])}, "
+            f"and capture at the level you were given"
+        )
     raise Mismatch(f"{got}", next_step=hint)
 
 
@@ -484,48 +555,80 @@ def _judge_gemms(got, want: int, case: Case) -> str:
 # The function checks
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _check(task: str, fn: Callable, cases: Sequence[Case], **kwargs) -> CheckResult:
     watched, own = _own(fn)
     return run_check(f"{TASK}-{task}", watched, cases, rules=[own], **kwargs)
 
 
-VISIBLE_GRAPHS = [Spec("mlp", "dynamo"), Spec("mlp", "aten"), Spec("mlp", "aten", train=True),
-                  Spec("matmul", "dynamo"), Spec("break", "dynamo", dtype=torch.float64)]
-VISIBLE_MODELS = [Spec("mlp", "dynamo"), Spec("mlp", "aten"), Spec("mlp", "aten", train=True),
-                  Spec("break", "dynamo", dtype=torch.float64), Spec("matmul", "aten", train=True, input_grad=True)]
+VISIBLE_GRAPHS = [
+    Spec("mlp", "dynamo"),
+    Spec("mlp", "aten"),
+    Spec("mlp", "aten", train=True),
+    Spec("matmul", "dynamo"),
+    Spec("break", "dynamo", dtype=torch.float64),
+]
+VISIBLE_MODELS = [
+    Spec("mlp", "dynamo"),
+    Spec("mlp", "aten"),
+    Spec("mlp", "aten", train=True),
+    Spec("break", "dynamo", dtype=torch.float64),
+    Spec("matmul", "aten", train=True, input_grad=True),
+]
 
 
 def check_count_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `count_ops`: op names counted from the nodes of Dynamo and ATen graphs, forward and backward."""
     cases = cases if cases is not None else graph_cases(VISIBLE_GRAPHS)
-    return _check("count_ops", fn, cases, expected=compiler._count, judge=_judge_counts, hidden=hidden,
-                  proves="op names counted from the nodes of Dynamo and ATen graphs (functions, methods, ATen "
-                         "packets), forward and backward",
-                  next_step="count node.op == 'call_function' and 'call_method' nodes by op name")
+    return _check(
+        "count_ops",
+        fn,
+        cases,
+        expected=compiler._count,
+        judge=_judge_counts,
+        hidden=hidden,
+        proves="op names counted from the nodes of Dynamo and ATen graphs (functions, methods, ATen "
+        "packets), forward and backward",
+        next_step="count node.op == 'call_function' and 'call_method' nodes by op name",
+    )
 
 
 def check_capture(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `capture`: the graphs torch.compile builds at both levels, with and without backward, past a break."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
-    return _check("capture", fn, cases, expected=_ground_truth, judge=_judge_capture, hidden=hidden,
-                  proves="the graphs torch.compile builds, at the Dynamo and ATen levels, with and without backward, "
-                         "across a graph break",
-                  next_step="compare your list with what the grader captured, graph by graph")
+    return _check(
+        "capture",
+        fn,
+        cases,
+        expected=_ground_truth,
+        judge=_judge_capture,
+        hidden=hidden,
+        proves="the graphs torch.compile builds, at the Dynamo and ATen levels, with and without backward, "
+        "across a graph break",
+        next_step="compare your list with what the grader captured, graph by graph",
+    )
 
 
 def check_gemm_count(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `gemm_count`: GEMMs counted over every captured graph at both levels, training and inference."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
-    return _check("gemm_count", fn, cases, expected=lambda *args: _ground_truth(*args).gemms(), judge=_judge_gemms,
-                  hidden=hidden,
-                  proves="GEMMs counted over every graph at both levels, training and inference",
-                  next_step="sum the GEMM_OPS[level] entries of count_ops over every graph capture returns")
+    return _check(
+        "gemm_count",
+        fn,
+        cases,
+        expected=lambda *args: _ground_truth(*args).gemms(),
+        judge=_judge_gemms,
+        hidden=hidden,
+        proves="GEMMs counted over every graph at both levels, training and inference",
+        next_step="sum the GEMM_OPS[level] entries of count_ops over every graph capture returns",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Short answers: the visible check reads the answer's form only (it says "answered", never ✔, and progress does not
 # count it as passing); the hidden check measures the fact at grading time
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _forward_gemms(model_name: str = "mlp", seed: int = 0) -> int:
     model, x = build(Spec(model_name), seed)
@@ -554,31 +657,48 @@ def _graphs(model_name: str = "break", seed: int = 0) -> int:
 @dataclass(frozen=True)
 class _Answer:
     name: str
-    what: str                          # what the number is, for messages
-    measure: Callable[..., Any]        # the grader's measurement
-    form: str                          # "int" or "counts"
-    how: str                           # how to measure it yourself (next step)
+    what: str  # what the number is, for messages
+    measure: Callable[..., Any]  # the grader's measurement
+    form: str  # "int" or "counts"
+    how: str  # how to measure it yourself (next step)
 
 
 ANSWERS = {
     "forward_gemms": _Answer(
-        "forward_gemms", "GEMM ops in the ATen forward graph of MLP(16→32→8), no_grad", _forward_gemms, "int",
-        "measure it: gemm_count(model, x, 'aten')"),
+        "forward_gemms",
+        "GEMM ops in the ATen forward graph of MLP(16→32→8), no_grad",
+        _forward_gemms,
+        "int",
+        "measure it: gemm_count(model, x, 'aten')",
+    ),
     "backward_gemms": _Answer(
-        "backward_gemms", "GEMM ops in the ATen backward graph of MLP(16→32→8), x without requires_grad",
-        _backward_gemms, "int",
-        "measure it: capture(model, x, 'aten', train=True) and count the GEMMs of the graphs after the forward one"),
+        "backward_gemms",
+        "GEMM ops in the ATen backward graph of MLP(16→32→8), x without requires_grad",
+        _backward_gemms,
+        "int",
+        "measure it: capture(model, x, 'aten', train=True) and count the GEMMs of the graphs after the forward one",
+    ),
     "backward_gemms_input_grad": _Answer(
-        "backward_gemms_input_grad", "GEMM ops in the ATen backward graph of MLP(16→32→8), x.requires_grad_()",
-        functools.partial(_backward_gemms, input_grad=True), "int",
-        "measure it as for backward_gemms, with x.clone().requires_grad_() as input"),
+        "backward_gemms_input_grad",
+        "GEMM ops in the ATen backward graph of MLP(16→32→8), x.requires_grad_()",
+        functools.partial(_backward_gemms, input_grad=True),
+        "int",
+        "measure it as for backward_gemms, with x.clone().requires_grad_() as input",
+    ),
     "no_bias_gemms": _Answer(
-        "no_bias_gemms", "GEMM ops by name in the ATen forward graph of MLP(16→32→8, bias=False), no_grad",
-        _no_bias_gemms, "counts",
-        "measure it: count_ops of the forward graph of ex06.MLP(16, 32, 8, bias=False), GEMM names only"),
+        "no_bias_gemms",
+        "GEMM ops by name in the ATen forward graph of MLP(16→32→8, bias=False), no_grad",
+        _no_bias_gemms,
+        "counts",
+        "measure it: count_ops of the forward graph of ex06.MLP(16, 32, 8, bias=False), GEMM names only",
+    ),
     "graph_break_graphs": _Answer(
-        "graph_break_graphs", "graphs Dynamo captures for MLPWithBreak(16→32→8)", _graphs, "int",
-        "measure it: len(capture(ex06.MLPWithBreak(16, 32, 8), x, 'dynamo'))"),
+        "graph_break_graphs",
+        "graphs Dynamo captures for MLPWithBreak(16→32→8)",
+        _graphs,
+        "int",
+        "measure it: len(capture(ex06.MLPWithBreak(16, 32, 8), x, 'dynamo'))",
+    ),
 }
 
 
@@ -586,16 +706,23 @@ def _judge_form(answer: _Answer) -> Callable:
     def judge(got, want, case: Case) -> str:
         if answer.form == "int":
             if isinstance(got, bool) or not isinstance(got, numbers.Integral) or got < 0:
-                raise Mismatch(f"{type(got).__name__} {got!r}, but {answer.name} is a count: an int, 0 or more",
-                               next_step=f"{answer.how}, and set {answer.name} to that int")
+                raise Mismatch(
+                    f"{type(got).__name__} {got!r}, but {answer.name} is a count: an int, 0 or more",
+                    next_step=f"{answer.how}, and set {answer.name} to that int",
+                )
             return ""
         if not isinstance(got, Mapping) or not got:
-            raise Mismatch(f"{type(got).__name__} {got!r}, but {answer.name} is a dict {{op name: count}}, "
-                           f"e.g. {{'bmm': 3}}", next_step=answer.how)
+            raise Mismatch(
+                f"{type(got).__name__} {got!r}, but {answer.name} is a dict {{op name: count}}, e.g. {{'bmm': 3}}",
+                next_step=answer.how,
+            )
         for k, v in got.items():
             if k not in GEMM_OPS["aten"] or isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise Mismatch(f"{dict(got)!r}: the entry {k!r}: {v!r} is not (ATen GEMM name: count ≥ 1); the ATen "
-                               f"GEMM names are {sorted(GEMM_OPS['aten'])}", next_step=answer.how)
+                raise Mismatch(
+                    f"{dict(got)!r}: the entry {k!r}: {v!r} is not (ATen GEMM name: count ≥ 1); the ATen "
+                    f"GEMM names are {sorted(GEMM_OPS['aten'])}",
+                    next_step=answer.how,
+                )
         return ""
 
     return judge
@@ -608,8 +735,9 @@ def _judge_answer(answer: _Answer) -> Callable:
         form(got, want, case)
         value = int(got) if answer.form == "int" else {k: int(v) for k, v in got.items()}
         if value != want:
-            raise Mismatch(f"{value!r}", next_step=f"{answer.how} (the grader measured it on this torch, "
-                                                   f"{torch.__version__})")
+            raise Mismatch(
+                f"{value!r}", next_step=f"{answer.how} (the grader measured it on this torch, {torch.__version__})"
+            )
         return ""
 
     return judge
@@ -629,13 +757,26 @@ def _check_answer(name: str, value: Any, cases: Sequence[Case] | None, hidden: i
     given.__name__ = name
     if cases is None:  # visible: the form only; the value is compared with a measurement when grading
         form = "an int, 0 or more" if answer.form == "int" else "a dict {ATen GEMM op name: count}"
-        return _check(name, given, [Case(f"the form of your answer: {answer.what}", ())],
-                      expected=lambda: f"{form}; grading compares its value with a measurement",
-                      judge=_judge_form(answer), hidden=hidden, form_only=True,
-                      proves=f"{name} = {value!r} is {form}, but whether it is right is not known yet: grading "
-                             f"compares it with {answer.what}, measured then")
-    return _check(name, given, cases, expected=lambda: answer.measure(),
-                  judge=_judge_answer(answer), hidden=hidden, proves=f"{name} equals {answer.what}")
+        return _check(
+            name,
+            given,
+            [Case(f"the form of your answer: {answer.what}", ())],
+            expected=lambda: f"{form}; grading compares its value with a measurement",
+            judge=_judge_form(answer),
+            hidden=hidden,
+            form_only=True,
+            proves=f"{name} = {value!r} is {form}, but whether it is right is not known yet: grading "
+            f"compares it with {answer.what}, measured then",
+        )
+    return _check(
+        name,
+        given,
+        cases,
+        expected=lambda: answer.measure(),
+        judge=_judge_answer(answer),
+        hidden=hidden,
+        proves=f"{name} equals {answer.what}",
+    )
 
 
 def check_forward_gemms(value: Any, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -707,8 +848,7 @@ HINTS: dict[str, tuple[str, ...]] = {
     ),
     "ex06_compile-backward_gemms_input_grad": (
         "The same measurement as `backward_gemms`, with `x.clone().requires_grad_()` as the input.",
-        "An input that requires grad adds one gradient to compute, ∂L/∂x of the first layer: how many GEMMs is "
-        "that?",
+        "An input that requires grad adds one gradient to compute, ∂L/∂x of the first layer: how many GEMMs is that?",
     ),
     "ex06_compile-no_bias_gemms": (
         "Capture the ATen forward graph of `ex06.MLP(16, 32, 8, bias=False)` and count its ops; keep only the names "

@@ -15,6 +15,7 @@ Why this module is long: one assignment's checks on MLX (four graded functions a
 torch conversions the judges need, their messages and hints; split further, a check would sit apart from the
 messages it gives.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,23 +41,39 @@ except ImportError:  # the package imports everywhere; the checks need MLX
     mx = nn = None
 
 __all__ = [
-    "MLX", "Function", "vector_cases", "gemm_cases", "attention_cases", "op_count_cases", "lazy_cases",
-    "OP_COUNT_SUBJECTS", "LAZY_SCENARIO", "lazy_measurements",
-    "check_mlx_dot", "check_mlx_gemm", "check_mlx_attention", "check_mlx_op_counts", "check_lazy_answer",
-    "guard_vectors", "guard_gemm", "guard_attention", "guard_op_counts",
+    "MLX",
+    "Function",
+    "vector_cases",
+    "gemm_cases",
+    "attention_cases",
+    "op_count_cases",
+    "lazy_cases",
+    "OP_COUNT_SUBJECTS",
+    "LAZY_SCENARIO",
+    "lazy_measurements",
+    "check_mlx_dot",
+    "check_mlx_gemm",
+    "check_mlx_attention",
+    "check_mlx_op_counts",
+    "check_lazy_answer",
+    "guard_vectors",
+    "guard_gemm",
+    "guard_attention",
+    "guard_op_counts",
 ]
 
 TASK = "ex07_mlx"
 
 
 _FLOATING = ("float16", "bfloat16", "float32", "float64")
-_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
+_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 MLX_EXP_REL_ERROR = 1e-6  # MLX's CPU exp on [-10, 10], float32 and float64 alike (lesson 07 measures it)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Input guards: a clear error naming the shapes, never a silent broadcast
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _array(fn: str, name: str, value: Any, *, ndim: int | None = None, floating: bool = True):
     mlx_tools.need_mlx(TASK)
@@ -75,8 +92,10 @@ def _array(fn: str, name: str, value: Any, *, ndim: int | None = None, floating:
         what = {1: "a 1-D vector", 2: "a 2-D matrix"}.get(ndim, f"{ndim}-D")
         raise ValueError(f"{fn}: {name} must be {what}, got shape {tuple(value.shape)} ({value.ndim}-D).")
     if floating and dtype_name(value.dtype) not in _FLOATING:
-        raise TypeError(f"{fn}: {name} must be floating point (float16, bfloat16, float32 or float64), got "
-                        f"{dtype_name(value.dtype)}; convert it with {name}.astype(mx.float32).")
+        raise TypeError(
+            f"{fn}: {name} must be floating point (float16, bfloat16, float32 or float64), got "
+            f"{dtype_name(value.dtype)}; convert it with {name}.astype(mx.float32)."
+        )
     return value
 
 
@@ -85,8 +104,9 @@ def _same_dtype(fn: str, **arrays) -> None:
     n0, a0 = items[0]
     for name, a in items[1:]:
         if a.dtype != a0.dtype:
-            raise TypeError(f"{fn}: {n0} is {dtype_name(a0.dtype)} but {name} is {dtype_name(a.dtype)}; convert one so "
-                            f"both match.")
+            raise TypeError(
+                f"{fn}: {n0} is {dtype_name(a0.dtype)} but {name} is {dtype_name(a.dtype)}; convert one so both match."
+            )
 
 
 def _number(fn: str, name: str, value: Any) -> None:
@@ -100,8 +120,10 @@ def guard_vectors(fn: str, x: Any, w: Any) -> None:
     _array(fn, "x", x, ndim=1)
     _array(fn, "w", w, ndim=1)
     if x.shape != w.shape:
-        raise ValueError(f"{fn}: x has shape {tuple(x.shape)}, w has shape {tuple(w.shape)}; a dot product needs "
-                         f"vectors of the same length (no broadcasting).")
+        raise ValueError(
+            f"{fn}: x has shape {tuple(x.shape)}, w has shape {tuple(w.shape)}; a dot product needs "
+            f"vectors of the same length (no broadcasting)."
+        )
     _same_dtype(fn, x=x, w=w)
 
 
@@ -113,11 +135,15 @@ def guard_gemm(fn: str, alpha: Any, A: Any, B: Any, beta: Any, C: Any) -> None:
         _array(fn, name, value, ndim=2)
     (M, K), (K2, N) = A.shape, B.shape
     if K != K2:
-        raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A's columns (K = {K}) "
-                         f"must equal B's rows (K = {K2}).")
+        raise ValueError(
+            f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A's columns (K = {K}) "
+            f"must equal B's rows (K = {K2})."
+        )
     if tuple(C.shape) != (M, N):
-        raise ValueError(f"{fn}: A @ B has shape ({M}, {N}) but C has shape {tuple(C.shape)}; C must be exactly "
-                         f"(M, N) = ({M}, {N}) (no broadcasting).")
+        raise ValueError(
+            f"{fn}: A @ B has shape ({M}, {N}) but C has shape {tuple(C.shape)}; C must be exactly "
+            f"(M, N) = ({M}, {N}) (no broadcasting)."
+        )
     _same_dtype(fn, A=A, B=B, C=C)
 
 
@@ -126,8 +152,10 @@ def guard_attention(fn: str, q: Any, k: Any, v: Any, causal: Any) -> None:
     for name, value in (("q", q), ("k", k), ("v", v)):
         _array(fn, name, value, ndim=4)
     if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"{fn}: q has shape {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; all three must "
-                         f"be (B, H, S, D) with the same B, H, S and D.")
+        raise ValueError(
+            f"{fn}: q has shape {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; all three must "
+            f"be (B, H, S, D) with the same B, H, S and D."
+        )
     _same_dtype(fn, q=q, k=k, v=v)
     if not isinstance(causal, bool):
         raise TypeError(f"{fn}: causal must be True or False, got {type(causal).__name__}.")
@@ -137,17 +165,21 @@ def guard_op_counts(fn: str, fun: Any, args: tuple) -> None:
     """fun callable; every argument an MLX array (the example inputs export_function traces with)."""
     mlx_tools.need_mlx(TASK)
     if not callable(fun):
-        raise TypeError(f"{fn}: fun must be a function, got {type(fun).__name__}; pass the function itself, not "
-                        f"its result.")
+        raise TypeError(
+            f"{fn}: fun must be a function, got {type(fun).__name__}; pass the function itself, not its result."
+        )
     for i, a in enumerate(args):
         if not isinstance(a, mx.array):
-            raise TypeError(f"{fn}: argument {i + 1} after fun is {type(a).__name__}; mx.export_function traces "
-                            f"with MLX arrays only, so pass every example input as an mx.array.")
+            raise TypeError(
+                f"{fn}: argument {i + 1} after fun is {type(a).__name__}; mx.export_function traces "
+                f"with MLX arrays only, so pass every example input as an mx.array."
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Arguments as they appear in a check: values kept in float64, a fresh MLX array made for every call
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class MLX:
     """One array argument of a case: exact values (float64 NumPy) and the MLX dtype to build it in.
@@ -205,9 +237,9 @@ class _Record:
 
     args: list
     out: Any = None
-    counts: Counter | None = None      # primitives its trace builds
-    trace_error: str | None = None     # why it could not be traced
-    helpers: tuple = ()                # twoprim.topics.mlx helpers it called
+    counts: Counter | None = None  # primitives its trace builds
+    trace_error: str | None = None  # why it could not be traced
+    helpers: tuple = ()  # twoprim.topics.mlx helpers it called
 
 
 class _Runner:
@@ -264,16 +296,23 @@ def _trace(fn: Callable, args: Sequence, kwargs: dict) -> tuple[Counter | None, 
 # Case builders (seeded)
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def vector_cases(lengths: Sequence[int], dtypes: Sequence[str] = ("float32",), *, seed: int = 0) -> list[Case]:
     """(x, w) pairs of random vectors for every length × dtype."""
     rng = np.random.default_rng(seed)
-    return [Case(f"length {n}, {dt}", (_values((n,), dt, rng), _values((n,), dt, rng)))
-            for dt in dtypes for n in lengths]
+    return [
+        Case(f"length {n}, {dt}", (_values((n,), dt, rng), _values((n,), dt, rng))) for dt in dtypes for n in lengths
+    ]
 
 
-def gemm_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[str] = ("float32",), *,
-               scalars: Sequence[tuple[float, float]] = ((0.75, -1.5),), nan_c: bool = False,
-               seed: int = 0) -> list[Case]:
+def gemm_cases(
+    shapes: Sequence[tuple[int, int, int]],
+    dtypes: Sequence[str] = ("float32",),
+    *,
+    scalars: Sequence[tuple[float, float]] = ((0.75, -1.5),),
+    nan_c: bool = False,
+    seed: int = 0,
+) -> list[Case]:
     """(alpha, A (M, K), B (K, N), beta, C (M, N)) for every (M, N, K) × dtype, cycling through `scalars`.
 
     With `nan_c`, C is all NaN and beta is 0: BLAS semantics say C is then ignored, not multiplied by 0.
@@ -289,13 +328,18 @@ def gemm_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[str] = (
             else:
                 C = _values((M, N), dt, rng)
             note = ", C all NaN and beta = 0" if nan_c else ""
-            cases.append(Case(f"M={M}, N={N}, K={K}, {dt}, alpha={alpha}, beta={beta}{note}",
-                              (alpha, A, B, beta, C)))
+            cases.append(Case(f"M={M}, N={N}, K={K}, {dt}, alpha={alpha}, beta={beta}{note}", (alpha, A, B, beta, C)))
     return cases
 
 
-def attention_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequence[str] = ("float32",), *,
-                    causal: Sequence[bool] = (False, True), score_scale: float = 1.0, seed: int = 0) -> list[Case]:
+def attention_cases(
+    shapes: Sequence[tuple[int, int, int, int]],
+    dtypes: Sequence[str] = ("float32",),
+    *,
+    causal: Sequence[bool] = (False, True),
+    score_scale: float = 1.0,
+    seed: int = 0,
+) -> list[Case]:
     """(q, k, v) of shape (B, H, S, D) for every shape × dtype × causal.
 
     `score_scale` multiplies q and k: with 10, scores reach the hundreds and exp() of an unshifted score overflows
@@ -428,18 +472,26 @@ def _build_norm_embed():
 OP_COUNT_SUBJECTS: dict[str, tuple[str, Callable]] = {
     "linear": ("nn.Linear(8, 16) on x (3, 8), parameters evaluated", _build_linear),
     "mlp": ("Linear(8, 16) → ReLU → Linear(16, 4) on x (3, 8), parameters evaluated", _build_mlp),
-    "two_outputs": ("returns (a @ b, mx.addmm(c, a, b, alpha=2, beta=0.5)) with c a captured constant",
-                    _build_two_outputs),
-    "mlp_no_bias_3d": ("Linear(8, 32, bias=False) → GELU → Linear(32, 8, bias=False) on x (2, 5, 8)",
-                       _build_mlp_no_bias_3d),
+    "two_outputs": (
+        "returns (a @ b, mx.addmm(c, a, b, alpha=2, beta=0.5)) with c a captured constant",
+        _build_two_outputs,
+    ),
+    "mlp_no_bias_3d": (
+        "Linear(8, 32, bias=False) → GELU → Linear(32, 8, bias=False) on x (2, 5, 8)",
+        _build_mlp_no_bias_3d,
+    ),
     "lazy_linear": ("nn.Linear(6, 3) whose parameters were never evaluated, on x (4, 6)", _build_lazy_linear),
     "sdpa": ("mx.fast.scaled_dot_product_attention, causal, on q, k, v (1, 2, 5, 16)", _build_sdpa),
     "conv": ("nn.Conv2d(3, 4, kernel_size=3, padding=1) on x (1, 6, 6, 3) (MLX is channels-last)", _build_conv),
-    "train_step": ("a training step: nn.value_and_grad of an MLP's MSE loss, returning the loss and 4 gradients",
-                   _build_train_step),
+    "train_step": (
+        "a training step: nn.value_and_grad of an MLP's MSE loss, returning the loss and 4 gradients",
+        _build_train_step,
+    ),
     "compiled": ("an mx.compile'd block: x @ w, then h · sigmoid(1.702 h) + 0.5", _build_compiled),
-    "norm_embed": ("nn.Embedding(11, 8) → nn.LayerNorm(8) → nn.Linear(8, 3) on int32 token ids (2, 5)",
-                   _build_norm_embed),
+    "norm_embed": (
+        "nn.Embedding(11, 8) → nn.LayerNorm(8) → nn.Linear(8, 3) on int32 token ids (2, 5)",
+        _build_norm_embed,
+    ),
 }
 
 
@@ -468,7 +520,7 @@ LAZY_QUESTIONS = {
     "pending_before_eval": "primitives waiting to run behind y when `y = model(x)` returns",
     "pending_after_eval": "primitives still waiting behind y after `mx.eval(y)`",
     "pending_with_parameters_evaluated": "primitives waiting behind y had `mx.eval(model.parameters())` run just "
-                                         "before `y = model(x)`",
+    "before `y = model(x)`",
 }
 
 
@@ -489,8 +541,11 @@ def lazy_measurements() -> dict[str, int]:
     mx.eval(ns["model"].parameters())
     y = ns["model"](ns["x"])
     with_parameters = sum(mlx_tools.pending_counts(y).values())
-    return {"pending_before_eval": before, "pending_after_eval": after,
-            "pending_with_parameters_evaluated": with_parameters}
+    return {
+        "pending_before_eval": before,
+        "pending_after_eval": after,
+        "pending_with_parameters_evaluated": with_parameters,
+    }
 
 
 def lazy_cases(questions: Sequence[str]) -> list[Case]:
@@ -501,6 +556,7 @@ def lazy_cases(questions: Sequence[str]) -> list[Case]:
 # ----------------------------------------------------------------------------------------------------------------
 # Expected values (float64) and judging MLX arrays
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Expected:
@@ -538,23 +594,35 @@ def _to_torch(a) -> torch.Tensor:
 def _judge_array(got: Any, want: Expected, case: Case) -> str:
     shape = tuple(want.values.shape)
     if not isinstance(got, mx.array):
-        raise Mismatch(f"{_describe_value(got)}, but the result should be a {want.dtype} MLX array of shape {shape}",
-                       next_step="return the MLX array your MLX operations built (not a torch tensor, NumPy array or "
-                                 "Python number)")
+        raise Mismatch(
+            f"{_describe_value(got)}, but the result should be a {want.dtype} MLX array of shape {shape}",
+            next_step="return the MLX array your MLX operations built (not a torch tensor, NumPy array or "
+            "Python number)",
+        )
     if tuple(got.shape) != shape:
-        raise Mismatch(f"shape {tuple(got.shape)}, expected shape {shape}",
-                       next_step="write the shape of every intermediate in a comment and check which step adds, "
-                                 "drops or broadcasts a dimension")
+        raise Mismatch(
+            f"shape {tuple(got.shape)}, expected shape {shape}",
+            next_step="write the shape of every intermediate in a comment and check which step adds, "
+            "drops or broadcasts a dimension",
+        )
     if dtype_name(got.dtype) != want.dtype:
-        raise Mismatch(f"dtype {dtype_name(got.dtype)}, expected {want.dtype} (the input's dtype)",
-                       next_step="keep the computation in the input's dtype: build any new array with "
-                                 "dtype=x.dtype, and use Python numbers (they adopt the array's dtype)")
+        raise Mismatch(
+            f"dtype {dtype_name(got.dtype)}, expected {want.dtype} (the input's dtype)",
+            next_step="keep the computation in the input's dtype: build any new array with "
+            "dtype=x.dtype, and use Python numbers (they adopt the array's dtype)",
+        )
     try:
         return judge_values(_to_torch(got), want.values, atol=want.atol, rtol=want.rtol)
     except Mismatch as bad:
         nan_c = len(case.args) == 5 and case.args[3] == 0 and bool(np.isnan(case.args[4].values).any())
-        step = ("beta is 0, so BLAS does not read C at all: 0 · NaN is NaN, so leave C out of the sum when beta == 0 "
-                "(mx.addmm already does)") if nan_c and "NaN" in bad.detail else bad.next_step
+        step = (
+            (
+                "beta is 0, so BLAS does not read C at all: 0 · NaN is NaN, so leave C out of the sum when beta == 0 "
+                "(mx.addmm already does)"
+            )
+            if nan_c and "NaN" in bad.detail
+            else bad.next_step
+        )
         raise Mismatch(bad.detail.replace(" tensor of shape", " MLX array of shape", 1), next_step=step) from None
 
 
@@ -597,8 +665,9 @@ def _expected_attention(q: MLX, k: MLX, v: MLX, causal: bool = False) -> Expecte
     p = torch.softmax(scores, dim=-1)
     unit = max(_EPS[q.dtype], MLX_EXP_REL_ERROR)
     v_max = vt.abs().amax(dim=(-2, -1), keepdim=True)
-    bound = (4 * (1 - p.amax(-1, keepdim=True)) * 3 * unit * spread.amax(-1, keepdim=True) * v_max
-             + 4 * unit * (p @ vt.abs()))
+    bound = 4 * (1 - p.amax(-1, keepdim=True)) * 3 * unit * spread.amax(-1, keepdim=True) * v_max + 4 * unit * (
+        p @ vt.abs()
+    )
     return Expected(out, q.dtype, float(bound.max()) + _tiny(q.dtype), 0.0)
 
 
@@ -606,13 +675,16 @@ def _expected_attention(q: MLX, k: MLX, v: MLX, causal: bool = False) -> Expecte
 # Rules, checked on what the learner's function built (its trace) and called
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _untraceable(record: _Record) -> str | None:
     if record.trace_error is None:
         return None
     if "eval" in record.trace_error:
-        return ("it evaluates an array while building its result (mx.eval, .item(), print, np.array(...) or a "
-                "conversion to torch inside the function), so MLX cannot trace it; return the lazy MLX array and "
-                "let the caller evaluate it")
+        return (
+            "it evaluates an array while building its result (mx.eval, .item(), print, np.array(...) or a "
+            "conversion to torch inside the function), so MLX cannot trace it; return the lazy MLX array and "
+            "let the caller evaluate it"
+        )
     return f"MLX could not trace it ({record.trace_error})"
 
 
@@ -640,8 +712,11 @@ def _no_torch() -> Rule:
             return f"it computed with torch ({', '.join(used[:6])}), not MLX"
         return None
 
-    return Rule("computed with MLX operations", test,
-                "use MLX operations on the MLX arrays you are given (mx.matmul, @, mx.exp, ...), not torch")
+    return Rule(
+        "computed with MLX operations",
+        test,
+        "use MLX operations on the MLX arrays you are given (mx.matmul, @, mx.exp, ...), not torch",
+    )
 
 
 def _no_primitives(runner: _Runner, names: dict[str, str], what: str, next_step: str) -> Rule:
@@ -665,25 +740,31 @@ def _c_unchanged(runner: _Runner) -> Rule:
             return "C changed during the call: it was modified in place (C += ..., C[...] = ...)"
         return None
 
-    return Rule("returns a new array and leaves C unchanged", test,
-                "build the result as a new array (mx.addmm returns one); never assign into C")
+    return Rule(
+        "returns a new array and leaves C unchanged",
+        test,
+        "build the result as a new array (mx.addmm returns one); never assign into C",
+    )
 
 
 def _no_course_helpers(runner: _Runner) -> Rule:
     def test(log: CallLog, case: Case) -> str | None:
         record = runner.last
         if record is not None and record.helpers:
-            return (f"it called {', '.join(record.helpers)}, the course's own counter (the one grading compares "
-                    f"with)")
+            return f"it called {', '.join(record.helpers)}, the course's own counter (the one grading compares with)"
         return None
 
-    return Rule("count with mx.export_function yourself", test,
-                "call mx.export_function(callback, fun, *args) with a callback that counts the primitive entries")
+    return Rule(
+        "count with mx.export_function yourself",
+        test,
+        "call mx.export_function(callback, fun, *args) with a callback that counts the primitive entries",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `mlx_dot`: x·w on MLX arrays as one Matmul primitive, in the input's dtype."""
@@ -691,30 +772,59 @@ def check_mlx_dot(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: 
     if cases is None:  # float16 too: every function keeps the input's dtype
         cases = vector_cases([3, 64, 1000], ["float32", "float64"]) + vector_cases([33], ["float16"], seed=1)
     runner = _Runner(fn)
-    rules = [_no_torch(), _gemm_rule(runner, 1, "one MLX dot product: a single Matmul primitive",
-                                     "use MLX's dot product, mx.inner(x, w) or x @ w: one Matmul, not an element-wise "
-                                     "product and a sum")]
-    return run_check(f"{TASK}-mlx_dot", runner.wrapped(), cases, expected=_expected_dot, judge=_judge_array,
-                     rules=rules, hidden=hidden,
-                     proves="x·w on MLX arrays as one Matmul primitive, in the input's dtype",
-                     next_step="mx.inner(x, w) (or x @ w) returns the 0-d array x·w")
+    rules = [
+        _no_torch(),
+        _gemm_rule(
+            runner,
+            1,
+            "one MLX dot product: a single Matmul primitive",
+            "use MLX's dot product, mx.inner(x, w) or x @ w: one Matmul, not an element-wise product and a sum",
+        ),
+    ]
+    return run_check(
+        f"{TASK}-mlx_dot",
+        runner.wrapped(),
+        cases,
+        expected=_expected_dot,
+        judge=_judge_array,
+        rules=rules,
+        hidden=hidden,
+        proves="x·w on MLX arrays as one Matmul primitive, in the input's dtype",
+        next_step="mx.inner(x, w) (or x @ w) returns the 0-d array x·w",
+    )
 
 
 def check_mlx_gemm(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `mlx_gemm`: α·A·B + β·C on MLX arrays with one GEMM primitive, a new array, C ignored when β = 0."""
     mlx_tools.need_mlx(TASK)
     if cases is None:
-        cases = (gemm_cases([(4, 3, 5), (32, 16, 64)], ["float32", "float64"], scalars=[(0.75, -1.5), (2.0, 0.5)])
-                 + gemm_cases([(3, 5, 4)], ["float32"], nan_c=True, seed=1)
-                 + gemm_cases([(5, 4, 6)], ["float16"], scalars=[(-2.0, 0.25)], seed=2))  # float16 keeps its dtype
+        cases = (
+            gemm_cases([(4, 3, 5), (32, 16, 64)], ["float32", "float64"], scalars=[(0.75, -1.5), (2.0, 0.5)])
+            + gemm_cases([(3, 5, 4)], ["float32"], nan_c=True, seed=1)
+            + gemm_cases([(5, 4, 6)], ["float16"], scalars=[(-2.0, 0.25)], seed=2)
+        )  # float16 keeps its dtype
     runner = _Runner(fn)
-    rules = [_no_torch(), _c_unchanged(runner),
-             _gemm_rule(runner, 1, "one GEMM primitive (AddMM or Matmul)",
-                        "mx.addmm(C, A, B, alpha=alpha, beta=beta) is the whole GEMM in one primitive")]
-    return run_check(f"{TASK}-mlx_gemm", runner.wrapped(), cases, expected=_expected_gemm, judge=_judge_array,
-                     rules=rules, hidden=hidden,
-                     proves="α·A·B + β·C on MLX arrays with one GEMM primitive, a new array, C ignored when β = 0",
-                     next_step="alpha * (A @ B) + beta * C, and when beta == 0 leave C out entirely (0 · NaN is NaN)")
+    rules = [
+        _no_torch(),
+        _c_unchanged(runner),
+        _gemm_rule(
+            runner,
+            1,
+            "one GEMM primitive (AddMM or Matmul)",
+            "mx.addmm(C, A, B, alpha=alpha, beta=beta) is the whole GEMM in one primitive",
+        ),
+    ]
+    return run_check(
+        f"{TASK}-mlx_gemm",
+        runner.wrapped(),
+        cases,
+        expected=_expected_gemm,
+        judge=_judge_array,
+        rules=rules,
+        hidden=hidden,
+        proves="α·A·B + β·C on MLX arrays with one GEMM primitive, a new array, C ignored when β = 0",
+        next_step="alpha * (A @ B) + beta * C, and when beta == 0 leave C out entirely (0 · NaN is NaN)",
+    )
 
 
 def check_mlx_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
@@ -722,29 +832,46 @@ def check_mlx_attention(fn: Callable, cases: Sequence[Case] | None = None, *, hi
     causal and not, equal to torch's scaled_dot_product_attention."""
     mlx_tools.need_mlx(TASK)
     if cases is None:
-        cases = (attention_cases([(1, 2, 5, 8), (2, 3, 16, 4)], ["float32", "float64"])
-                 + attention_cases([(1, 2, 9, 8)], ["float32"], causal=(False,), score_scale=10.0, seed=1)
-                 # float16 keeps its dtype, and its exp overflows above 11.1: large scores in float16
-                 + attention_cases([(1, 2, 7, 8)], ["float16"], causal=(True,), score_scale=10.0, seed=2))
+        cases = (
+            attention_cases([(1, 2, 5, 8), (2, 3, 16, 4)], ["float32", "float64"])
+            + attention_cases([(1, 2, 9, 8)], ["float32"], causal=(False,), score_scale=10.0, seed=1)
+            # float16 keeps its dtype, and its exp overflows above 11.1: large scores in float16
+            + attention_cases([(1, 2, 7, 8)], ["float16"], causal=(True,), score_scale=10.0, seed=2)
+        )
     runner = _Runner(fn)
     rules = [
         _no_torch(),
-        _no_primitives(runner, {
-            "Softmax": "mx.softmax or nn.softmax, or mx.fast.scaled_dot_product_attention, which falls back to it "
-                       "on the CPU",
-            "ScaledDotProductAttention": "mx.fast.scaled_dot_product_attention",
-        }, "attention written with matmuls and your own stable softmax",
-            "compute the scores with @, then exp(s - max(s)) / sum(exp(s - max(s))) yourself, then @ v"),
-        _gemm_rule(runner, 2, "two batched GEMMs: Q·Kᵀ and P·V (Matmul ×2, whatever B and H are)",
-                   "use q @ k.swapaxes(-1, -2) for all batches and heads at once, and one more @ for P·V; no Python "
-                   "loop over B or H"),
+        _no_primitives(
+            runner,
+            {
+                "Softmax": "mx.softmax or nn.softmax, or mx.fast.scaled_dot_product_attention, which falls back to it "
+                "on the CPU",
+                "ScaledDotProductAttention": "mx.fast.scaled_dot_product_attention",
+            },
+            "attention written with matmuls and your own stable softmax",
+            "compute the scores with @, then exp(s - max(s)) / sum(exp(s - max(s))) yourself, then @ v",
+        ),
+        _gemm_rule(
+            runner,
+            2,
+            "two batched GEMMs: Q·Kᵀ and P·V (Matmul ×2, whatever B and H are)",
+            "use q @ k.swapaxes(-1, -2) for all batches and heads at once, and one more @ for P·V; no Python "
+            "loop over B or H",
+        ),
     ]
-    return run_check(f"{TASK}-mlx_attention", runner.wrapped(), cases, expected=_expected_attention,
-                     judge=_judge_array, rules=rules, hidden=hidden,
-                     proves="softmax(Q·Kᵀ/√D)·V on (B, H, S, D) MLX arrays with two Matmuls and a stable softmax, "
-                            "causal and not, equal to torch's scaled_dot_product_attention",
-                     next_step="scores (B, H, S, S) = q @ kᵀ / √D; causal: −inf above the diagonal; stable softmax "
-                               "along the last axis; then @ v")
+    return run_check(
+        f"{TASK}-mlx_attention",
+        runner.wrapped(),
+        cases,
+        expected=_expected_attention,
+        judge=_judge_array,
+        rules=rules,
+        hidden=hidden,
+        proves="softmax(Q·Kᵀ/√D)·V on (B, H, S, D) MLX arrays with two Matmuls and a stable softmax, "
+        "causal and not, equal to torch's scaled_dot_product_attention",
+        next_step="scores (B, H, S, S) = q @ kᵀ / √D; causal: −inf above the diagonal; stable softmax "
+        "along the last axis; then @ v",
+    )
 
 
 def _expected_counts(subject: Function, *shown) -> Counter:
@@ -775,14 +902,18 @@ class _OpCountRunner(_Runner):
 
 def _judge_counts(got: Any, want: Counter, case: Case) -> str:
     if not isinstance(got, Mapping):
-        raise Mismatch(f"{_describe_value(got)}, but mlx_op_counts returns a Counter of primitive names",
-                       next_step="return collections.Counter({'AddMM': 2, ...}) filled by your callback")
+        raise Mismatch(
+            f"{_describe_value(got)}, but mlx_op_counts returns a Counter of primitive names",
+            next_step="return collections.Counter({'AddMM': 2, ...}) filled by your callback",
+        )
     bad_keys = [k for k in got if not isinstance(k, str)]
     bad_values = [k for k, n in got.items() if isinstance(n, bool) or not isinstance(n, (int, np.integer))]
     if bad_keys or bad_values:
-        raise Mismatch(f"a {type(got).__name__} with {'non-string keys ' + repr(bad_keys[:3]) if bad_keys else ''}"
-                       f"{'non-integer counts for ' + repr(bad_values[:3]) if bad_values else ''}",
-                       next_step="key by the entry's 'name' (a string), and count with integers")
+        raise Mismatch(
+            f"a {type(got).__name__} with {'non-string keys ' + repr(bad_keys[:3]) if bad_keys else ''}"
+            f"{'non-integer counts for ' + repr(bad_values[:3]) if bad_values else ''}",
+            next_step="key by the entry's 'name' (a string), and count with integers",
+        )
     got_c = Counter({k: int(n) for k, n in got.items() if n})
     if got_c == want:
         return ""
@@ -795,17 +926,22 @@ def _judge_counts(got: Any, want: Counter, case: Case) -> str:
         lines.append(f"  extra:    {mlx_tools.format_counts(extra)}")
     hint = "count one per entry whose entry['type'] == 'primitive', keyed by entry['name']"
     if set(extra) & {"inputs", "outputs", "constants", "keyword_inputs", "primitive"}:
-        hint = ("the callback also sees entries for the inputs, outputs and constants: count only those whose "
-                "entry['type'] == 'primitive', by entry['name']")
+        hint = (
+            "the callback also sees entries for the inputs, outputs and constants: count only those whose "
+            "entry['type'] == 'primitive', by entry['name']"
+        )
     elif any(k.startswith("Compiled") for k in extra) or {"Copy", "Sum"} & set(extra):
-        hint = ("those are the names of a pending graph (mx.export_to_dot after running fun): trace fun with "
-                "mx.export_function instead, which never runs it, sees through mx.compile and calls reductions "
-                "'Reduce'")
+        hint = (
+            "those are the names of a pending graph (mx.export_to_dot after running fun): trace fun with "
+            "mx.export_function instead, which never runs it, sees through mx.compile and calls reductions "
+            "'Reduce'"
+        )
     elif got_c and sum(got_c.values()) == 2 * sum(want.values()):
         hint = "every primitive is counted twice: trace the function once, with one callback"
     elif not got_c:
-        hint = ("nothing was counted: pass your callback as the first argument of "
-                "mx.export_function(callback, fun, *args)")
+        hint = (
+            "nothing was counted: pass your callback as the first argument of mx.export_function(callback, fun, *args)"
+        )
     raise Mismatch("\n".join(lines), next_step=hint)
 
 
@@ -815,11 +951,17 @@ def check_mlx_op_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hi
     mlx_tools.need_mlx(TASK)
     cases = cases if cases is not None else op_count_cases(["linear", "mlp", "two_outputs"])
     runner = _OpCountRunner(fn, trace=False)
-    return run_check(f"{TASK}-mlx_op_counts", runner.wrapped(), cases, expected=_CountsOracle(), judge=_judge_counts,
-                     rules=[_no_course_helpers(runner)], hidden=hidden,
-                     proves="primitive counts equal to what mx.export_function reports, measured now on the same "
-                            "functions",
-                     next_step="count the entries with entry['type'] == 'primitive' by entry['name']")
+    return run_check(
+        f"{TASK}-mlx_op_counts",
+        runner.wrapped(),
+        cases,
+        expected=_CountsOracle(),
+        judge=_judge_counts,
+        rules=[_no_course_helpers(runner)],
+        hidden=hidden,
+        proves="primitive counts equal to what mx.export_function reports, measured now on the same functions",
+        next_step="count the entries with entry['type'] == 'primitive' by entry['name']",
+    )
 
 
 class _CountsOracle:
@@ -837,24 +979,31 @@ class _PrintableCounter(Counter):
 def _judge_answer(got: Any, want: int, case: Case) -> str:
     question = case.kwargs["question"]
     if not isinstance(got, Mapping):
-        raise Mismatch(f"lazy_answer() returned {_describe_value(got)}; it returns a dict with the keys "
-                       f"{list(LAZY_QUESTIONS)}",
-                       next_step="return {'pending_before_eval': ..., 'pending_after_eval': ..., "
-                                 "'pending_with_parameters_evaluated': ...} with whole numbers")
+        raise Mismatch(
+            f"lazy_answer() returned {_describe_value(got)}; it returns a dict with the keys {list(LAZY_QUESTIONS)}",
+            next_step="return {'pending_before_eval': ..., 'pending_after_eval': ..., "
+            "'pending_with_parameters_evaluated': ...} with whole numbers",
+        )
     for key in LAZY_QUESTIONS:  # the form of every part, so that no hidden point is lost to a typo
         if key not in got:
-            raise Mismatch(f"a dict without the key {key!r} (its keys: {sorted(map(str, got))})",
-                           next_step=f"add the key {key!r}: the number of {LAZY_QUESTIONS[key]}")
+            raise Mismatch(
+                f"a dict without the key {key!r} (its keys: {sorted(map(str, got))})",
+                next_step=f"add the key {key!r}: the number of {LAZY_QUESTIONS[key]}",
+            )
         value = got[key]
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise Mismatch(f"{key} = {value!r}, but each answer is a count: a whole number (an int), 0 or more",
-                           next_step="count the primitives and write the number, e.g. 12")
+            raise Mismatch(
+                f"{key} = {value!r}, but each answer is a count: a whole number (an int), 0 or more",
+                next_step="count the primitives and write the number, e.g. 12",
+            )
     value = got[question]
     if int(value) != want:
-        raise Mismatch(f"{question} = {int(value)}",
-                       next_step="build the scenario in a new cell and count the pending primitives behind y with "
-                                 "mx.export_to_dot (lesson 07: looking at the graph); remember that the parameters "
-                                 "and x are lazy too")
+        raise Mismatch(
+            f"{question} = {int(value)}",
+            next_step="build the scenario in a new cell and count the pending primitives behind y with "
+            "mx.export_to_dot (lesson 07: looking at the graph); remember that the parameters "
+            "and x are lazy too",
+        )
     return ""
 
 
@@ -876,9 +1025,11 @@ def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
     if cases is None:  # visible: one value measured, the other two read for their form only
         cases = lazy_cases(["pending_after_eval"])
         unchecked = [q for q in LAZY_QUESTIONS if q != "pending_after_eval"]
-        proves = (f"pending_after_eval agrees with the pending graph measured now with mx.export_to_dot; "
-                  f"{' and '.join(unchecked)}: {ANSWERED} (`./course selfgrade {TASK}`) or when your work is graded "
-                  f"(only their form was checked here: whole numbers, 0 or more)")
+        proves = (
+            f"pending_after_eval agrees with the pending graph measured now with mx.export_to_dot; "
+            f"{' and '.join(unchecked)}: {ANSWERED} (`./course selfgrade {TASK}`) or when your work is graded "
+            f"(only their form was checked here: whole numbers, 0 or more)"
+        )
     if callable(fn):
         answer = fn
 
@@ -887,9 +1038,16 @@ def check_lazy_answer(fn: Callable, cases: Sequence[Case] | None = None, *, hidd
             return answer()
     else:
         ask = fn
-    return run_check(f"{TASK}-lazy_answer", ask, cases, expected=_LazyOracle(), judge=_judge_answer, hidden=hidden,
-                     proves=proves,
-                     next_step="count the pending primitives behind y with mx.export_to_dot")
+    return run_check(
+        f"{TASK}-lazy_answer",
+        ask,
+        cases,
+        expected=_LazyOracle(),
+        judge=_judge_answer,
+        hidden=hidden,
+        proves=proves,
+        next_step="count the pending primitives behind y with mx.export_to_dot",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

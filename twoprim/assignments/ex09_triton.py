@@ -28,6 +28,7 @@ launch, the compiled IR), and each wrong result diagnosed by its cause; a diagno
 calls it and the rule beside the evidence it reads, so that a message never drifts from what decides it. Compiling
 itself, and reading TTIR and PTX, is `triton_compile`'s.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,13 +46,33 @@ from twoprim.core import guards
 from twoprim.topics import triton_compiled as triton_compile  # noqa: E402
 from twoprim.core.cases import dtype_name, matrix, randn  # noqa: E402
 from twoprim.topics.gemm import matmul_cases  # noqa: E402  (lesson 02's (A, B) cases: seeded shapes, dtypes and layouts)
-from twoprim.core.checks import (GEMM_ATEN, GEMM_FUNCTIONS, Case, CheckResult, Mismatch, Rule, describe, eps,  # noqa: E402
-                                 forbid, judge_tensor, run_check)
+from twoprim.core.checks import (
+    GEMM_ATEN,
+    GEMM_FUNCTIONS,
+    Case,
+    CheckResult,
+    Mismatch,
+    Rule,
+    describe,
+    eps,  # noqa: E402
+    forbid,
+    judge_tensor,
+    run_check,
+)
 
 __all__ = [
-    "add_cases", "softmax_cases", "matmul_cases", "strided_matmul_cases", "accumulation_cases", "out_buffer",
-    "check_add_kernel", "check_softmax_kernel", "check_matmul_kernel",
-    "guard_add", "guard_softmax", "guard_matmul",
+    "add_cases",
+    "softmax_cases",
+    "matmul_cases",
+    "strided_matmul_cases",
+    "accumulation_cases",
+    "out_buffer",
+    "check_add_kernel",
+    "check_softmax_kernel",
+    "check_matmul_kernel",
+    "guard_add",
+    "guard_softmax",
+    "guard_matmul",
 ]
 
 TASK = "ex09_triton"
@@ -62,11 +83,14 @@ HALF = (torch.float16, torch.bfloat16)
 # Guards (the first line of each wrapper)
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _on_cpu(fn: str, **tensors) -> None:
     for name, t in tensors.items():
         if t.device.type != triton_tools.device():
-            raise ValueError(f"{fn}: {name} is on {t.device}, but kernels here run on {triton_tools.device()}; move it "
-                             f"with {name}.to('{triton_tools.device()}').")
+            raise ValueError(
+                f"{fn}: {name} is on {t.device}, but kernels here run on {triton_tools.device()}; move it "
+                f"with {name}.to('{triton_tools.device()}')."
+            )
 
 
 def _guard_out(fn: str, out, shape: tuple, dtype: torch.dtype) -> None:
@@ -75,11 +99,15 @@ def _guard_out(fn: str, out, shape: tuple, dtype: torch.dtype) -> None:
         return
     guards.tensor(fn, "out", out)
     if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{fn}: out has shape {tuple(out.shape)}, but the result has shape {tuple(shape)}; pass an out "
-                         f"of that shape, or none (out=None: the function allocates it).")
+        raise ValueError(
+            f"{fn}: out has shape {tuple(out.shape)}, but the result has shape {tuple(shape)}; pass an out "
+            f"of that shape, or none (out=None: the function allocates it)."
+        )
     if out.dtype != dtype:
-        raise TypeError(f"{fn}: out is {out.dtype} but the inputs are {dtype}; the result keeps the inputs' dtype, so "
-                        f"pass an out of {dtype}.")
+        raise TypeError(
+            f"{fn}: out is {out.dtype} but the inputs are {dtype}; the result keeps the inputs' dtype, so "
+            f"pass an out of {dtype}."
+        )
     _on_cpu(fn, out=out)
 
 
@@ -111,12 +139,20 @@ def guard_matmul(fn: str, A, B, out=None) -> None:
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-_LAYOUT_NOTE = {"contiguous": "", "transposed": ", column-major (transposed, non-contiguous)",
-                "strided": ", every other column (stride 2, non-contiguous)"}
-_LAYOUT_WORDS = {"contiguous": "contiguous", "transposed": "column-major (transposed)",
-                 "strided": "every other column (stride 2)"}
-_OUT_NOTE = {"strided": "out every other {what} of a wider buffer (non-contiguous)",
-             "transposed": "out column-major (transposed, non-contiguous)"}
+_LAYOUT_NOTE = {
+    "contiguous": "",
+    "transposed": ", column-major (transposed, non-contiguous)",
+    "strided": ", every other column (stride 2, non-contiguous)",
+}
+_LAYOUT_WORDS = {
+    "contiguous": "contiguous",
+    "transposed": "column-major (transposed)",
+    "strided": "every other column (stride 2)",
+}
+_OUT_NOTE = {
+    "strided": "out every other {what} of a wider buffer (non-contiguous)",
+    "transposed": "out column-major (transposed, non-contiguous)",
+}
 OUT_LAYOUTS = tuple(_OUT_NOTE)
 
 
@@ -136,12 +172,21 @@ def _with_out(case: Case, shape: Sequence[int], dtype: torch.dtype, out: str | N
     if out is None:
         return case
     what = "element" if len(shape) == 1 else "column"
-    return Case(f"{case.label}; {_OUT_NOTE[out].format(what=what)}", case.args,
-                {**case.kwargs, "out": out_buffer(shape, dtype, out)})
+    return Case(
+        f"{case.label}; {_OUT_NOTE[out].format(what=what)}",
+        case.args,
+        {**case.kwargs, "out": out_buffer(shape, dtype, out)},
+    )
 
 
-def add_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.float32,), *, strided: bool = False,
-              out: str | None = None, seed: int = 0) -> list[Case]:
+def add_cases(
+    lengths: Sequence[int],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    strided: bool = False,
+    out: str | None = None,
+    seed: int = 0,
+) -> list[Case]:
     """(x, y) of every length × dtype; `strided`: x every other element of a buffer twice as long (stride 2) and y
     every third (stride 3); `out` ("strided"): the result written into every other element of a NaN buffer."""
     gen = torch.Generator().manual_seed(seed)
@@ -157,9 +202,15 @@ def add_cases(lengths: Sequence[int], dtypes: Sequence[torch.dtype] = (torch.flo
     return cases
 
 
-def softmax_cases(shapes: Sequence[tuple[int, int]], dtypes: Sequence[torch.dtype] = (torch.float32,), *,
-                  layout: str = "contiguous", scale: float = 1.0, out: str | None = None,
-                  seed: int = 0) -> list[Case]:
+def softmax_cases(
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    layout: str = "contiguous",
+    scale: float = 1.0,
+    out: str | None = None,
+    seed: int = 0,
+) -> list[Case]:
     """x (M, N) for every shape × dtype; `scale` multiplies the values (large ones overflow exp without the max);
     `out` ("strided", "transposed"): the result written into a non-contiguous NaN buffer."""
     gen = torch.Generator().manual_seed(seed)
@@ -168,14 +219,23 @@ def softmax_cases(shapes: Sequence[tuple[int, int]], dtypes: Sequence[torch.dtyp
         for m, n in shapes:
             x = matrix(m, n, dtype, gen, layout, scale)
             note = f", values × {scale:g} (exp overflows without subtracting the row max)" if scale > 10 else ""
-            cases.append(_with_out(Case(f"x ({m}, {n}), {dtype_name(dtype)}{_LAYOUT_NOTE[layout]}{note}", (x,)),
-                                   (m, n), dtype, out))
+            cases.append(
+                _with_out(
+                    Case(f"x ({m}, {n}), {dtype_name(dtype)}{_LAYOUT_NOTE[layout]}{note}", (x,)), (m, n), dtype, out
+                )
+            )
     return cases
 
 
-def strided_matmul_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[torch.dtype] = (torch.float32,),
-                         *, a: str = "transposed", b: str = "strided", out: str = "strided",
-                         seed: int = 0) -> list[Case]:
+def strided_matmul_cases(
+    shapes: Sequence[tuple[int, int, int]],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    a: str = "transposed",
+    b: str = "strided",
+    out: str = "strided",
+    seed: int = 0,
+) -> list[Case]:
     """(A, B) with A laid out as `a` and B as `b` (lesson 02's layouts), and C written into `out`: every one of
     the six strides differs from a contiguous matrix's."""
     gen = torch.Generator().manual_seed(seed)
@@ -198,14 +258,20 @@ def accumulation_cases(dtypes: Sequence[torch.dtype] = HALF, *, K: int = 1024, s
         A = (0.01 * (1 + torch.arange(M, dtype=torch.float64) / 100))[:, None].repeat(1, K)
         A[:, 0] = 64.0
         B = torch.ones(K, N, dtype=torch.float64)
-        cases.append(Case(f"M={M}, N={N}, K={K}, {dtype_name(dtype)}: one term 64 and {K - 1} terms near 0.01 per "
-                          f"output (float32 accumulation needed)", (A.to(dtype), B.to(dtype))))
+        cases.append(
+            Case(
+                f"M={M}, N={N}, K={K}, {dtype_name(dtype)}: one term 64 and {K - 1} terms near 0.01 per "
+                f"output (float32 accumulation needed)",
+                (A.to(dtype), B.to(dtype)),
+            )
+        )
     return cases
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Rules: the kernel computes the result, the wrapper only launches it
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _traced(fn: Callable, seen: list) -> Callable:
     """`fn` with the Triton kernels each call launches recorded into seen[0] and what it returned into seen[1]. Given
@@ -241,25 +307,37 @@ def _returns_out(seen: list) -> Rule:
         if not isinstance(out, torch.Tensor):
             return None
         got = seen[1] if len(seen) > 1 else None
-        if isinstance(got, torch.Tensor) and got.data_ptr() == out.data_ptr() and got.shape == out.shape \
-                and got.stride() == out.stride():
+        if (
+            isinstance(got, torch.Tensor)
+            and got.data_ptr() == out.data_ptr()
+            and got.shape == out.shape
+            and got.stride() == out.stride()
+        ):
             return None
         written = not bool(torch.isnan(out).all())
         what = describe(got) if isinstance(got, torch.Tensor) else f"{type(got).__name__} {got!r}"[:80]
         if not written:
-            return (f"given out (strides {out.stride()}), it returned {what} and left out unwritten: the kernel "
-                    f"wrote somewhere else")
+            return (
+                f"given out (strides {out.stride()}), it returned {what} and left out unwritten: the kernel "
+                f"wrote somewhere else"
+            )
         return f"given out, it wrote into out but returned {what}, not out itself"
 
-    return Rule("given out=, the wrapper writes the result into out through out's strides and returns out", test,
-                "when out is given, launch the kernel on out (its pointer and its strides) and return out; allocate "
-                "a new contiguous tensor only when out is None")
+    return Rule(
+        "given out=, the wrapper writes the result into out through out's strides and returns out",
+        test,
+        "when out is given, launch the kernel on out (its pointer and its strides) and return out; allocate "
+        "a new contiguous tensor only when out is None",
+    )
 
 
 def _launches(kernel, seen: list) -> Rule:
-    return triton_tools.launched_rule(kernel, seen, computes="the result",
-                                      next_step="launch the kernel with {name}[grid](...) and return the tensor it "
-                                                "wrote")
+    return triton_tools.launched_rule(
+        kernel,
+        seen,
+        computes="the result",
+        next_step="launch the kernel with {name}[grid](...) and return the tensor it wrote",
+    )
 
 
 LOOP_K = 64  # from this K on, BLOCK_K ≥ K (the whole of K in one tl.dot, a loop that runs once) breaks the rule
@@ -282,14 +360,19 @@ def _dot_over_k(kernel, seen: list) -> Rule:
         for dots in observed:
             once = [calls[0] for calls in dots.values() if len(calls) == 1 and calls[0] >= K]
             if once:
-                return (f"for K = {K} each program called tl.dot once, on a block {once[0]} wide along K: with "
-                        f"BLOCK_K ≥ K the loop over K runs once, one block as wide as K, not a walk over K's blocks")
+                return (
+                    f"for K = {K} each program called tl.dot once, on a block {once[0]} wide along K: with "
+                    f"BLOCK_K ≥ K the loop over K runs once, one block as wide as K, not a walk over K's blocks"
+                )
         return None
 
-    return Rule("the GEMM kernel multiplies blocks with tl.dot inside a loop over K", test,
-                "loop over K in steps of BLOCK_K; in each step load a (BLOCK_M, BLOCK_K) block of A and a "
-                "(BLOCK_K, BLOCK_N) block of B and add tl.dot of the two to a float32 accumulator; keep BLOCK_K "
-                "fixed (32), whatever K is")
+    return Rule(
+        "the GEMM kernel multiplies blocks with tl.dot inside a loop over K",
+        test,
+        "loop over K in steps of BLOCK_K; in each step load a (BLOCK_M, BLOCK_K) block of A and a "
+        "(BLOCK_K, BLOCK_N) block of B and add tl.dot of the two to a float32 accumulator; keep BLOCK_K "
+        "fixed (32), whatever K is",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -312,8 +395,10 @@ def _source_line(kernel, line: int | None) -> str:
 def _compile_failure(kernel, c) -> str:
     """The compiler's own message, and the learner's line it points at."""
     where = _source_line(kernel, c.error_line)
-    return (f"it does not compile for {c.target} (Triton's compiler, the one a GPU would run; the interpreter is more "
-            f"lenient): {c.error}" + (f"\n            at {where}" if where else ""))
+    return (
+        f"it does not compile for {c.target} (Triton's compiler, the one a GPU would run; the interpreter is more "
+        f"lenient): {c.error}" + (f"\n            at {where}" if where else "")
+    )
 
 
 def _gemm_problem(kernel, c) -> tuple[str, str] | None:
@@ -325,29 +410,39 @@ def _gemm_problem(kernel, c) -> tuple[str, str] | None:
         if not dots:
             said += ": its TTIR has no tt.dot, so every product runs on the ordinary FP32 units"
         else:
-            said += (f": Triton turned the products at {_source_line(kernel, dots[0].line) or 'one line'} into a "
-                     f"tt.dot with inputPrecision = {dots[0].precision}, which runs as FP32 multiply-adds")
-        return said, ("multiply the blocks with tl.dot (its default precision): that is what the compiler maps onto the "
-                      "matrix units (mma.sync, wgmma)")
+            said += (
+                f": Triton turned the products at {_source_line(kernel, dots[0].line) or 'one line'} into a "
+                f"tt.dot with inputPrecision = {dots[0].precision}, which runs as FP32 multiply-adds"
+            )
+        return said, (
+            "multiply the blocks with tl.dot (its default precision): that is what the compiler maps onto the "
+            "matrix units (mma.sync, wgmma)"
+        )
     looped = [d for d in dots if d.in_loop]
     if not looped:
         where = _source_line(kernel, dots[0].line) if dots else ""
-        return (f"compiled for {c.target}, its TTIR has tt.dot outside any scf.for{' (' + where + ')' if where else ''}:"
-                f" one block of K, not a loop over K's blocks",
-                "loop over K in steps of BLOCK_K and call tl.dot once per step")
+        return (
+            f"compiled for {c.target}, its TTIR has tt.dot outside any scf.for{' (' + where + ')' if where else ''}:"
+            f" one block of K, not a loop over K's blocks",
+            "loop over K in steps of BLOCK_K and call tl.dot once per step",
+        )
     carried = [t for t in c.loop_carried() if t.startswith("tensor<") and "ptr" not in t]
     tile = [t for t in carried if re.match(r"tensor<" + re.escape(looped[0].shape) + r"x", t)]
     half = [t for t in tile if triton_compile._element(t) != "f32"]
     if half:
         kind = triton_compile._element(half[0])
-        return (f"compiled for {c.target}, the loop over K carries its accumulator as {half[0]} (TTIR: scf.for ... -> "
-                f"{half[0]}): each block's float32 product is rounded to {kind} before the next block is added",
-                "carry the sum from one block of K to the next in float32, and convert to C's dtype once, when "
-                "storing")
+        return (
+            f"compiled for {c.target}, the loop over K carries its accumulator as {half[0]} (TTIR: scf.for ... -> "
+            f"{half[0]}): each block's float32 product is rounded to {kind} before the next block is added",
+            "carry the sum from one block of K to the next in float32, and convert to C's dtype once, when storing",
+        )
     if any(d.acc != "f32" for d in looped):
         bad = next(d for d in looped if d.acc != "f32")
-        return (f"compiled for {c.target}, tt.dot accumulates in {bad.acc} ({bad.a}·{bad.b} -> {bad.acc}, "
-                f"{_source_line(kernel, bad.line)})", "let tl.dot accumulate in float32 (its default)")
+        return (
+            f"compiled for {c.target}, tt.dot accumulates in {bad.acc} ({bad.a}·{bad.b} -> {bad.acc}, "
+            f"{_source_line(kernel, bad.line)})",
+            "let tl.dot accumulate in float32 (its default)",
+        )
     return None
 
 
@@ -360,14 +455,19 @@ def _softmax_problem(kernel, c) -> tuple[str, str] | None:
         rounded = c.rounded_midway()
         if rounded:
             t, line = rounded[0]
-            return (f"compiled for {c.target}, the kernel rounds a value to {t} (arith.truncf, "
-                    f"{_source_line(kernel, line)}) and goes on computing with it: every rounding to 16 bits before "
-                    f"the store loses precision", "keep every intermediate in float32; only the store converts")
+            return (
+                f"compiled for {c.target}, the kernel rounds a value to {t} (arith.truncf, "
+                f"{_source_line(kernel, line)}) and goes on computing with it: every rounding to 16 bits before "
+                f"the store loses precision",
+                "keep every intermediate in float32; only the store converts",
+            )
         return None
     op, t, line = half[0]
-    return (f"compiled for {c.target}, the kernel computes {op} on {t} tensors ({_source_line(kernel, line)}): "
-            f"{len(half)} arithmetic op(s) in 16 bits, each rounding to {t}",
-            "convert the loaded row to float32 before any arithmetic; the store converts back")
+    return (
+        f"compiled for {c.target}, the kernel computes {op} on {t} tensors ({_source_line(kernel, line)}): "
+        f"{len(half)} arithmetic op(s) in 16 bits, each rounding to {t}",
+        "convert the loaded row to float32 before any arithmetic; the store converts back",
+    )
 
 
 class _Compiled:
@@ -393,15 +493,19 @@ class _Compiled:
             # verified once per kernel source, pointer types and options, on the first launch that has them, with
             # that launch's own specialisation (alignment, sizes divisible by 16, ints equal to 1: `Launch.attrs`):
             # another BLOCK or size, or another alignment, is the same code with the same tl.dot, loop and types
-            key = (triton_compile._quick_key(launch.fn, pointers, {}, "", 0, 0),
-                   tuple(sorted(launch.options.items())))  # the kernel's code and its jit helpers' code
+            key = (
+                triton_compile._quick_key(launch.fn, pointers, {}, "", 0, 0),
+                tuple(sorted(launch.options.items())),
+            )  # the kernel's code and its jit helpers' code
             if key[0] is not None and key in _VERIFIED:
                 continue
             for target in TARGETS:
                 c = launch.compiled(target)
                 if c.error:
-                    self.next_step = ("fix what the compiler names at that line: the interpreter runs code that a "
-                                      "GPU's compiler refuses (lesson 09, 'What the interpreter does not model')")
+                    self.next_step = (
+                        "fix what the compiler names at that line: the interpreter runs code that a "
+                        "GPU's compiler refuses (lesson 09, 'What the interpreter does not model')"
+                    )
                     return _compile_failure(self.kernel, c)
                 found = self.judge(self.kernel, c) if self.judge else None
                 if found:
@@ -425,35 +529,61 @@ def _hardware_line(name: str, evidence: dict, kind: str) -> str:
     pointer = next((p for p in ("*fp16", "*bf16", "*fp32") if p in evidence), next(iter(evidence)))
     launch, label = evidence[pointer]
     compiled = {target: launch.compiled(target) for target in TARGETS}
-    lines = [f"  compiled by Triton's compiler on this CPU (no GPU needed) as Triton's launcher specialises the "
-             f"launch of case '{label}': {compiled[TARGETS[0]].specialisation()}"]
+    lines = [
+        f"  compiled by Triton's compiler on this CPU (no GPU needed) as Triton's launcher specialises the "
+        f"launch of case '{label}': {compiled[TARGETS[0]].specialisation()}"
+    ]
     for target, c in compiled.items():
         text = f"    {c.summary()}"
         if kind == "matmul" and c.dots():
             d = c.dots()[0]
             precision = f", inputPrecision = {d.precision}" if d.a == "f32" else ""
-            text += (f"\n      TTIR: tt.dot {d.a}·{d.b} -> {d.acc} inside scf.for over K{precision}; TTGIR: "
-                     f"{c.mma_layout() or 'no matrix-unit layout'}")
+            text += (
+                f"\n      TTIR: tt.dot {d.a}·{d.b} -> {d.acc} inside scf.for over K{precision}; TTGIR: "
+                f"{c.mma_layout() or 'no matrix-unit layout'}"
+            )
             counts = c.tensor_core()
             if target == "sm_90" and not counts["wgmma.mma_async"]:
-                text += (f"; no wgmma: a wgmma instruction spans a warpgroup of 4 warps and 64 rows, a "
-                         f"{d.shape.split('x')[0]}-row tile with {c.num_warps} warps gives it less")
+                text += (
+                    f"; no wgmma: a wgmma instruction spans a warpgroup of 4 warps and 64 rows, a "
+                    f"{d.shape.split('x')[0]}-row tile with {c.num_warps} warps gives it less"
+                )
         lines.append(text)
     return "\n".join(lines)
 
 
-_NO_TORCH_ADD = forbid("the wrapper does no arithmetic: the kernel adds", {"add", "__add__", "__radd__", "add_",
-                       "__iadd__", "sum", "numpy"}, {"add", "add_", "sum"},
-                       next_step="allocate the output with torch.empty and let the kernel write x + y into it")
+_NO_TORCH_ADD = forbid(
+    "the wrapper does no arithmetic: the kernel adds",
+    {"add", "__add__", "__radd__", "add_", "__iadd__", "sum", "numpy"},
+    {"add", "add_", "sum"},
+    next_step="allocate the output with torch.empty and let the kernel write x + y into it",
+)
 _NO_TORCH_SOFTMAX = forbid(
     "the wrapper does no arithmetic: the kernel computes the softmax",
-    {"softmax", "log_softmax", "exp", "exp_", "amax", "max", "logsumexp", "sum", "div", "__truediv__", "sub",
-     "__sub__", "numpy"},
+    {
+        "softmax",
+        "log_softmax",
+        "exp",
+        "exp_",
+        "amax",
+        "max",
+        "logsumexp",
+        "sum",
+        "div",
+        "__truediv__",
+        "sub",
+        "__sub__",
+        "numpy",
+    },
     {"_softmax", "softmax", "_log_softmax", "exp", "amax", "max", "logsumexp", "sum", "div", "sub"},
-    next_step="allocate the output with torch.empty and let one program per row load, exponentiate and normalise")
-_NO_TORCH_GEMM = forbid("no torch matmul in the wrapper: the kernel's tl.dot does every product",
-                        GEMM_FUNCTIONS | {"numpy"}, GEMM_ATEN,
-                        next_step="allocate C with torch.empty and launch the kernel on a grid of C's blocks")
+    next_step="allocate the output with torch.empty and let one program per row load, exponentiate and normalise",
+)
+_NO_TORCH_GEMM = forbid(
+    "no torch matmul in the wrapper: the kernel's tl.dot does every product",
+    GEMM_FUNCTIONS | {"numpy"},
+    GEMM_ATEN,
+    next_step="allocate C with torch.empty and launch the kernel on a grid of C's blocks",
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -473,8 +603,9 @@ def _with_cause(bad: Mismatch, found: tuple[str, str] | None, generic: str, chec
         if bad.next_step is None:
             bad.next_step = generic
         return bad
-    return Mismatch(f"{bad.detail}\n  cause:    {_UNRECOGNISED.format(checked=checked)}", next_step=generic,
-                    expected=bad.expected)
+    return Mismatch(
+        f"{bad.detail}\n  cause:    {_UNRECOGNISED.format(checked=checked)}", next_step=generic, expected=bad.expected
+    )
 
 
 def _close(x: torch.Tensor, y: torch.Tensor, tol: float) -> bool:
@@ -498,7 +629,7 @@ def _read_as(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor | None:
 
 
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(torch.tensor(list(shape[i + 1:]), dtype=torch.int64).prod()) for i in range(len(shape)))
+    return tuple(int(torch.tensor(list(shape[i + 1 :]), dtype=torch.int64).prod()) for i in range(len(shape)))
 
 
 def _as_contiguous(t: torch.Tensor) -> torch.Tensor | None:
@@ -516,6 +647,7 @@ BLOCKS = (16, 32, 64, 128)  # the block sizes a diagnosis tries
 
 # ---- out=: the result written into a given, non-contiguous buffer --------------------------------------------
 
+
 def _out_values(memory: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out's elements, read from the copy of its whole buffer (`memory_of`)."""
     return torch.as_strided(memory, out.shape, out.stride(), out.storage_offset())
@@ -526,16 +658,24 @@ def _stores(memory: torch.Tensor, want: torch.Tensor, case: Case, tol: float) ->
     contiguous, through its strides exchanged, or through an input's strides."""
     out = case.kwargs["out"]
     g = memory.double()
-    inputs = [(name, t) for name, t in zip(("x", "y") if len(case.args) == 2 and want.dim() == 1 else
-                                           (("A", "B") if len(case.args) == 2 else ("x",)), case.args)
-              if isinstance(t, torch.Tensor) and t.shape == out.shape]
+    inputs = [
+        (name, t)
+        for name, t in zip(
+            ("x", "y") if len(case.args) == 2 and want.dim() == 1 else (("A", "B") if len(case.args) == 2 else ("x",)),
+            case.args,
+        )
+        if isinstance(t, torch.Tensor) and t.shape == out.shape
+    ]
     tries = [(_contiguous_strides(out.shape), "as if out were contiguous (from out's first element on)")]
     if out.dim() == 2:
-        tries += [((out.stride(0), 1), "each row as if contiguous: the store ignores out's column stride "
-                                       f"({out.stride(1)})"),
-                  ((out.shape[1], out.stride(1)), f"with the rows {out.shape[1]} apart: the store ignores out's row "
-                                                  f"stride ({out.stride(0)})"),
-                  (tuple(reversed(out.stride())), "through out's two strides exchanged (rows where columns go)")]
+        tries += [
+            ((out.stride(0), 1), f"each row as if contiguous: the store ignores out's column stride ({out.stride(1)})"),
+            (
+                (out.shape[1], out.stride(1)),
+                f"with the rows {out.shape[1]} apart: the store ignores out's row stride ({out.stride(0)})",
+            ),
+            (tuple(reversed(out.stride())), "through out's two strides exchanged (rows where columns go)"),
+        ]
     tries += [(tuple(t.stride()), f"through {name}'s strides {tuple(t.stride())}, not out's") for name, t in inputs]
     for strides, how in tries:
         if tuple(strides) == tuple(out.stride()):
@@ -544,10 +684,13 @@ def _stores(memory: torch.Tensor, want: torch.Tensor, case: Case, tol: float) ->
         if last >= memory.numel():
             continue
         if _close(torch.as_strided(g, out.shape, strides, out.storage_offset()), want.double(), tol):
-            return (f"out's buffer holds the right values, written {how}; out's strides are {tuple(out.stride())}",
-                    "store element (i, j) of the result at out_ptr + i * (out's row stride) + j * (out's column "
-                    "stride), with out's own strides passed to the kernel" if out.dim() == 2 else
-                    "store element i at out_ptr + i * stride_out, with out.stride(0) passed as stride_out")
+            return (
+                f"out's buffer holds the right values, written {how}; out's strides are {tuple(out.stride())}",
+                "store element (i, j) of the result at out_ptr + i * (out's row stride) + j * (out's column "
+                "stride), with out's own strides passed to the kernel"
+                if out.dim() == 2
+                else "store element i at out_ptr + i * stride_out, with out.stride(0) passed as stride_out",
+            )
     return None
 
 
@@ -570,11 +713,12 @@ def _judge_into(memory, want: torch.Tensor, case: Case, judge: Callable, tol: fl
     inside[_out_values(torch.arange(memory.numel()), out).reshape(-1)] = True
     touched = (~inside & ~torch.isnan(memory)).nonzero().flatten()
     if len(touched):
-        raise Mismatch(f"out's {out.numel()} elements are right, but {len(touched)} element(s) of the buffer out is a "
-                       f"view of, outside out, were written too (the first at offset {int(touched[0])} of the "
-                       f"buffer; out's strides are {tuple(out.stride())})",
-                       next_step="store only at out's own elements: offsets times out's strides, masked to the "
-                                 "result's size")
+        raise Mismatch(
+            f"out's {out.numel()} elements are right, but {len(touched)} element(s) of the buffer out is a "
+            f"view of, outside out, were written too (the first at offset {int(touched[0])} of the "
+            f"buffer; out's strides are {tuple(out.stride())})",
+            next_step="store only at out's own elements: offsets times out's strides, masked to the result's size",
+        )
     return summary
 
 
@@ -587,19 +731,32 @@ def _diagnose_add(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     x, y = case.args
     g, want = got.double(), x.double() + y.double()
     tol = 2 * eps(x.dtype) * float(want.abs().max() or 1)
-    reads = {"x": {"its own stride": x, "stride 1 (as if contiguous)": _read_as(x, (1,)),
-                   f"y's stride {y.stride(0)}": _read_as(x, y.stride())},
-             "y": {"its own stride": y, "stride 1 (as if contiguous)": _read_as(y, (1,)),
-                   f"x's stride {x.stride(0)}": _read_as(y, x.stride())}}
+    reads = {
+        "x": {
+            "its own stride": x,
+            "stride 1 (as if contiguous)": _read_as(x, (1,)),
+            f"y's stride {y.stride(0)}": _read_as(x, y.stride()),
+        },
+        "y": {
+            "its own stride": y,
+            "stride 1 (as if contiguous)": _read_as(y, (1,)),
+            f"x's stride {x.stride(0)}": _read_as(y, x.stride()),
+        },
+    }
     for how_x, xs in reads["x"].items():
         for how_y, ys in reads["y"].items():
             if xs is None or ys is None or (xs is x and ys is y) or not _close(g, xs.double() + ys.double(), tol):
                 continue
-            wrong = [f"x through {how_x} instead of its stride {x.stride(0)}" if xs is not x else "",
-                     f"y through {how_y} instead of its stride {y.stride(0)}" if ys is not y else ""]
-            return (f"out equals the sum with {' and '.join(w for w in wrong if w)}: each input must be read through "
-                    f"its own stride", "load element i of x at x_ptr + i * stride_x and of y at y_ptr + i * "
-                    "stride_y, with x.stride(0) and y.stride(0) passed in that order")
+            wrong = [
+                f"x through {how_x} instead of its stride {x.stride(0)}" if xs is not x else "",
+                f"y through {how_y} instead of its stride {y.stride(0)}" if ys is not y else "",
+            ]
+            return (
+                f"out equals the sum with {' and '.join(w for w in wrong if w)}: each input must be read through "
+                f"its own stride",
+                "load element i of x at x_ptr + i * stride_x and of y at y_ptr + i * "
+                "stride_y, with x.stride(0) and y.stride(0) passed in that order",
+            )
     bad = (~((g - want).abs() <= tol)).nonzero().flatten()
     n = x.shape[0]
     if len(bad) == 0:
@@ -607,13 +764,19 @@ def _diagnose_add(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     first = int(bad[0])
     for b in reversed(BLOCKS):
         if n > b and n % b and first >= (n // b) * b:
-            return (f"only the last, partial block is wrong (elements {first}..{n - 1} of {n}, past the last multiple "
-                    f"of {b}): its lanes past n are not handled", "mask the last block's loads and stores with offsets "
-                    "< n, and launch triton.cdiv(n, BLOCK) programs (n // BLOCK drops the partial block)")
+            return (
+                f"only the last, partial block is wrong (elements {first}..{n - 1} of {n}, past the last multiple "
+                f"of {b}): its lanes past n are not handled",
+                "mask the last block's loads and stores with offsets "
+                "< n, and launch triton.cdiv(n, BLOCK) programs (n // BLOCK drops the partial block)",
+            )
     for b in BLOCKS:
         if first == b and n > b:
-            return (f"the first {b} elements are right and {len(bad)} after them wrong: the programs after the first do "
-                    f"not cover their own block", "each program's offsets start at its program id times BLOCK")
+            return (
+                f"the first {b} elements are right and {len(bad)} after them wrong: the programs after the first do "
+                f"not cover their own block",
+                "each program's offsets start at its program id times BLOCK",
+            )
     return None
 
 
@@ -623,21 +786,24 @@ def _judge_add_values(got, want, case: Case) -> str:
         return judge_tensor(got, want, atol=torch.finfo(x.dtype).tiny, rtol=eps(x.dtype))
     except Mismatch as bad:
         ok = _diagnosable(got, want.shape, x.dtype)
-        raise _with_cause(bad, _diagnose_add(got, case) if ok else None,
-                          "is every index covered by exactly one program (pid * BLOCK + tl.arange(0, BLOCK)), "
-                          "masked at n, and does every load and the store use its own tensor's stride?",
-                          _ADD_CHECKED if ok else None) from None
+        raise _with_cause(
+            bad,
+            _diagnose_add(got, case) if ok else None,
+            "is every index covered by exactly one program (pid * BLOCK + tl.arange(0, BLOCK)), "
+            "masked at n, and does every load and the store use its own tensor's stride?",
+            _ADD_CHECKED if ok else None,
+        ) from None
 
 
 def _judge_add(got, want, case: Case) -> str:
     if "out" in case.kwargs:
         x = case.args[0]
-        return _judge_into(got, want, case, _judge_add_values, 2 * eps(x.dtype) * float(want.double().abs().max()
-                                                                                           or 1))
+        return _judge_into(got, want, case, _judge_add_values, 2 * eps(x.dtype) * float(want.double().abs().max() or 1))
     return _judge_add_values(got, want, case)
 
 
 # ---- softmax ---------------------------------------------------------------------------------------------------
+
 
 def _softmax64(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return torch.softmax(x.double(), dim=-1).to(x.dtype)
@@ -647,7 +813,7 @@ def _rows(rows: list[int]) -> str:
     return ", ".join(map(str, rows[:6])) + (", ..." if len(rows) > 6 else "")
 
 
-_SOFTMAX_CHECKED = ("x's strides, 16-bit arithmetic, rows no program wrote, the padding lanes, the row's maximum")
+_SOFTMAX_CHECKED = "x's strides, 16-bit arithmetic, rows no program wrote, the padding lanes, the row's maximum"
 
 
 def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
@@ -655,32 +821,50 @@ def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     M, N = x.shape
     g, want = got.double(), torch.softmax(x.double(), -1)
     tol = 4 * eps(x.dtype) + 1e-6
-    for read, how in ((_as_contiguous(x), "as if x were contiguous"), (_exchanged(x), "with x's two strides "
-                                                                                         "exchanged")):
+    for read, how in (
+        (_as_contiguous(x), "as if x were contiguous"),
+        (_exchanged(x), "with x's two strides exchanged"),
+    ):
         if read is not None and _close(g, torch.softmax(read.double(), -1), tol):
-            return (f"out equals the softmax of x's memory read {how}: the loads do not use x's strides "
-                    f"{x.stride()} as they are", "load element (i, j) at x_ptr + i * stride_xm + j * stride_xn, with "
-                                                 "x.stride(0) and x.stride(1) passed in that order")
+            return (
+                f"out equals the softmax of x's memory read {how}: the loads do not use x's strides "
+                f"{x.stride()} as they are",
+                "load element (i, j) at x_ptr + i * stride_xm + j * stride_xn, with "
+                "x.stride(0) and x.stride(1) passed in that order",
+            )
     if x.dtype in HALF:
         xs = x.to(x.dtype)
-        shifted = (xs - xs.max(-1, keepdim=True).values)
-        in_half = (shifted.float().exp().to(x.dtype) / shifted.float().exp().to(x.dtype).float().sum(-1, keepdim=True)
-                   .to(x.dtype)).double()
+        shifted = xs - xs.max(-1, keepdim=True).values
+        in_half = (
+            shifted.float().exp().to(x.dtype)
+            / shifted.float().exp().to(x.dtype).float().sum(-1, keepdim=True).to(x.dtype)
+        ).double()
         if _close(g, in_half, eps(x.dtype)) and not _close(g, want, tol):
-            return (f"out matches a softmax whose exp and sum were rounded to {dtype_name(x.dtype)}: the arithmetic "
-                    f"ran in {dtype_name(x.dtype)}", "convert the loaded row to float32 before any arithmetic")
+            return (
+                f"out matches a softmax whose exp and sum were rounded to {dtype_name(x.dtype)}: the arithmetic "
+                f"ran in {dtype_name(x.dtype)}",
+                "convert the loaded row to float32 before any arithmetic",
+            )
     bad_rows = [i for i in range(M) if not _close(g[i], want[i], tol)]
     sums = g.sum(-1)
     if bad_rows and len(bad_rows) < M and all(_close(g[i], want[i], tol) for i in range(M) if i not in bad_rows):
-        return (f"rows {_rows(bad_rows)} (of {M}) are wrong, the others right", "one program per row: the grid is "
-                f"(M,) and program i reads and writes row i only, through the row strides of x and of out")
+        return (
+            f"rows {_rows(bad_rows)} (of {M}) are wrong, the others right",
+            "one program per row: the grid is "
+            f"(M,) and program i reads and writes row i only, through the row strides of x and of out",
+        )
     off = [i for i in bad_rows if abs(float(sums[i]) - 1) > 1e-2]
     if off:
         pad = _next_pow2(N) - N
-        extra = (f"; the row has {N} values in a block of {N + pad}: {pad} padding lanes that must add nothing"
-                 if pad else "")
-        return (f"rows {_rows(off)} sum to {float(sums[off[0]]):.4g} instead of 1{extra}",
-                "the padding lanes must load as -inf (exp gives 0) and the sum must be over the row's own values")
+        extra = (
+            f"; the row has {N} values in a block of {N + pad}: {pad} padding lanes that must add nothing"
+            if pad
+            else ""
+        )
+        return (
+            f"rows {_rows(off)} sum to {float(sums[off[0]]):.4g} instead of 1{extra}",
+            "the padding lanes must load as -inf (exp gives 0) and the sum must be over the row's own values",
+        )
     return None
 
 
@@ -691,18 +875,23 @@ def _next_pow2(n: int) -> int:
 def _judge_softmax_values(got, want, case: Case) -> str:
     x = case.args[0]
     atol, rtol = (1e-7, 1e-5) if x.dtype == torch.float32 else (1e-6, eps(x.dtype))
-    generic = ("each program owns one row: load it with other=-inf where the mask is off, convert to float32, "
-               "subtract the row's max, exponentiate, divide by the sum, store in the row's place (both strides of x "
-               "and both of out matter)")
+    generic = (
+        "each program owns one row: load it with other=-inf where the mask is off, convert to float32, "
+        "subtract the row's max, exponentiate, divide by the sum, store in the row's place (both strides of x "
+        "and both of out matter)"
+    )
     if x.dtype in HALF:
-        generic += ("; in float16/bfloat16 the max, exp and sum must run in float32 (and the interpreter cannot "
-                    "compute on bfloat16 at all)")
+        generic += (
+            "; in float16/bfloat16 the max, exp and sum must run in float32 (and the interpreter cannot "
+            "compute on bfloat16 at all)"
+        )
     try:
         return judge_tensor(got, want, atol=atol, rtol=rtol, what="the softmax")
     except Mismatch as bad:
         ok = _diagnosable(got, x.shape, x.dtype)
-        raise _with_cause(bad, _diagnose_softmax(got, case) if ok else None, generic,
-                          _SOFTMAX_CHECKED if ok else None) from None
+        raise _with_cause(
+            bad, _diagnose_softmax(got, case) if ok else None, generic, _SOFTMAX_CHECKED if ok else None
+        ) from None
 
 
 def _judge_softmax(got, want, case: Case) -> str:
@@ -713,12 +902,15 @@ def _judge_softmax(got, want, case: Case) -> str:
 
 # ---- matmul ----------------------------------------------------------------------------------------------------
 
+
 def _matmul64(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return (A.double() @ B.double()).to(A.dtype)
 
 
-_MATMUL_CHECKED = ("the blocks of K summed, the accumulator's precision, each matrix's strides, the grid's axes, the "
-                   "ragged edges, which tiles are wrong")
+_MATMUL_CHECKED = (
+    "the blocks of K summed, the accumulator's precision, each matrix's strides, the grid's axes, the "
+    "ragged edges, which tiles are wrong"
+)
 
 
 def _span(lo: int, hi: int) -> str:
@@ -737,8 +929,12 @@ def _diagnose_matmul(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     tol = max(tol, 1e-30)
     if _close(g, exact, tol):
         return None
-    return (_k_loop_cause(g, A64, B64, tol) or _half_sum_cause(g, A, B, bound, tol)
-            or _stride_cause(g, A, B, exact, tol) or _grid_cause(~((g - exact).abs() <= tol)))
+    return (
+        _k_loop_cause(g, A64, B64, tol)
+        or _half_sum_cause(g, A, B, bound, tol)
+        or _stride_cause(g, A, B, exact, tol)
+        or _grid_cause(~((g - exact).abs() <= tol))
+    )
 
 
 def _k_loop_cause(g, A64, B64, tol: float) -> tuple[str, str] | None:
@@ -750,22 +946,29 @@ def _k_loop_cause(g, A64, B64, tol: float) -> tuple[str, str] | None:
         steps = -(-K // bk)
         first = A64[:, :bk] @ B64[:bk]
         if _close(g, first, tol):
-            return (f"C equals the product of the first {bk} columns of A with the first {bk} rows of B: only the "
-                    f"first block of K contributes (K = {K}: {steps} blocks of {bk})",
-                    "every step of the loop over K must add its block's product to the accumulator, which lives "
-                    "outside the loop")
-        repeated = sum(A64[:, :min(bk, K - k0)] @ B64[:min(bk, K - k0)] for k0 in range(0, K, bk))
+            return (
+                f"C equals the product of the first {bk} columns of A with the first {bk} rows of B: only the "
+                f"first block of K contributes (K = {K}: {steps} blocks of {bk})",
+                "every step of the loop over K must add its block's product to the accumulator, which lives "
+                "outside the loop",
+            )
+        repeated = sum(A64[:, : min(bk, K - k0)] @ B64[: min(bk, K - k0)] for k0 in range(0, K, bk))
         if _close(g, steps * first, tol) or _close(g, repeated, tol):
-            return (f"C equals the product of the first block of K (columns 0–{bk - 1} of A, rows 0–{bk - 1} of B) "
-                    f"added {steps} times, once per step of the loop over K (K = {K}): every step loads the same "
-                    f"first block; the offsets along K never advance with the loop",
-                    "in both loads, offset K by the loop's position: (k0 + tl.arange(0, BLOCK_K)) times stride_ak "
-                    "for A and times stride_bk for B (or move both blocks of pointers BLOCK_K along K after every "
-                    "step)")
+            return (
+                f"C equals the product of the first block of K (columns 0–{bk - 1} of A, rows 0–{bk - 1} of B) "
+                f"added {steps} times, once per step of the loop over K (K = {K}): every step loads the same "
+                f"first block; the offsets along K never advance with the loop",
+                "in both loads, offset K by the loop's position: (k0 + tl.arange(0, BLOCK_K)) times stride_ak "
+                "for A and times stride_bk for B (or move both blocks of pointers BLOCK_K along K after every "
+                "step)",
+            )
         last = ((K - 1) // bk) * bk
         if 0 < last and _close(g, A64[:, last:] @ B64[last:], tol):
-            return (f"C equals the product of the last block of K only (columns {last}..{K - 1} of A): each step "
-                    f"replaces the accumulator instead of adding to it", "add each block's tl.dot to the accumulator")
+            return (
+                f"C equals the product of the last block of K only (columns {last}..{K - 1} of A): each step "
+                f"replaces the accumulator instead of adding to it",
+                "add each block's tl.dot to the accumulator",
+            )
     return None
 
 
@@ -780,13 +983,15 @@ def _half_sum_cause(g, A, B, bound: float, tol: float) -> tuple[str, str] | None
             continue
         acc = torch.zeros(M, N, dtype=torch.float64)
         for k0 in range(0, K, bk):
-            acc = (acc + (A64[:, k0:k0 + bk] @ B64[k0:k0 + bk]).float().double()).to(A.dtype).double()
+            acc = (acc + (A64[:, k0 : k0 + bk] @ B64[k0 : k0 + bk]).float().double()).to(A.dtype).double()
         if _close(g, acc, eps(A.dtype) * bound):
             err = float((g - A64 @ B64).abs().max())
-            return (f"C matches a sum rounded to {dtype_name(A.dtype)} after every block of {bk}: error "
-                    f"{err:.3g} where float32 accumulation errs by at most {tol:.2g}; it grows with K "
-                    f"({-(-K // bk)} roundings here)",
-                    "accumulate in float32 across all of K's blocks and round to C's dtype once, at the store")
+            return (
+                f"C matches a sum rounded to {dtype_name(A.dtype)} after every block of {bk}: error "
+                f"{err:.3g} where float32 accumulation errs by at most {tol:.2g}; it grows with K "
+                f"({-(-K // bk)} roundings here)",
+                "accumulate in float32 across all of K's blocks and round to C's dtype once, at the store",
+            )
     return None
 
 
@@ -795,21 +1000,29 @@ def _stride_cause(g, A, B, exact, tol: float) -> tuple[str, str] | None:
     (M, K), N = A.shape, B.shape[1]
     A64, B64 = A.double(), B.double()
     for name, t, rows, cols in (("A", A, "stride_am", "stride_ak"), ("B", B, "stride_bk", "stride_bn")):
-        for read, how in ((_as_contiguous(t), f"read as if it were contiguous: the loads ignore {name}'s strides "
-                                              f"{t.stride()}"),
-                          (_exchanged(t), f"read through its two strides exchanged: {name}'s rows stepped by "
-                                          f"{cols} and its columns by {rows} ({name}.stride() is {t.stride()})")):
+        for read, how in (
+            (_as_contiguous(t), f"read as if it were contiguous: the loads ignore {name}'s strides {t.stride()}"),
+            (
+                _exchanged(t),
+                f"read through its two strides exchanged: {name}'s rows stepped by "
+                f"{cols} and its columns by {rows} ({name}.stride() is {t.stride()})",
+            ),
+        ):
             if read is None:
                 continue
             product = (read.double() @ B64) if name == "A" else (A64 @ read.double())
             if _close(g, product, tol):
-                return (f"C equals the product with {name} {how}",
-                        f"load element (i, j) of {name} at {name.lower()}_ptr + i * {rows} + j * {cols}, with "
-                        f"{name}.stride(0) passed as {rows} and {name}.stride(1) as {cols}")
+                return (
+                    f"C equals the product with {name} {how}",
+                    f"load element (i, j) of {name} at {name.lower()}_ptr + i * {rows} + j * {cols}, with "
+                    f"{name}.stride(0) passed as {rows} and {name}.stride(1) as {cols}",
+                )
     if M == N and M > 1 and _close(g, exact.T, tol):
-        return ("C holds the transpose of A·B: the store exchanged rows and columns (C's two strides, or the "
-                "roles of the row and column offsets, swapped)",
-                "store tile element (i, j) at c_ptr + i * stride_cm + j * stride_cn, i along M and j along N")
+        return (
+            "C holds the transpose of A·B: the store exchanged rows and columns (C's two strides, or the "
+            "roles of the row and column offsets, swapped)",
+            "store tile element (i, j) at c_ptr + i * stride_cm + j * stride_cn, i along M and j along N",
+        )
     return None
 
 
@@ -820,7 +1033,11 @@ def _grid_cause(bad: torch.Tensor) -> tuple[str, str] | None:
 
     def tiles_of(b: int) -> tuple[int, int, list]:
         tm, tn = -(-M // b), -(-N // b)
-        return tm, tn, [[bool(bad[i * b:(i + 1) * b, j * b:(j + 1) * b].any()) for j in range(tn)] for i in range(tm)]
+        return (
+            tm,
+            tn,
+            [[bool(bad[i * b : (i + 1) * b, j * b : (j + 1) * b].any()) for j in range(tn)] for i in range(tm)],
+        )
 
     for b in BLOCKS:  # the smallest tile that explains it
         tm, tn, tiles = tiles_of(b)
@@ -828,16 +1045,19 @@ def _grid_cause(bad: torch.Tensor) -> tuple[str, str] | None:
         if tm * tn < 2 or (tm, tn) == (gm, gn):
             continue
         if all((i < gm and j < gn) != tiles[i][j] for i in range(tm) for j in range(tn)):
-            return (f"with {b}×{b} tiles, C has {tm}×{tn} tiles but the right ones form a {min(gm, tm)}×{min(gn, tn)} "
-                    f"block (rows < {min(M, gm * b)}, columns < {min(N, gn * b)}) and the rest are wrong: the "
-                    f"grid's axes are exchanged (cdiv(N, BLOCK_N) programs along the axis that picks rows)",
-                    "program_id(0) picks the block of rows, so the grid's first axis has one program per block of M "
-                    "rows; program_id(1) picks the block of columns")
+            return (
+                f"with {b}×{b} tiles, C has {tm}×{tn} tiles but the right ones form a {min(gm, tm)}×{min(gn, tn)} "
+                f"block (rows < {min(M, gm * b)}, columns < {min(N, gn * b)}) and the rest are wrong: the "
+                f"grid's axes are exchanged (cdiv(N, BLOCK_N) programs along the axis that picks rows)",
+                "program_id(0) picks the block of rows, so the grid's first axis has one program per block of M "
+                "rows; program_id(1) picks the block of columns",
+            )
     rows_bad, cols_bad = bad.any(1), bad.any(0)
     for c in BLOCKS:  # a grid with one program along an axis: only the first block of columns (or rows) written
         for axis, size, other, right, wrong, pid in (
-                ("columns", N, M, not bool(bad[:, :c].any()), bool(cols_bad[c:].all()), 1),
-                ("rows", M, N, not bool(bad[:c].any()), bool(rows_bad[c:].all()), 0)):
+            ("columns", N, M, not bool(bad[:, :c].any()), bool(cols_bad[c:].all()), 1),
+            ("rows", M, N, not bool(bad[:c].any()), bool(rows_bad[c:].all()), 0),
+        ):
             if not (c < size and right and wrong):
                 continue
             whole = size - c >= c or other % 16  # a whole block wrong, or the other axis's ragged edge right
@@ -845,29 +1065,37 @@ def _grid_cause(bad: torch.Tensor) -> tuple[str, str] | None:
                 continue
             span, rest = _span(0, c), _span(c, size)
             along = "N's blocks of columns" if pid == 1 else "M's blocks of rows"
-            return (f"{axis} {span} are right in every {'row' if pid == 1 else 'column'} and every one of {axis} "
-                    f"{rest} is wrong: only the programs with program_id({pid}) = 0 ran, so a whole axis of the grid "
-                    f"is missing (one program along {along}: a 1-D grid over {'M' if pid == 1 else 'N'} only?)",
-                    "launch a 2-D grid, (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)): program_id(0) picks the "
-                    "block of rows, program_id(1) the block of columns")
+            return (
+                f"{axis} {span} are right in every {'row' if pid == 1 else 'column'} and every one of {axis} "
+                f"{rest} is wrong: only the programs with program_id({pid}) = 0 ran, so a whole axis of the grid "
+                f"is missing (one program along {along}: a 1-D grid over {'M' if pid == 1 else 'N'} only?)",
+                "launch a 2-D grid, (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)): program_id(0) picks the "
+                "block of rows, program_id(1) the block of columns",
+            )
     for b in reversed(BLOCKS):  # the largest tile whose elements are all right or all wrong
         tm, tn, tiles = tiles_of(b)
-        uniform = all(bool(bad[i * b:(i + 1) * b, j * b:(j + 1) * b].all()) == tiles[i][j]
-                      for i in range(tm) for j in range(tn))
+        uniform = all(
+            bool(bad[i * b : (i + 1) * b, j * b : (j + 1) * b].all()) == tiles[i][j]
+            for i in range(tm)
+            for j in range(tn)
+        )
         wrong = [(i, j) for i in range(tm) for j in range(tn) if tiles[i][j]]
         if tm * tn < 2 or not uniform or len(wrong) == tm * tn:
             continue
-        names = ", ".join(f"rows {i * b}-{min(M, (i + 1) * b) - 1} × columns {j * b}-{min(N, (j + 1) * b) - 1}"
-                          for i, j in wrong[:4]) + (", ..." if len(wrong) > 4 else "")
+        names = ", ".join(
+            f"rows {i * b}-{min(M, (i + 1) * b) - 1} × columns {j * b}-{min(N, (j + 1) * b) - 1}" for i, j in wrong[:4]
+        ) + (", ..." if len(wrong) > 4 else "")
         if all((i == tm - 1 and M % b) or (j == tn - 1 and N % b) for i, j in wrong):
-            return (f"with {b}×{b} tiles, only tiles on the ragged edge are wrong ({names}); the full tiles are right",
-                    "launch triton.cdiv(M, BLOCK_M) × triton.cdiv(N, BLOCK_N) programs (not M // BLOCK_M) and mask "
-                    "the last blocks: rows ≥ M and columns ≥ N neither loaded nor stored, k ≥ K loaded as 0")
-        return (f"with {b}×{b} tiles, {len(wrong)} of {tm * tn} tiles are wrong ({names}), the others right",
-                "look at how a program finds its tile from its program ids, and where it stores it")
+            return (
+                f"with {b}×{b} tiles, only tiles on the ragged edge are wrong ({names}); the full tiles are right",
+                "launch triton.cdiv(M, BLOCK_M) × triton.cdiv(N, BLOCK_N) programs (not M // BLOCK_M) and mask "
+                "the last blocks: rows ≥ M and columns ≥ N neither loaded nor stored, k ≥ K loaded as 0",
+            )
+        return (
+            f"with {b}×{b} tiles, {len(wrong)} of {tm * tn} tiles are wrong ({names}), the others right",
+            "look at how a program finds its tile from its program ids, and where it stores it",
+        )
     return None
-
-
 
 
 def _judge_matmul_values(got, want, case: Case) -> str:
@@ -879,12 +1107,15 @@ def _judge_matmul_values(got, want, case: Case) -> str:
     try:
         return judge_tensor(got, want, atol=atol, rtol=rtol, what="C")
     except Mismatch as bad:
-        generic = ("check the masks of the last blocks (rows >= M, columns >= N, k >= K must load 0), that every load "
-                   "and the store use both strides of their matrix, that the grid has cdiv(M, BLOCK_M) × cdiv(N, "
-                   "BLOCK_N) programs, and that the sum over K's blocks is kept in float32")
+        generic = (
+            "check the masks of the last blocks (rows >= M, columns >= N, k >= K must load 0), that every load "
+            "and the store use both strides of their matrix, that the grid has cdiv(M, BLOCK_M) × cdiv(N, "
+            "BLOCK_N) programs, and that the sum over K's blocks is kept in float32"
+        )
         ok = _diagnosable(got, want.shape, A.dtype)
-        raise _with_cause(bad, _diagnose_matmul(got, case) if ok else None, generic,
-                          _MATMUL_CHECKED if ok else None) from None
+        raise _with_cause(
+            bad, _diagnose_matmul(got, case) if ok else None, generic, _MATMUL_CHECKED if ok else None
+        ) from None
 
 
 def _judge_matmul(got, want, case: Case) -> str:
@@ -900,84 +1131,121 @@ def _judge_matmul(got, want, case: Case) -> str:
 # The checks
 # ----------------------------------------------------------------------------------------------------------------
 
-def check_add_kernel(add_kernel, add: Callable, cases: Sequence[Case] | None = None, *,
-                     hidden: int = 0) -> CheckResult:
+
+def check_add_kernel(add_kernel, add: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `add_kernel`: add_kernel adds two vectors block by block, masking the last block, reading x and y and
     writing out through their own strides (run in the interpreter), and compiles for sm_90 and sm_80 (Triton's
     compiler, every launch)."""
     if cases is None:
-        cases = (add_cases([1024, 100, 1], [torch.float32, torch.float16])
-                 + add_cases([1000], [torch.float32], strided=True, seed=4)
-                 + add_cases([256], [torch.float32], strided=True, out="strided", seed=5))
+        cases = (
+            add_cases([1024, 100, 1], [torch.float32, torch.float16])
+            + add_cases([1000], [torch.float32], strided=True, seed=4)
+            + add_cases([256], [torch.float32], strided=True, out="strided", seed=5)
+        )
     seen: list = []
     evidence: dict = {}
-    result = run_check(f"{TASK}-add_kernel", _traced(add, seen), cases,
-                       expected=lambda x, y, out=None: (x.double() + y.double()).to(x.dtype), judge=_judge_add,
-                       rules=[_launches(add_kernel, seen), _NO_TORCH_ADD, _returns_out(seen),
-                              _Compiled(add_kernel, seen, "add", evidence)],
-                       proves="add_kernel adds two vectors block by block, masking the last block, reading x and y "
-                              "and writing out through their own strides (run in the interpreter), and compiles for "
-                              "sm_90 and sm_80 (Triton's compiler, every launch)",
-                       hidden=hidden,
-                       next_step="one program per BLOCK elements: offsets pid * BLOCK + tl.arange(0, BLOCK), a mask "
-                                 "offsets < n on every load and store")
+    result = run_check(
+        f"{TASK}-add_kernel",
+        _traced(add, seen),
+        cases,
+        expected=lambda x, y, out=None: (x.double() + y.double()).to(x.dtype),
+        judge=_judge_add,
+        rules=[
+            _launches(add_kernel, seen),
+            _NO_TORCH_ADD,
+            _returns_out(seen),
+            _Compiled(add_kernel, seen, "add", evidence),
+        ],
+        proves="add_kernel adds two vectors block by block, masking the last block, reading x and y "
+        "and writing out through their own strides (run in the interpreter), and compiles for "
+        "sm_90 and sm_80 (Triton's compiler, every launch)",
+        hidden=hidden,
+        next_step="one program per BLOCK elements: offsets pid * BLOCK + tl.arange(0, BLOCK), a mask "
+        "offsets < n on every load and store",
+    )
     _print_hardware("add_kernel", evidence, "add")
     return result
 
 
-def check_softmax_kernel(softmax_kernel, softmax: Callable, cases: Sequence[Case] | None = None, *,
-                         hidden: int = 0) -> CheckResult:
+def check_softmax_kernel(
+    softmax_kernel, softmax: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0
+) -> CheckResult:
     """Check `softmax_kernel`: softmax_kernel computes a stable softmax of each row in one program, through both
     strides of x and of out (run in the interpreter); compiled for sm_90 and sm_80, its arithmetic on
     float16/bfloat16 rows runs in float32 (read from the TTIR: no arith or math op on a 16-bit tensor)."""
     if cases is None:
-        cases = (softmax_cases([(4, 50), (3, 128), (1, 1)], [torch.float32, torch.float16], seed=1)
-                 + softmax_cases([(2, 64)], [torch.float32], scale=200.0, seed=2)
-                 + softmax_cases([(5, 40)], [torch.float32], layout="transposed", seed=3)
-                 + softmax_cases([(5, 64)], [torch.float32], layout="strided", out="strided", seed=4)
-                 + softmax_cases([(3, 50)], [torch.float16], layout="transposed", out="transposed", seed=5))
+        cases = (
+            softmax_cases([(4, 50), (3, 128), (1, 1)], [torch.float32, torch.float16], seed=1)
+            + softmax_cases([(2, 64)], [torch.float32], scale=200.0, seed=2)
+            + softmax_cases([(5, 40)], [torch.float32], layout="transposed", seed=3)
+            + softmax_cases([(5, 64)], [torch.float32], layout="strided", out="strided", seed=4)
+            + softmax_cases([(3, 50)], [torch.float16], layout="transposed", out="transposed", seed=5)
+        )
     seen: list = []
     evidence: dict = {}
-    result = run_check(f"{TASK}-softmax_kernel", _traced(softmax, seen), cases, expected=_softmax64,
-                       judge=_judge_softmax,
-                       rules=[_launches(softmax_kernel, seen), _NO_TORCH_SOFTMAX, _returns_out(seen),
-                              _Compiled(softmax_kernel, seen, "softmax", evidence)],
-                       proves="softmax_kernel computes a stable softmax of each row in one program, through both "
-                              "strides of x and of out (run in the interpreter); compiled for sm_90 and sm_80, its "
-                              "arithmetic on float16/bfloat16 rows runs in float32 (read from the TTIR: no arith or "
-                              "math op on a 16-bit tensor)",
-                       hidden=hidden,
-                       next_step="softmax(x)ᵢ = exp(xᵢ − max x) / Σⱼ exp(xⱼ − max x), one row per program")
+    result = run_check(
+        f"{TASK}-softmax_kernel",
+        _traced(softmax, seen),
+        cases,
+        expected=_softmax64,
+        judge=_judge_softmax,
+        rules=[
+            _launches(softmax_kernel, seen),
+            _NO_TORCH_SOFTMAX,
+            _returns_out(seen),
+            _Compiled(softmax_kernel, seen, "softmax", evidence),
+        ],
+        proves="softmax_kernel computes a stable softmax of each row in one program, through both "
+        "strides of x and of out (run in the interpreter); compiled for sm_90 and sm_80, its "
+        "arithmetic on float16/bfloat16 rows runs in float32 (read from the TTIR: no arith or "
+        "math op on a 16-bit tensor)",
+        hidden=hidden,
+        next_step="softmax(x)ᵢ = exp(xᵢ − max x) / Σⱼ exp(xⱼ − max x), one row per program",
+    )
     _print_hardware("softmax_kernel", evidence, "softmax")
     return result
 
 
-def check_matmul_kernel(matmul_kernel, matmul: Callable, cases: Sequence[Case] | None = None, *,
-                        hidden: int = 0) -> CheckResult:
+def check_matmul_kernel(
+    matmul_kernel, matmul: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0
+) -> CheckResult:
     """Check `matmul_kernel`: matmul_kernel computes C = A·B with masks on the ragged edges, through the strides of
     A, B and C (run in the interpreter, which also counted one tl.dot per block of K in every program); compiled for
     sm_90 and sm_80, its PTX multiplies on the tensor cores (mma.sync/wgmma) and its TTIR has tt.dot inside the
     scf.for over K with a float32 accumulator carried by that loop."""
     if cases is None:
-        cases = (matmul_cases([(16, 16, 16), (37, 45, 70)], [torch.float32, torch.float16], seed=3)
-                 + matmul_cases([(20, 33, 40)], [torch.bfloat16], layout="transposed", seed=4)
-                 + strided_matmul_cases([(64, 64, 64)], [torch.float32], seed=5)
-                 + strided_matmul_cases([(37, 45, 70)], [torch.float16], a="strided", b="transposed",
-                                        out="transposed", seed=6))
+        cases = (
+            matmul_cases([(16, 16, 16), (37, 45, 70)], [torch.float32, torch.float16], seed=3)
+            + matmul_cases([(20, 33, 40)], [torch.bfloat16], layout="transposed", seed=4)
+            + strided_matmul_cases([(64, 64, 64)], [torch.float32], seed=5)
+            + strided_matmul_cases(
+                [(37, 45, 70)], [torch.float16], a="strided", b="transposed", out="transposed", seed=6
+            )
+        )
     seen: list = []
     evidence: dict = {}
-    result = run_check(f"{TASK}-matmul_kernel", _traced(matmul, seen), cases, expected=_matmul64,
-                       judge=_judge_matmul,
-                       rules=[_launches(matmul_kernel, seen), _NO_TORCH_GEMM, _returns_out(seen),
-                              _Compiled(matmul_kernel, seen, "matmul", evidence), _dot_over_k(matmul_kernel, seen)],
-                       proves="matmul_kernel computes C = A·B with masks on the ragged edges, through the strides of "
-                              "A, B and C (run in the interpreter, which also counted one tl.dot per block of K in "
-                              "every program); compiled for sm_90 and sm_80, its PTX multiplies on the tensor cores "
-                              "(mma.sync/wgmma) and its TTIR has tt.dot inside the scf.for over K with a float32 "
-                              "accumulator carried by that loop",
-                       hidden=hidden,
-                       next_step="C[i, j] = Σₖ A[i, k]·B[k, j]: a grid of (BLOCK_M, BLOCK_N) tiles of C, each summing "
-                                 "tl.dot over K's blocks")
+    result = run_check(
+        f"{TASK}-matmul_kernel",
+        _traced(matmul, seen),
+        cases,
+        expected=_matmul64,
+        judge=_judge_matmul,
+        rules=[
+            _launches(matmul_kernel, seen),
+            _NO_TORCH_GEMM,
+            _returns_out(seen),
+            _Compiled(matmul_kernel, seen, "matmul", evidence),
+            _dot_over_k(matmul_kernel, seen),
+        ],
+        proves="matmul_kernel computes C = A·B with masks on the ragged edges, through the strides of "
+        "A, B and C (run in the interpreter, which also counted one tl.dot per block of K in "
+        "every program); compiled for sm_90 and sm_80, its PTX multiplies on the tensor cores "
+        "(mma.sync/wgmma) and its TTIR has tt.dot inside the scf.for over K with a float32 "
+        "accumulator carried by that loop",
+        hidden=hidden,
+        next_step="C[i, j] = Σₖ A[i, k]·B[k, j]: a grid of (BLOCK_M, BLOCK_N) tiles of C, each summing "
+        "tl.dot over K's blocks",
+    )
     _print_hardware("matmul_kernel", evidence, "matmul")
     return result
 
@@ -1039,11 +1307,13 @@ def warm_up() -> None:
         os.environ[triton_compile.ENV_CACHE] = folder
         try:
             for target in TARGETS:
-                triton_compile.compile_kernel(_warm_up_kernel, {"x_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"},
-                                              {"BLOCK": 64}, target)
+                triton_compile.compile_kernel(
+                    _warm_up_kernel, {"x_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 64}, target
+                )
         finally:
             os.environ.pop(triton_compile.ENV_CACHE) if saved is None else os.environ.__setitem__(
-                triton_compile.ENV_CACHE, saved)
+                triton_compile.ENV_CACHE, saved
+            )
         triton_compile._MEMORY.clear()
 
 

@@ -13,6 +13,7 @@ Why this module is long: one assignment's checks (four graded functions), with t
 they lower and compile, and a message for each way a wrong answer is known to go wrong; split further, a check would
 sit apart from the subjects and messages it needs.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,9 +32,18 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 __all__ = [
-    "SUBJECTS", "Subject", "Module", "module_cases", "dims_cases", "model_cases",
-    "check_count_hlo_ops", "check_dot_general_gemm", "check_dot_general_flops", "check_gemm_counts",
-    "guard_text", "guard_dims",
+    "SUBJECTS",
+    "Subject",
+    "Module",
+    "module_cases",
+    "dims_cases",
+    "model_cases",
+    "check_count_hlo_ops",
+    "check_dot_general_gemm",
+    "check_dot_general_flops",
+    "check_gemm_counts",
+    "guard_text",
+    "guard_dims",
 ]
 
 TASK = "ex10_xla"
@@ -44,20 +54,21 @@ TASK = "ex10_xla"
 # matter to a trace)
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _zeros(*shapes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     return tuple(np.zeros(s, np.float32) for s in shapes)
 
 
 def _mlp(x, w1, b1, w2, b2):
-    return jnp.maximum(x @ w1 + b1, 0) @ w2 + b2              # (M, K) @ (K, H) -> (M, H); (M, H) @ (H, N) -> (M, N)
+    return jnp.maximum(x @ w1 + b1, 0) @ w2 + b2  # (M, K) @ (K, H) -> (M, H); (M, H) @ (H, N) -> (M, N)
 
 
 def _scores(q, k):
-    return jnp.einsum("bhqd,bhkd->bhqk", q, k)                # (B, H, S, D) · (B, H, S, D) -> (B, H, S, S)
+    return jnp.einsum("bhqd,bhkd->bhqk", q, k)  # (B, H, S, D) · (B, H, S, D) -> (B, H, S, S)
 
 
 def _attention(x, wq, wk, wv, wo):
-    q, k, v = x @ wq, x @ wk, x @ wv                          # (B, S, E) @ (E, E) -> (B, S, E)
+    q, k, v = x @ wq, x @ wk, x @ wv  # (B, S, E) @ (E, E) -> (B, S, E)
     s = jnp.einsum("bqe,bke->bqk", q, k) / np.sqrt(x.shape[-1])
     return jnp.einsum("bqk,bke->bqe", jax.nn.softmax(s, axis=-1), v) @ wo
 
@@ -72,7 +83,7 @@ def _block(h, w):
 
 
 def _nested(x, w1, w2):
-    return _block(_block(x, w1), w2)                          # one jitted block, called twice
+    return _block(_block(x, w1), w2)  # one jitted block, called twice
 
 
 @jax.jit
@@ -81,7 +92,7 @@ def _tanh_layer(h, w):
 
 
 def _jitted(x, w1, w2, w3):
-    return _tanh_layer(_tanh_layer(x, w1), w2) @ w3          # a jitted layer called twice, then a plain projection
+    return _tanh_layer(_tanh_layer(x, w1), w2) @ w3  # a jitted layer called twice, then a plain projection
 
 
 def _loop(x, w, v):
@@ -101,11 +112,12 @@ def _layer_norm(x, g, w):
 def _scan(x, w):
     def step(h, _):
         return jnp.tanh(h @ w), None
+
     return lax.scan(step, x, None, length=3)[0]
 
 
 def _conv(x, k, w):
-    y = lax.conv_general_dilated(x, k, (1, 1), "SAME")         # (N, C, H, W) * (O, C, 3, 3) -> (N, O, H, W)
+    y = lax.conv_general_dilated(x, k, (1, 1), "SAME")  # (N, C, H, W) * (O, C, 3, 3) -> (N, O, H, W)
     return y.reshape(y.shape[0], -1) @ w
 
 
@@ -122,36 +134,65 @@ class Subject:
         return f"`{self.name}`: {self.description}, arguments {', '.join(str(s) for s in self.shapes)}"
 
 
-SUBJECTS: dict[str, Subject] = {s.name: s for s in [
-    Subject("mlp", "relu(x @ w1 + b1) @ w2 + b2 (lesson 10)", _mlp, [(8, 16), (16, 32), (32,), (32, 4), (4,)]),
-    Subject("scores", "einsum('bhqd,bhkd->bhqk', q, k) (lesson 10)", _scores, [(2, 3, 5, 8), (2, 3, 5, 8)]),
-    Subject("attention", "single-head attention: x @ wq, x @ wk, x @ wv, softmax(q kᵀ/√E) v, then @ wo", _attention,
-            [(2, 5, 8)] + [(8, 8)] * 4),
-    Subject("mlp3", "tanh(tanh(x @ w1) @ w2) @ w3, no biases", _mlp3, [(6, 10), (10, 12), (12, 12), (12, 3)]),
-    Subject("nested", "a jitted block relu(h @ w) called twice (a nested jaxpr, jax.nn.relu inside)", _nested,
-            [(4, 8), (8, 8), (8, 8)]),
-    Subject("remat", "jax.checkpoint(tanh(x @ w1) @ w2): the backward pass recomputes the block", _remat,
-            [(4, 8), (8, 8), (8, 8)]),
-    Subject("layer_norm", "layer norm of x (scale g), then @ w", _layer_norm, [(4, 8), (8,), (8, 6)]),
-    Subject("scan", "lax.scan of h = tanh(h @ w), 3 steps (a loop: HLO while)", _scan, [(4, 8), (8, 8)]),
-    Subject("conv", "a 3×3 convolution (lax.conv_general_dilated), flattened, then @ w", _conv,
-            [(2, 3, 6, 6), (4, 3, 3, 3), (144, 5)]),
-    Subject("jitted", "a jitted layer tanh(h @ w) called twice, then @ w3 (each call a `jit` equation holding a "
-            "jaxpr)", _jitted, [(4, 6), (6, 6), (6, 6), (6, 3)]),
-    Subject("loop", "lax.fori_loop of h = tanh(h @ w), 4 steps, then @ v (a `scan` in the jaxpr, a while loop in "
-            "HLO)", _loop, [(3, 5), (5, 5), (5, 2)]),
-]}
+SUBJECTS: dict[str, Subject] = {
+    s.name: s
+    for s in [
+        Subject("mlp", "relu(x @ w1 + b1) @ w2 + b2 (lesson 10)", _mlp, [(8, 16), (16, 32), (32,), (32, 4), (4,)]),
+        Subject("scores", "einsum('bhqd,bhkd->bhqk', q, k) (lesson 10)", _scores, [(2, 3, 5, 8), (2, 3, 5, 8)]),
+        Subject(
+            "attention",
+            "single-head attention: x @ wq, x @ wk, x @ wv, softmax(q kᵀ/√E) v, then @ wo",
+            _attention,
+            [(2, 5, 8)] + [(8, 8)] * 4,
+        ),
+        Subject("mlp3", "tanh(tanh(x @ w1) @ w2) @ w3, no biases", _mlp3, [(6, 10), (10, 12), (12, 12), (12, 3)]),
+        Subject(
+            "nested",
+            "a jitted block relu(h @ w) called twice (a nested jaxpr, jax.nn.relu inside)",
+            _nested,
+            [(4, 8), (8, 8), (8, 8)],
+        ),
+        Subject(
+            "remat",
+            "jax.checkpoint(tanh(x @ w1) @ w2): the backward pass recomputes the block",
+            _remat,
+            [(4, 8), (8, 8), (8, 8)],
+        ),
+        Subject("layer_norm", "layer norm of x (scale g), then @ w", _layer_norm, [(4, 8), (8,), (8, 6)]),
+        Subject("scan", "lax.scan of h = tanh(h @ w), 3 steps (a loop: HLO while)", _scan, [(4, 8), (8, 8)]),
+        Subject(
+            "conv",
+            "a 3×3 convolution (lax.conv_general_dilated), flattened, then @ w",
+            _conv,
+            [(2, 3, 6, 6), (4, 3, 3, 3), (144, 5)],
+        ),
+        Subject(
+            "jitted",
+            "a jitted layer tanh(h @ w) called twice, then @ w3 (each call a `jit` equation holding a jaxpr)",
+            _jitted,
+            [(4, 6), (6, 6), (6, 6), (6, 3)],
+        ),
+        Subject(
+            "loop",
+            "lax.fori_loop of h = tanh(h @ w), 4 steps, then @ v (a `scan` in the jaxpr, a while loop in HLO)",
+            _loop,
+            [(3, 5), (5, 5), (5, 2)],
+        ),
+    ]
+}
 
 
 def _grad(subject: Subject) -> Subject:
     g = xla_tools.grad_of_sum(subject.fn, len(subject.shapes) - 1)
-    return Subject(f"grad {subject.name}", f"the gradient of Σ {subject.name} with respect to its parameters", g,
-                   subject.shapes)
+    return Subject(
+        f"grad {subject.name}", f"the gradient of Σ {subject.name} with respect to its parameters", g, subject.shapes
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Input guards: a clear error naming what is wrong
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def guard_text(fn: str, text: Any) -> str:
     """text is an HLO module's text (`HloModule ...`) or a StableHLO module's (`module @... {`); returns its kind."""
@@ -172,8 +213,9 @@ def guard_text(fn: str, text: Any) -> str:
 def guard_dims(fn: str, dims: Any, lhs_shape: Any, rhs_shape: Any) -> None:
     """dims = ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), valid for these shapes."""
     for name, shape in (("lhs_shape", lhs_shape), ("rhs_shape", rhs_shape)):
-        if not isinstance(shape, (tuple, list)) or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
-                                                           and s >= 0 for s in shape):
+        if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in shape
+        ):
             raise TypeError(f"{fn}: {name} must be a tuple of sizes (ints ≥ 0), e.g. (64, 1024), got {shape!r}.")
     try:
         xla_tools.check_dims(dims, lhs_shape, rhs_shape)
@@ -184,6 +226,7 @@ def guard_dims(fn: str, dims: Any, lhs_shape: Any, rhs_shape: Any) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Cases
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class Module:
     """One text a count_hlo_ops case hands the learner: which subject, which stage, the text itself."""
@@ -227,22 +270,26 @@ def model_cases(names: Sequence[str]) -> list[Case]:
 # Running the learner's function: real arguments in, and the rule "don't call the grader"
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _real(arg: Any) -> Any:
     return arg.text if isinstance(arg, Module) else arg
 
 
 def _check(task: str, fn: Callable, cases: Sequence[Case], unpack: Callable[[tuple], tuple], **kwargs) -> CheckResult:
-    watched, own = no_grader_calls(fn, {"twoprim.topics.xla": xla_tools.uses},
-                                   call=lambda f, *args, **kw: f(*unpack(args), **kw),
-                                   rule="your own code: no calls to twoprim.topics.xla (the grader's ground truth)",
-                                   next_step="write it yourself from the text, the dimension numbers or the jaxpr, "
-                                             "as lesson 10 shows")
+    watched, own = no_grader_calls(
+        fn,
+        {"twoprim.topics.xla": xla_tools.uses},
+        call=lambda f, *args, **kw: f(*unpack(args), **kw),
+        rule="your own code: no calls to twoprim.topics.xla (the grader's ground truth)",
+        next_step="write it yourself from the text, the dimension numbers or the jaxpr, as lesson 10 shows",
+    )
     return run_check(f"{TASK}-{task}", watched, cases, rules=[own], **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # count_hlo_ops
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class _Counts(Counter):
     def __repr__(self) -> str:
@@ -257,29 +304,42 @@ def _ops_hint(module: Module, want: Counter, got: Counter) -> str:
     text, hlo = module.text, module.stage == "hlo"
     names = set(got) - set(want)
     if not got:
-        return ("nothing was counted: read the text line by line and find the operation each statement runs"
-                + (": `%name = <shape> opcode(operands), ...`" if hlo else ": `%0 = stablehlo.op ...`"))
-    if hlo and names and any(n.split(".")[0] in want for n in names) and any(("." in n or n[-1:].isdigit())
-                                                                             for n in names):
-        return ("those are instruction names (the left of '='): %add.1 can be a broadcast. The opcode is the word "
-                "after the shape on the right, just before '('")
+        return "nothing was counted: read the text line by line and find the operation each statement runs" + (
+            ": `%name = <shape> opcode(operands), ...`" if hlo else ": `%0 = stablehlo.op ...`"
+        )
+    if (
+        hlo
+        and names
+        and any(n.split(".")[0] in want for n in names)
+        and any(("." in n or n[-1:].isdigit()) for n in names)
+    ):
+        return (
+            "those are instruction names (the left of '='): %add.1 can be a broadcast. The opcode is the word "
+            "after the shape on the right, just before '('"
+        )
     over = [n for n in got if n in want and got[n] > want[n]]
     if over and all(got[n] >= want[n] for n in want):
-        return (f"more {over[0]} than there are such statements: a name or metadata "
-                "(op_name=\"jit(f)/dot_general\") mentions an op it does not run; take the op only from where a "
-                "statement names it, not from any word")
+        return (
+            f"more {over[0]} than there are such statements: a name or metadata "
+            '(op_name="jit(f)/dot_general") mentions an op it does not run; take the op only from where a '
+            "statement names it, not from any word"
+        )
     if not hlo and any(f"stablehlo.{n}" in want for n in got):
         return "name StableHLO ops as written, with their dialect: 'stablehlo.dot_general', not 'dot_general'"
     if not hlo and any(not n.startswith("stablehlo.") for n in got):
-        return ("count only operations of the stablehlo dialect, named as written ('stablehlo.add'); `module`, "
-                "`func.func`, `call` and `return` are the module's scaffolding")
+        return (
+            "count only operations of the stablehlo dialect, named as written ('stablehlo.add'); `module`, "
+            "`func.func`, `call` and `return` are the module's scaffolding"
+        )
     if hlo:
         comps = xla_tools.hlo_computations(text)
         entry = next((c for c in comps if f"ENTRY %{c} " in text or f"ENTRY {c} " in text), None)
         roots = Counter(op for body in comps.values() for op, line in body if line.startswith("ROOT"))
         if entry and got == Counter(op for op, _ in comps[entry]):
-            return ("only the ENTRY computation was counted: a fusion's body, a while loop's body and condition are "
-                    "computations of their own above it (calls=%fused_computation...), and their ops count too")
+            return (
+                "only the ENTRY computation was counted: a fusion's body, a while loop's body and condition are "
+                "computations of their own above it (calls=%fused_computation...), and their ops count too"
+            )
         if roots and got + roots == want:
             return "the lines starting 'ROOT' are instructions too (the one whose value a computation returns)"
         if got["parameter"] < want["parameter"]:
@@ -289,49 +349,75 @@ def _ops_hint(module: Module, want: Counter, got: Counter) -> str:
     if not hlo and got["stablehlo.reduce"] < want["stablehlo.reduce"]:
         return "`%3 = stablehlo.reduce(%2 init: %c) applies stablehlo.add ...` is one stablehlo.reduce"
     if not hlo and sum((got - want).values()) and any(n in {"stablehlo.add", "stablehlo.maximum"} for n in got - want):
-        return ("`stablehlo.reduce(...) applies stablehlo.add` names the add inside the reduce's attributes: count "
-                "only the op that starts a statement")
+        return (
+            "`stablehlo.reduce(...) applies stablehlo.add` names the add inside the reduce's attributes: count "
+            "only the op that starts a statement"
+        )
     return "print the text beside your counter and compare them op by op"
 
 
 def _judge_ops(got: Any, want: Counter, case: Case) -> str:
-    counts = as_counter(got, "count_hlo_ops",
-                        build="build a collections.Counter: counts[op] += 1 for every operation",
-                        key="key the counter by the op's name as a string, e.g. 'dot' or 'stablehlo.add'")
+    counts = as_counter(
+        got,
+        "count_hlo_ops",
+        build="build a collections.Counter: counts[op] += 1 for every operation",
+        key="key the counter by the op's name as a string, e.g. 'dot' or 'stablehlo.add'",
+    )
     if counts != want:
-        raise Mismatch(f"{dict(counts)!r}\n  differs:  {difference(want, counts)}",
-                       next_step=_ops_hint(case.args[0], want, counts))
+        raise Mismatch(
+            f"{dict(counts)!r}\n  differs:  {difference(want, counts)}", next_step=_ops_hint(case.args[0], want, counts)
+        )
     return ""
 
 
 # The rules the task states, each in a visible case: every computation (fusion bodies; a while loop's body and
 # condition), statements without a result (`stablehlo.return` in a loop's regions), tuple shapes, names and metadata
-VISIBLE_MODULES = [("mlp", "stablehlo"), ("mlp", "hlo"), ("scores", "stablehlo"), ("grad mlp", "hlo"),
-                   ("grad mlp", "stablehlo"), ("loop", "stablehlo"), ("loop", "hlo")]
+VISIBLE_MODULES = [
+    ("mlp", "stablehlo"),
+    ("mlp", "hlo"),
+    ("scores", "stablehlo"),
+    ("grad mlp", "hlo"),
+    ("grad mlp", "stablehlo"),
+    ("loop", "stablehlo"),
+    ("loop", "hlo"),
+]
 
 
 def check_count_hlo_ops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `count_hlo_ops`: op names counted from the structure of StableHLO and optimized HLO modules, every
     computation and region included, names and metadata not mistaken for ops."""
     cases = cases if cases is not None else module_cases(VISIBLE_MODULES)
-    return _check("count_hlo_ops", fn, cases, lambda args: tuple(map(_real, args)), expected=_expected_ops,
-                  judge=_judge_ops, hidden=hidden,
-                  proves="op names counted from the structure of StableHLO and optimized HLO modules, every "
-                         "computation and region included, names and metadata not mistaken for ops",
-                  next_step="HLO: the opcode after each instruction's shape; StableHLO: the stablehlo.* op that "
-                            "starts each statement")
+    return _check(
+        "count_hlo_ops",
+        fn,
+        cases,
+        lambda args: tuple(map(_real, args)),
+        expected=_expected_ops,
+        judge=_judge_ops,
+        hidden=hidden,
+        proves="op names counted from the structure of StableHLO and optimized HLO modules, every "
+        "computation and region included, names and metadata not mistaken for ops",
+        next_step="HLO: the opcode after each instruction's shape; StableHLO: the stablehlo.* op that "
+        "starts each statement",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # dot_general_gemm and dot_general_flops
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _ints(got: Any, n: int, what: str, form: str) -> tuple[int, ...]:
-    if isinstance(got, (tuple, list)) and len(got) == n and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in got):
+    if (
+        isinstance(got, (tuple, list))
+        and len(got) == n
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in got)
+    ):
         return tuple(int(v) for v in got)
-    raise Mismatch(f"{type(got).__name__} {got!r}"[:200] + f", but {what} returns {form}",
-                   next_step=f"return {form}, each a Python int (int(...) turns a NumPy integer into one)")
+    raise Mismatch(
+        f"{type(got).__name__} {got!r}"[:200] + f", but {what} returns {form}",
+        next_step=f"return {form}, each a Python int (int(...) turns a NumPy integer into one)",
+    )
 
 
 def _gemm_hint(dims, lhs, rhs, want: tuple, got: tuple) -> str:
@@ -340,8 +426,9 @@ def _gemm_hint(dims, lhs, rhs, want: tuple, got: tuple) -> str:
     if got == (b, n, m, k):
         return "M comes from the left operand's free dimensions and N from the right's: they are swapped"
     if got[0] == 1 and b != 1 and got[1] in (b * m, m):
-        return ("batch dimensions are not part of M: they make `batch` independent GEMMs, batch = Π of the "
-                "lhs_batch sizes")
+        return (
+            "batch dimensions are not part of M: they make `batch` independent GEMMs, batch = Π of the lhs_batch sizes"
+        )
     if got[3] != k and lc and got[3] == lhs[lc[0]]:
         return "K is the product of the sizes of every contracting dimension, not only the first"
     free_l = [d for d in range(len(lhs)) if d not in lc + lb]
@@ -351,8 +438,10 @@ def _gemm_hint(dims, lhs, rhs, want: tuple, got: tuple) -> str:
         return "M is not lhs_shape[0]: take the lhs dimensions that are neither contracting nor batch"
     if got[2] != n and len(rhs) >= 1 and got[2] == rhs[-1]:
         return "N is not rhs_shape[-1]: take the rhs dimensions that are neither contracting nor batch"
-    return ("free lhs dims → M, free rhs dims → N, contracting → K, batch → batch; each the product of its sizes; "
-            "write each dimension's role beside the shapes")
+    return (
+        "free lhs dims → M, free rhs dims → N, contracting → K, batch → batch; each the product of its sizes; "
+        "write each dimension's role beside the shapes"
+    )
 
 
 def _judge_gemm(got: Any, want: tuple, case: Case) -> str:
@@ -366,10 +455,14 @@ def _judge_gemm(got: Any, want: tuple, case: Case) -> str:
 def _judge_flops(got: Any, want: int, case: Case) -> str:
     if isinstance(got, bool) or not isinstance(got, numbers.Integral):
         if isinstance(got, float) and got == want:
-            raise Mismatch(f"float {got!r}, the right number as a float",
-                           next_step="return an int: FLOPs are counted exactly (use * and //, not /, or int(...))")
-        raise Mismatch(f"{type(got).__name__} {got!r}, but dot_general_flops returns an int",
-                       next_step="return 2·batch·M·N·K as a Python int")
+            raise Mismatch(
+                f"float {got!r}, the right number as a float",
+                next_step="return an int: FLOPs are counted exactly (use * and //, not /, or int(...))",
+            )
+        raise Mismatch(
+            f"{type(got).__name__} {got!r}, but dot_general_flops returns an int",
+            next_step="return 2·batch·M·N·K as a Python int",
+        )
     got = int(got)
     if got == want:
         return ""
@@ -405,24 +498,40 @@ def check_dot_general_gemm(fn: Callable, cases: Sequence[Case] | None = None, *,
     """Check `dot_general_gemm`: dot_general dimension numbers read as (batch, M, N, K): batch, contracting and free
     dimensions on both sides, several of each."""
     cases = cases if cases is not None else dims_cases(VISIBLE_DIMS)
-    return _check("dot_general_gemm", fn, cases, lambda args: args, expected=_expected_gemm, judge=_judge_gemm,
-                  hidden=hidden,
-                  proves="dot_general dimension numbers read as (batch, M, N, K): batch, contracting and free "
-                         "dimensions on both sides, several of each",
-                  next_step="mark every dimension of each operand as batch, contracting or free")
+    return _check(
+        "dot_general_gemm",
+        fn,
+        cases,
+        lambda args: args,
+        expected=_expected_gemm,
+        judge=_judge_gemm,
+        hidden=hidden,
+        proves="dot_general dimension numbers read as (batch, M, N, K): batch, contracting and free "
+        "dimensions on both sides, several of each",
+        next_step="mark every dimension of each operand as batch, contracting or free",
+    )
 
 
 def check_dot_general_flops(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `dot_general_flops`: dot_general FLOPs equal to 2·batch·M·N·K."""
     cases = cases if cases is not None else dims_cases(VISIBLE_DIMS)
-    return _check("dot_general_flops", fn, cases, lambda args: args, expected=_expected_flops, judge=_judge_flops,
-                  hidden=hidden, proves="dot_general FLOPs equal to 2·batch·M·N·K",
-                  next_step="2·batch·M·N·K from your dot_general_gemm")
+    return _check(
+        "dot_general_flops",
+        fn,
+        cases,
+        lambda args: args,
+        expected=_expected_flops,
+        judge=_judge_flops,
+        hidden=hidden,
+        proves="dot_general FLOPs equal to 2·batch·M·N·K",
+        next_step="2·batch·M·N·K from your dot_general_gemm",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # gemm_counts
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _expected_counts(subject: Subject) -> tuple[int, int]:
     f, args = subject.build()
@@ -436,24 +545,35 @@ def _judge_counts(got: Any, want: tuple, case: Case) -> str:
     subject: Subject = case.args[0]
     f, args = subject.build()
     fw, gr = want
-    hint = ("count dot_general equations in jax.make_jaxpr(f)(*args), and in the jaxpr of the gradient of "
-            "jnp.sum(f(x, *params)) with respect to every parameter")
+    hint = (
+        "count dot_general equations in jax.make_jaxpr(f)(*args), and in the jaxpr of the gradient of "
+        "jnp.sum(f(x, *params)) with respect to every parameter"
+    )
     if value == (gr, fw):
         hint = "the order is (forward, gradient)"
     elif value[1] == gr - fw and fw:
-        hint = ("the gradient's jaxpr holds the forward pass too (it is recomputed there): count every dot_general "
-                "in it, not only the backward ones")
+        hint = (
+            "the gradient's jaxpr holds the forward pass too (it is recomputed there): count every dot_general "
+            "in it, not only the backward ones"
+        )
     else:
-        lowered = [xla_tools.hlo_ops(xla_tools.stablehlo(g, *args))["stablehlo.dot_general"]
-                   for g in (f, xla_tools.grad_of_sum(f, len(args) - 1))]
-        with_x = xla_tools.jaxpr_ops(xla_tools.jaxpr(jax.grad(lambda *a: jnp.sum(f(*a)), argnums=tuple(
-            range(len(args)))), *args))["dot_general"]
-        jaxprs = (xla_tools.jaxpr(f, *args).jaxpr, xla_tools.jaxpr(xla_tools.grad_of_sum(f, len(args) - 1),
-                                                                      *args).jaxpr)
+        lowered = [
+            xla_tools.hlo_ops(xla_tools.stablehlo(g, *args))["stablehlo.dot_general"]
+            for g in (f, xla_tools.grad_of_sum(f, len(args) - 1))
+        ]
+        with_x = xla_tools.jaxpr_ops(
+            xla_tools.jaxpr(jax.grad(lambda *a: jnp.sum(f(*a)), argnums=tuple(range(len(args)))), *args)
+        )["dot_general"]
+        jaxprs = (
+            xla_tools.jaxpr(f, *args).jaxpr,
+            xla_tools.jaxpr(xla_tools.grad_of_sum(f, len(args) - 1), *args).jaxpr,
+        )
         nested = _nested_cause(value, jaxprs)
         if value == tuple(lowered) and value != want:
-            hint = ("that is the lowered StableHLO's count: lowering drops work whose result is unused and writes a "
-                    "function called twice once. Count the jaxpr's dot_general equations instead")
+            hint = (
+                "that is the lowered StableHLO's count: lowering drops work whose result is unused and writes a "
+                "function called twice once. Count the jaxpr's dot_general equations instead"
+            )
         elif nested:
             hint = nested
         elif value[1] == with_x and value[0] == fw:
@@ -508,22 +628,28 @@ def _nested_cause(value: tuple, jaxprs: tuple) -> str:
                     if inside:
                         parts.append(f"{what}: " + ", ".join(f"{k} inside `{n}`" for n, k in inside.items()))
                 where = "; ".join(parts)
-                return (f"nested jaxprs were not counted: the dot_generals inside {which} equations are missing "
-                        f"({where}). An equation of a jitted function (`jit`), a custom derivative "
-                        f"(`custom_jvp_call`), a checkpoint or a loop (`scan`, `while`, `cond`) holds a jaxpr of its "
-                        f"own in eqn.params: count the dot_generals inside it too, each time it is called "
-                        f"(jax.extend.core.jaxprs_in_params finds them)")
+                return (
+                    f"nested jaxprs were not counted: the dot_generals inside {which} equations are missing "
+                    f"({where}). An equation of a jitted function (`jit`), a custom derivative "
+                    f"(`custom_jvp_call`), a checkpoint or a loop (`scan`, `while`, `cond`) holds a jaxpr of its "
+                    f"own in eqn.params: count the dot_generals inside it too, each time it is called "
+                    f"(jax.extend.core.jaxprs_in_params finds them)"
+                )
     if "scan" in holders and value == tuple(_dots(j, per_step=True) for j in jaxprs):
-        return ("a loop body counts once, not once per step: a `scan` equation holds its body's jaxpr once, whatever "
-                "its length (the GEMM runs length times, but it is one dot_general equation)")
+        return (
+            "a loop body counts once, not once per step: a `scan` equation holds its body's jaxpr once, whatever "
+            "its length (the GEMM runs length times, but it is one dot_general equation)"
+        )
     if value == tuple(_dots(j, seen=set()) for j in jaxprs):
-        return ("a nested jaxpr counts each time an equation calls it: a jitted function called twice is two `jit` "
-                "equations holding the same jaxpr, and its dot_generals count twice")
+        return (
+            "a nested jaxpr counts each time an equation calls it: a jitted function called twice is two `jit` "
+            "equations holding the same jaxpr, and its dot_generals count twice"
+        )
     return ""
 
 
 def _unpack_subject(args: tuple) -> tuple:
-    subject, = args
+    (subject,) = args
     f, arrays = subject.build()
     return (f, *arrays)
 
@@ -536,11 +662,18 @@ VISIBLE_MODELS = ["mlp", "scores", "attention", "jitted", "loop"]
 def check_gemm_counts(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
     """Check `gemm_counts`: forward and gradient GEMM counts equal to the dot_general equations in the jaxprs."""
     cases = cases if cases is not None else model_cases(VISIBLE_MODELS)
-    return _check("gemm_counts", fn, cases, _unpack_subject, expected=_expected_counts, judge=_judge_counts,
-                  hidden=hidden,
-                  proves=f"forward and gradient GEMM counts equal to the dot_general equations the grader finds in "
-                         f"the jaxprs now (JAX {jax.__version__})",
-                  next_step="count dot_general equations in the forward jaxpr and in the gradient's")
+    return _check(
+        "gemm_counts",
+        fn,
+        cases,
+        _unpack_subject,
+        expected=_expected_counts,
+        judge=_judge_counts,
+        hidden=hidden,
+        proves=f"forward and gradient GEMM counts equal to the dot_general equations the grader finds in "
+        f"the jaxprs now (JAX {jax.__version__})",
+        next_step="count dot_general equations in the forward jaxpr and in the gradient's",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ IR), and each wrong output diagnosed by a simulation of its cause; a diagnosis s
 and a rule beside the evidence it reads. Compiling and reading TTIR and PTX is `triton_compile`'s; the loop's
 evidence in words, the tolerances and the oracle are `flash_attention`'s (lesson 11's topic).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,19 @@ import triton.language as tl  # noqa: E402
 
 from twoprim.core import guards  # noqa: E402
 from twoprim.core.cases import dtype_name  # noqa: E402
-from twoprim.core.checks import (GEMM_ATEN, GEMM_FUNCTIONS, Axis, Case, CheckResult, Mismatch, Rule,  # noqa: E402
-                                 as_contiguous, forbid, judge_tensor, run_check)
+from twoprim.core.checks import (
+    GEMM_ATEN,
+    GEMM_FUNCTIONS,
+    Axis,
+    Case,
+    CheckResult,
+    Mismatch,
+    Rule,  # noqa: E402
+    as_contiguous,
+    forbid,
+    judge_tensor,
+    run_check,
+)
 from twoprim.topics import flash_attention as flash  # noqa: E402
 from twoprim.topics import triton_compiled as triton_compile  # noqa: E402
 
@@ -53,12 +65,13 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 HALF = (torch.float16, torch.bfloat16)
 AXES = (Axis("batch"), Axis("head"), Axis("query"), Axis("feature"))
 BLOCKS = (16, 32, 64, 128)  # the block sizes a diagnosis tries
-LOOP_S = 64                 # from this S on, a kernel must take more than one block of keys
+LOOP_S = 64  # from this S on, a kernel must take more than one block of keys
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The guard (the wrapper's first line)
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def guard_attention(fn: str, q, k, v) -> None:
     """q, k, v: (B, H, S, D) tensors of one shape and one dtype (float32, float16 or bfloat16), D a power of two from
@@ -66,21 +79,29 @@ def guard_attention(fn: str, q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         guards.tensor(fn, name, t, ndim=4)
         if t.dtype not in DTYPES:
-            raise TypeError(f"{fn}: {name} is {t.dtype}; tl.dot multiplies float32, float16 and bfloat16 blocks, "
-                            f"and this exercise grades those three: convert it with {name}.float() (or .half(), "
-                            f".bfloat16()).")
+            raise TypeError(
+                f"{fn}: {name} is {t.dtype}; tl.dot multiplies float32, float16 and bfloat16 blocks, "
+                f"and this exercise grades those three: convert it with {name}.float() (or .half(), "
+                f".bfloat16())."
+            )
         if t.device.type != triton_tools.device():
-            raise ValueError(f"{fn}: {name} is on {t.device}, but kernels here run on {triton_tools.device()}; move it "
-                             f"with {name}.to('{triton_tools.device()}').")
+            raise ValueError(
+                f"{fn}: {name} is on {t.device}, but kernels here run on {triton_tools.device()}; move it "
+                f"with {name}.to('{triton_tools.device()}')."
+            )
     if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"{fn}: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} differ; this kernel "
-                         f"takes one (B, H, S, D) shape for all three (self-attention).")
+        raise ValueError(
+            f"{fn}: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} differ; this kernel "
+            f"takes one (B, H, S, D) shape for all three (self-attention)."
+        )
     guards.same_dtype(fn, q=q, k=k, v=v)
     D, S = q.shape[3], q.shape[2]
     if D < 16 or D > 128 or D & (D - 1):
-        raise ValueError(f"{fn}: head size D = {D}; the kernel loads a whole row of D features with tl.arange(0, D), "
-                         f"which needs a power of two, and tl.dot needs every block dimension ≥ 16: use D in 16, 32, "
-                         f"64, 128.")
+        raise ValueError(
+            f"{fn}: head size D = {D}; the kernel loads a whole row of D features with tl.arange(0, D), "
+            f"which needs a power of two, and tl.dot needs every block dimension ≥ 16: use D in 16, 32, "
+            f"64, 128."
+        )
     if S < 1 or q.shape[0] < 1 or q.shape[1] < 1:
         raise ValueError(f"{fn}: q has shape {tuple(q.shape)}; B, H and S must be at least 1.")
 
@@ -89,13 +110,22 @@ def guard_attention(fn: str, q, k, v) -> None:
 # Case builders (seeded, so a failing case is the same on every run)
 # ----------------------------------------------------------------------------------------------------------------
 
-LAYOUTS = {"contiguous": "", "heads_interleaved": "; q, k, v views of a (B, S, H, D) tensor, as multi-head attention "
-                                                  "makes them (non-contiguous)"}
+LAYOUTS = {
+    "contiguous": "",
+    "heads_interleaved": "; q, k, v views of a (B, S, H, D) tensor, as multi-head attention "
+    "makes them (non-contiguous)",
+}
 
 
-def attention_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequence[torch.dtype] = (torch.float32,),
-                    *, causal: bool = False, layout: str = "contiguous", logits: float | None = None,
-                    seed: int = 0) -> list[Case]:
+def attention_cases(
+    shapes: Sequence[tuple[int, int, int, int]],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    *,
+    causal: bool = False,
+    layout: str = "contiguous",
+    logits: float | None = None,
+    seed: int = 0,
+) -> list[Case]:
     """(q, k, v) and causal for every (B, H, S, D) × dtype. `layout` "heads_interleaved": q, k and v are
     `x.transpose(1, 2)` of (B, S, H, D) tensors (strides (S·H·D, D, H·D, 1)); `logits`: q and k scaled so that the
     largest |q·k|/√D is about that large (exp overflows float32 above 88.7 unless the running max is subtracted)."""
@@ -106,8 +136,9 @@ def attention_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequenc
     for dtype in dtypes:
         for B, H, S, D in shapes:
             if layout == "heads_interleaved":
-                q, k, v = (torch.randn(B, S, H, D, generator=gen, dtype=torch.float64).transpose(1, 2)
-                           for _ in range(3))
+                q, k, v = (
+                    torch.randn(B, S, H, D, generator=gen, dtype=torch.float64).transpose(1, 2) for _ in range(3)
+                )
             else:
                 q, k, v = (torch.randn(B, H, S, D, generator=gen, dtype=torch.float64) for _ in range(3))
             note = ""
@@ -118,25 +149,30 @@ def attention_cases(shapes: Sequence[tuple[int, int, int, int]], dtypes: Sequenc
                 top = float((q.to(dtype).double() @ k.to(dtype).double().transpose(-1, -2)).abs().max()) / math.sqrt(D)
                 note = f"; scores q·k/√D up to ±{top:.0f} (exp overflows float32 past 88.7 without the running max)"
             q, k, v = (t.to(dtype) for t in (q, k, v))
-            label = (f"(B, H, S, D) = {(B, H, S, D)}, {dtype_name(dtype)}, {'causal' if causal else 'not causal'}"
-                     f"{LAYOUTS[layout]}{note}")
+            label = (
+                f"(B, H, S, D) = {(B, H, S, D)}, {dtype_name(dtype)}, {'causal' if causal else 'not causal'}"
+                f"{LAYOUTS[layout]}{note}"
+            )
             cases.append(Case(label, (q, k, v), {"causal": causal}))
     return cases
 
 
 def _default_cases() -> list[Case]:
-    return (attention_cases([(1, 2, 64, 32)], [torch.float32], seed=1)
-            + attention_cases([(2, 2, 100, 32)], [torch.float16], seed=2)
-            + attention_cases([(1, 2, 20, 16)], [torch.float32], causal=True, seed=3)
-            + attention_cases([(2, 1, 100, 64)], [torch.bfloat16], causal=True, seed=4)
-            + attention_cases([(1, 2, 77, 32)], [torch.float16], causal=True, layout="heads_interleaved", seed=5)
-            + attention_cases([(1, 1, 48, 32)], [torch.float32], logits=300.0, seed=6)
-            + attention_cases([(1, 1, 40, 16)], [torch.float16], causal=True, logits=150.0, seed=7))
+    return (
+        attention_cases([(1, 2, 64, 32)], [torch.float32], seed=1)
+        + attention_cases([(2, 2, 100, 32)], [torch.float16], seed=2)
+        + attention_cases([(1, 2, 20, 16)], [torch.float32], causal=True, seed=3)
+        + attention_cases([(2, 1, 100, 64)], [torch.bfloat16], causal=True, seed=4)
+        + attention_cases([(1, 2, 77, 32)], [torch.float16], causal=True, layout="heads_interleaved", seed=5)
+        + attention_cases([(1, 1, 48, 32)], [torch.float32], logits=300.0, seed=6)
+        + attention_cases([(1, 1, 40, 16)], [torch.float16], causal=True, logits=150.0, seed=7)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Rules: the wrapper launches the kernel, which streams the keys and compiles to FlashAttention
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _traced(fn: Callable, seen: list) -> Callable:
     """`fn` with the Triton kernels each call launches recorded into seen[0]."""
@@ -161,25 +197,57 @@ def _name(kernel) -> str:
 
 
 def _launches(kernel, seen: list) -> Rule:
-    return triton_tools.launched_rule(kernel, seen, computes="the attention",
-                                      next_step="allocate O with torch.empty and launch {name}[grid](...) on it; "
-                                                "return O")
+    return triton_tools.launched_rule(
+        kernel,
+        seen,
+        computes="the attention",
+        next_step="allocate O with torch.empty and launch {name}[grid](...) on it; return O",
+    )
 
 
 _NO_TORCH = forbid(
     "the wrapper does no arithmetic: the kernel computes the attention",
-    GEMM_FUNCTIONS | {"softmax", "log_softmax", "scaled_dot_product_attention", "exp", "exp_", "amax", "max",
-                      "logsumexp", "sum", "div", "__truediv__", "mul", "__mul__", "numpy"},
-    GEMM_ATEN | {"_softmax", "_log_softmax", "exp", "amax", "max", "logsumexp", "sum", "div", "mul",
-                 "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
-                 "_scaled_dot_product_efficient_attention"},
+    GEMM_FUNCTIONS
+    | {
+        "softmax",
+        "log_softmax",
+        "scaled_dot_product_attention",
+        "exp",
+        "exp_",
+        "amax",
+        "max",
+        "logsumexp",
+        "sum",
+        "div",
+        "__truediv__",
+        "mul",
+        "__mul__",
+        "numpy",
+    },
+    GEMM_ATEN
+    | {
+        "_softmax",
+        "_log_softmax",
+        "exp",
+        "amax",
+        "max",
+        "logsumexp",
+        "sum",
+        "div",
+        "mul",
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+    },
     next_step="the wrapper allocates O (torch.empty), computes the grid and the scale 1/√D as a Python float, and "
-              "launches the kernel; every product, exp and sum happens in the kernel")
+    "launches the kernel; every product, exp and sum happens in the kernel",
+)
 
 
 def _streams_keys(kernel, seen: list) -> Rule:
     """Run in the interpreter (which records every program's tl.dot calls): for S > LOOP_S some program takes more
     than one block of keys, two tl.dot per block."""
+
     def test(log, case) -> str | None:
         S = case.args[0].shape[2]
         observed = [launch.dots for launch in _launched(seen).of(kernel) if launch.dots is not None]
@@ -191,14 +259,18 @@ def _streams_keys(kernel, seen: list) -> Rule:
             most = max((len(calls) for calls in dots.values()), default=0)
             if most <= 2:
                 widths = sorted({w for calls in dots.values() for w in calls})
-                return (f"for S = {S} no program called tl.dot more than {most} time(s) (sums over {widths}): one "
-                        f"block of keys covers all {S} keys, so the loop over key blocks runs once; FlashAttention "
-                        f"streams K and V through the chip one block at a time")
+                return (
+                    f"for S = {S} no program called tl.dot more than {most} time(s) (sums over {widths}): one "
+                    f"block of keys covers all {S} keys, so the loop over key blocks runs once; FlashAttention "
+                    f"streams K and V through the chip one block at a time"
+                )
         return None
 
-    return Rule("the kernel streams K and V in blocks of keys: two tl.dot per block, whatever S is", test,
-                "keep BLOCK_N fixed (32 or 64) whatever S is, and loop over the keys in steps of BLOCK_N, two tl.dot "
-                "per step")
+    return Rule(
+        "the kernel streams K and V in blocks of keys: two tl.dot per block, whatever S is",
+        test,
+        "keep BLOCK_N fixed (32 or 64) whatever S is, and loop over the keys in steps of BLOCK_N, two tl.dot per step",
+    )
 
 
 def _source_line(kernel, line: int | None) -> str:
@@ -211,8 +283,10 @@ def _source_line(kernel, line: int | None) -> str:
     return f"line {line}: `{text}`" if text else (f"line {line}" if line else "a line the compiler did not name")
 
 
-_FUSE = ("keep each (BLOCK_M, BLOCK_N) tile of scores on the chip: compute it with tl.dot, fold it into m, l and the "
-         "accumulator in the same step of the loop, and let it go; the kernel's only store is O's tile, after the loop")
+_FUSE = (
+    "keep each (BLOCK_M, BLOCK_N) tile of scores on the chip: compute it with tl.dot, fold it into m, l and the "
+    "accumulator in the same step of the loop, and let it go; the kernel's only store is O's tile, after the loop"
+)
 
 
 def _flash_problem(kernel, c) -> tuple[str, str] | None:
@@ -225,65 +299,94 @@ def _flash_problem(kernel, c) -> tuple[str, str] | None:
     if trips:
         s, l = trips[0]
         tile = "×".join(map(str, s.shape)) or "scalar"
-        return (f"{at}, the kernel stores a {tile} {s.element} tile to {', '.join(s.arguments)} "
-                f"({_source_line(kernel, s.line)}){' inside a loop' if s.in_loop else ''} and loads it back "
-                f"({_source_line(kernel, l.line)}): the scores make a round trip through global memory, the S×S "
-                f"traffic FlashAttention exists to avoid (right values, not FlashAttention)", _FUSE)
+        return (
+            f"{at}, the kernel stores a {tile} {s.element} tile to {', '.join(s.arguments)} "
+            f"({_source_line(kernel, s.line)}){' inside a loop' if s.in_loop else ''} and loads it back "
+            f"({_source_line(kernel, l.line)}): the scores make a round trip through global memory, the S×S "
+            f"traffic FlashAttention exists to avoid (right values, not FlashAttention)",
+            _FUSE,
+        )
     inside = [s for s in ev.stores if s.in_loop]
     if inside:
         s = inside[0]
-        return (f"{at}, the kernel stores a {'×'.join(map(str, s.shape))} {s.element} tile to "
-                f"{', '.join(s.arguments)} inside the loop over key blocks ({_source_line(kernel, s.line)}): a tile "
-                f"goes to global memory for every block of keys", _FUSE)
+        return (
+            f"{at}, the kernel stores a {'×'.join(map(str, s.shape))} {s.element} tile to "
+            f"{', '.join(s.arguments)} inside the loop over key blocks ({_source_line(kernel, s.line)}): a tile "
+            f"goes to global memory for every block of keys",
+            _FUSE,
+        )
     targets = sorted({a for s in ev.stores for a in s.arguments})
     if len(targets) > 1:
-        return (f"{at}, the kernel stores to {', '.join(targets)}: FlashAttention's forward pass writes only O",
-                "store O's (BLOCK_M, D) tile once, after the loop; keep everything else in registers")
+        return (
+            f"{at}, the kernel stores to {', '.join(targets)}: FlashAttention's forward pass writes only O",
+            "store O's (BLOCK_M, D) tile once, after the loop; keep everything else in registers",
+        )
     dots = c.dots()
     if ev.loop is None:
         if not dots:
-            return (f"{at}, its TTIR has no tt.dot: both products run on the ordinary FP32 units, not the tensor cores",
-                    "compute the scores with tl.dot(q, tl.trans(k)) and the output with tl.dot(p, v), inside the loop "
-                    "over key blocks")
-        return (f"{at}, its TTIR has tt.dot outside any scf.for ({_source_line(kernel, dots[0].line)}): the keys are "
-                f"not streamed block by block", "loop over the keys in steps of BLOCK_N and call both tl.dot inside "
-                                                "the loop")
+            return (
+                f"{at}, its TTIR has no tt.dot: both products run on the ordinary FP32 units, not the tensor cores",
+                "compute the scores with tl.dot(q, tl.trans(k)) and the output with tl.dot(p, v), inside the loop "
+                "over key blocks",
+            )
+        return (
+            f"{at}, its TTIR has tt.dot outside any scf.for ({_source_line(kernel, dots[0].line)}): the keys are "
+            f"not streamed block by block",
+            "loop over the keys in steps of BLOCK_N and call both tl.dot inside the loop",
+        )
     if len(ev.dots) < 2:
         d = ev.dots[0]
         cubes = [r for r in ev.reductions if len(r.shape) == 3]
-        other = (f"; the other product ({_source_line(kernel, cubes[0].line)}) is a broadcast multiply and a tl.sum "
-                 f"over a {'×'.join(map(str, cubes[0].shape))} block, which runs on the FP32 units"
-                 if cubes else "; the other product is not a tl.dot")
-        return (f"{at}, the loop over key blocks holds one tt.dot ({_source_line(kernel, d.line)}){other}: one of the "
-                f"two products of attention is not on the tensor cores",
-                "compute both products with tl.dot: the scores as tl.dot(q, tl.trans(k)) and the output as "
-                "tl.dot(p.to(v.dtype), v), with p converted to the input type as the tensor cores want")
+        other = (
+            f"; the other product ({_source_line(kernel, cubes[0].line)}) is a broadcast multiply and a tl.sum "
+            f"over a {'×'.join(map(str, cubes[0].shape))} block, which runs on the FP32 units"
+            if cubes
+            else "; the other product is not a tl.dot"
+        )
+        return (
+            f"{at}, the loop over key blocks holds one tt.dot ({_source_line(kernel, d.line)}){other}: one of the "
+            f"two products of attention is not on the tensor cores",
+            "compute both products with tl.dot: the scores as tl.dot(q, tl.trans(k)) and the output as "
+            "tl.dot(p.to(v.dtype), v), with p converted to the input type as the tensor cores want",
+        )
     full = [d for d in ev.dots if d.a == "f32" and d.precision == "ieee"]
     if full or ev.macs < ev.needed:
         d = full[0] if full else None
-        said = (f"{at}, one pass through the loop does {ev.macs:,} multiply-adds on the tensor cores where its two "
-                f"products need {ev.needed:,}")
+        said = (
+            f"{at}, one pass through the loop does {ev.macs:,} multiply-adds on the tensor cores where its two "
+            f"products need {ev.needed:,}"
+        )
         if d is not None:
-            said += (f": the product at {_source_line(kernel, d.line)} is a tt.dot of {d.a}·{d.b} at full float32 "
-                     f"precision (inputPrecision = ieee; Triton makes such a dot of a broadcast multiply and tl.sum), "
-                     f"which runs as FP32 multiply-adds")
-        return said, ("multiply p by v with tl.dot(p.to(v.dtype), v): the probabilities in the input type, summed in "
-                      "float32 on the tensor cores")
+            said += (
+                f": the product at {_source_line(kernel, d.line)} is a tt.dot of {d.a}·{d.b} at full float32 "
+                f"precision (inputPrecision = ieee; Triton makes such a dot of a broadcast multiply and tl.sum), "
+                f"which runs as FP32 multiply-adds"
+            )
+        return said, (
+            "multiply p by v with tl.dot(p.to(v.dtype), v): the probabilities in the input type, summed in "
+            "float32 on the tensor cores"
+        )
     state = ev.state()
     half = [t for t in state["rows"] + state["tiles"] if triton_compile._element(t) != "f32"]
     if half:
-        return (f"{at}, the loop over key blocks carries {', '.join(half)} from one block to the next: m, l and the "
-                f"accumulator are rounded to {triton_compile._element(half[0])} at every block",
-                "keep m, l and the accumulator in float32 (tl.full/tl.zeros with dtype=tl.float32) and convert to "
-                "O's type once, at the store")
+        return (
+            f"{at}, the loop over key blocks carries {', '.join(half)} from one block to the next: m, l and the "
+            f"accumulator are rounded to {triton_compile._element(half[0])} at every block",
+            "keep m, l and the accumulator in float32 (tl.full/tl.zeros with dtype=tl.float32) and convert to "
+            "O's type once, at the store",
+        )
     if not state["tiles"] or len(state["rows"]) < 2:
-        return (f"{at}, the loop over key blocks carries {', '.join(ev.carried) or 'nothing'}: FlashAttention carries "
-                f"the running max m and sum l (BLOCK_M,) and the (BLOCK_M, D) accumulator from one block to the next",
-                "start m at -inf, l and the accumulator at 0 before the loop and update all three in every step")
+        return (
+            f"{at}, the loop over key blocks carries {', '.join(ev.carried) or 'nothing'}: FlashAttention carries "
+            f"the running max m and sum l (BLOCK_M,) and the (BLOCK_M, D) accumulator from one block to the next",
+            "start m at -inf, l and the accumulator at 0 before the loop and update all three in every step",
+        )
     bad = [d for d in ev.dots if d.acc != "f32"]
     if bad:
-        return (f"{at}, tt.dot accumulates in {bad[0].acc} ({_source_line(kernel, bad[0].line)})",
-                "let tl.dot accumulate in float32, its default")
+        return (
+            f"{at}, tt.dot accumulates in {bad[0].acc} ({_source_line(kernel, bad[0].line)})",
+            "let tl.dot accumulate in float32, its default",
+        )
     return None
 
 
@@ -305,8 +408,10 @@ class _Compiled:
 
     def __init__(self, kernel, seen: list, evidence: dict):
         self.kernel, self.seen, self.evidence = kernel, seen, evidence
-        self.name = (f"{_name(kernel)} compiles for a GPU (sm_90) to FlashAttention: two tl.dot on the tensor cores "
-                     f"in the loop over key blocks, float32 m, l and accumulator, O the only tensor stored")
+        self.name = (
+            f"{_name(kernel)} compiles for a GPU (sm_90) to FlashAttention: two tl.dot on the tensor cores "
+            f"in the loop over key blocks, float32 m, l and accumulator, O the only tensor stored"
+        )
         self.next_step = ""
 
     def test(self, log, case) -> str | None:
@@ -316,17 +421,23 @@ class _Compiled:
             if kept is None or case.args[0].shape[2] > kept[2]:  # the longest S of each type: a loop that repeats
                 self.evidence[next(iter(pointers.values()), "?")] = (launch, case.label, case.args[0].shape[2])
             flags = tuple(sorted((k, v) for k, v in launch.constexprs.items() if isinstance(v, bool)))
-            key = (triton_compile._quick_key(launch.fn, pointers, {}, "", 0, 0), tuple(sorted(launch.options.items())),
-                   flags)
+            key = (
+                triton_compile._quick_key(launch.fn, pointers, {}, "", 0, 0),
+                tuple(sorted(launch.options.items())),
+                flags,
+            )
             if key[0] is not None and key in _VERIFIED:
                 continue
             c = launch.compiled("sm_90")
             if c.error:
                 where = _source_line(self.kernel, c.error_line) if c.error_line else ""
-                self.next_step = ("fix what the compiler names at that line: the interpreter runs code that a GPU's "
-                                  "compiler refuses (lesson 09, 'What the interpreter does not model')")
-                return (f"it does not compile for sm_90 (Triton's compiler, the one a GPU would run): {c.error}"
-                        + (f"\n            at {where}" if where else ""))
+                self.next_step = (
+                    "fix what the compiler names at that line: the interpreter runs code that a GPU's "
+                    "compiler refuses (lesson 09, 'What the interpreter does not model')"
+                )
+                return f"it does not compile for sm_90 (Triton's compiler, the one a GPU would run): {c.error}" + (
+                    f"\n            at {where}" if where else ""
+                )
             if _loop_compiled_away(c):  # S = 1 compiled in: no loop left to read; the case's values still count
                 continue
             found = _flash_problem(self.kernel, c)
@@ -351,8 +462,10 @@ def _hardware_line(evidence: dict) -> str:
         if c.error:
             continue
         if not lines:
-            lines.append(f"  compiled by Triton's compiler on this CPU (no GPU needed) as Triton's launcher specialises "
-                         f"the launch of case '{label}': {c.specialisation()}")
+            lines.append(
+                f"  compiled by Triton's compiler on this CPU (no GPU needed) as Triton's launcher specialises "
+                f"the launch of case '{label}': {c.specialisation()}"
+            )
         lines.append(f"    {c.summary()}")
         lines += [f"      {line}" for line in flash.loop_evidence(c).lines()]
     return "\n".join(lines)
@@ -372,17 +485,22 @@ def _print_hardware(evidence: dict) -> None:
 # The judge, and the causes read from a wrong output
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _expected(q, k, v, causal=False):
     return flash.reference(q, k, v, causal)
 
 
-_CHECKED = ("the softmax scale, the causal mask at the diagonal, the rescaling of the accumulator and of l when the "
-            "running max grows, masked scores filled with 0, the inputs' strides, heads and query blocks no program "
-            "computed, NaN rows")
-_GENERIC = ("compare your kernel with lesson 11 step by step: q block loaded once, m = -inf, l = 0, acc = 0; per key "
-            "block s = tl.dot(q, tl.trans(k)) * scale, masked to -inf (keys ≥ S and, when causal, keys after the "
-            "query), m_new = max(m, rowmax s), alpha = exp(m − m_new), p = exp(s − m_new), l = l·alpha + rowsum p, "
-            "acc = acc·alpha + tl.dot(p, v); after the loop O = acc / l")
+_CHECKED = (
+    "the softmax scale, the causal mask at the diagonal, the rescaling of the accumulator and of l when the "
+    "running max grows, masked scores filled with 0, the inputs' strides, heads and query blocks no program "
+    "computed, NaN rows"
+)
+_GENERIC = (
+    "compare your kernel with lesson 11 step by step: q block loaded once, m = -inf, l = 0, acc = 0; per key "
+    "block s = tl.dot(q, tl.trans(k)) * scale, masked to -inf (keys ≥ S and, when causal, keys after the "
+    "query), m_new = max(m, rowmax s), alpha = exp(m − m_new), p = exp(s − m_new), l = l·alpha + rowsum p, "
+    "acc = acc·alpha + tl.dot(p, v); after the loop O = acc / l"
+)
 
 
 def _judge(got, want, case: Case) -> str:
@@ -397,8 +515,12 @@ def _judge(got, want, case: Case) -> str:
             raise Mismatch(f"{bad.detail}\n  cause:    {found[0]}", next_step=found[1], expected=bad.expected) from None
         if not readable:
             raise
-        raise Mismatch(f"{bad.detail}\n  cause:    none of the causes this check recognises fits the wrong values "
-                       f"({_CHECKED}); the usual suspects:", next_step=_GENERIC, expected=bad.expected) from None
+        raise Mismatch(
+            f"{bad.detail}\n  cause:    none of the causes this check recognises fits the wrong values "
+            f"({_CHECKED}); the usual suspects:",
+            next_step=_GENERIC,
+            expected=bad.expected,
+        ) from None
 
 
 def _masked(q, k, v, keep: torch.Tensor, scale: float) -> torch.Tensor:
@@ -407,8 +529,18 @@ def _masked(q, k, v, keep: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1) @ v.double()
 
 
-def _blocked(q, k, v, causal: bool, bn: int, *, acc_rescaled: bool = True, l_rescaled: bool = True,
-             zero: str = "", bm: int | None = None) -> torch.Tensor:
+def _blocked(
+    q,
+    k,
+    v,
+    causal: bool,
+    bn: int,
+    *,
+    acc_rescaled: bool = True,
+    l_rescaled: bool = True,
+    zero: str = "",
+    bm: int | None = None,
+) -> torch.Tensor:
     """The kernel's loop simulated in float64 with key blocks of `bn`: the running max m, the sum l and the
     accumulator, each rescaled or not; masked scores set to -inf, or to 0 where `zero` says ("all": every masked
     score, "padding": keys past S, "causal": keys after the query); with `bm`, a causal program stops after the key
@@ -423,9 +555,9 @@ def _blocked(q, k, v, causal: bool, bn: int, *, acc_rescaled: bool = True, l_res
     for j0 in range(0, int(hi.max()), bn):
         cols = torch.arange(j0, j0 + bn)
         inside = cols < S
-        kb = k64[:, :, cols.clamp(max=S - 1)] * inside[:, None]   # padding keys load as 0
+        kb = k64[:, :, cols.clamp(max=S - 1)] * inside[:, None]  # padding keys load as 0
         vb = v64[:, :, cols.clamp(max=S - 1)] * inside[:, None]
-        s = (q64 @ kb.transpose(-1, -2)) / math.sqrt(D)             # (B, H, S, bn)
+        s = (q64 @ kb.transpose(-1, -2)) / math.sqrt(D)  # (B, H, S, bn)
         pad = ~inside[None, :].expand(S, bn)
         after = (cols[None, :] > rows[:, None]) & ~pad if causal else torch.zeros(S, bn, dtype=torch.bool)
         s = s.masked_fill(pad | after, -math.inf)
@@ -433,7 +565,7 @@ def _blocked(q, k, v, causal: bool, bn: int, *, acc_rescaled: bool = True, l_res
             s = s.masked_fill(pad, 0.0)
         if zero in ("all", "causal"):
             s = s.masked_fill(after, 0.0)
-        active = (j0 < hi)[:, None]                                 # (S, 1): rows whose loop takes this block
+        active = (j0 < hi)[:, None]  # (S, 1): rows whose loop takes this block
         m_new = torch.maximum(m, s.amax(-1))
         alpha = torch.exp(m - m_new)
         p = torch.exp(s - m_new[..., None])
@@ -470,10 +602,15 @@ def _diagnose(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
     atol, rtol = 4 * atol, 4 * rtol  # a simulation in float64 of a kernel that rounds as the right one does
     g = got.double()
     want = flash.reference(q, k, v, causal).double()
-    return (_scale_cause(g, q, k, v, causal, want, atol, rtol) or _mask_cause(g, q, k, v, causal, want, atol, rtol)
-            or _rescale_cause(g, q, k, v, causal, want, atol, rtol) or _zero_cause(g, q, k, v, causal, want, atol, rtol)
-            or _stride_cause(g, q, k, v, causal, want, atol, rtol) or _where_cause(g, want, atol, rtol, S)
-            or _nan_cause(g, q, k, causal))
+    return (
+        _scale_cause(g, q, k, v, causal, want, atol, rtol)
+        or _mask_cause(g, q, k, v, causal, want, atol, rtol)
+        or _rescale_cause(g, q, k, v, causal, want, atol, rtol)
+        or _zero_cause(g, q, k, v, causal, want, atol, rtol)
+        or _stride_cause(g, q, k, v, causal, want, atol, rtol)
+        or _where_cause(g, want, atol, rtol, S)
+        or _nan_cause(g, q, k, causal)
+    )
 
 
 def _scale_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | None:
@@ -482,14 +619,28 @@ def _scale_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | None
     D = q.shape[-1]
     right = 1 / math.sqrt(D)
     for scale, what, step in (
-            (1.0, "no scale at all: the scores are q·k, not q·k/√D", "multiply the scores by scale = 1/√D (passed "
-             "from the wrapper as 1.0 / math.sqrt(D)) before the running max"),
-            (1 / D, f"q·k/D, not q·k/√D: the scale 1/√D = {right:.4g} applied twice, or 1/D", "apply the scale "
-             "1/√D once, to the scores"),
-            (math.log(2) / math.sqrt(D), "q·k/√D·ln 2: tl.exp2 of the scores without the factor log2(e) = 1.4427",
-             "with tl.exp2, multiply the scores (and m) by scale·log2(e), since exp(x) = exp2(x·log2 e); or use tl.exp"),
-            (math.log2(math.e) / math.sqrt(D), "q·k/√D·log2(e): the factor log2(e) for tl.exp2, with tl.exp",
-             "use tl.exp2 with the scores scaled by 1/√D·log2(e), or tl.exp with 1/√D alone")):
+        (
+            1.0,
+            "no scale at all: the scores are q·k, not q·k/√D",
+            "multiply the scores by scale = 1/√D (passed "
+            "from the wrapper as 1.0 / math.sqrt(D)) before the running max",
+        ),
+        (
+            1 / D,
+            f"q·k/D, not q·k/√D: the scale 1/√D = {right:.4g} applied twice, or 1/D",
+            "apply the scale 1/√D once, to the scores",
+        ),
+        (
+            math.log(2) / math.sqrt(D),
+            "q·k/√D·ln 2: tl.exp2 of the scores without the factor log2(e) = 1.4427",
+            "with tl.exp2, multiply the scores (and m) by scale·log2(e), since exp(x) = exp2(x·log2 e); or use tl.exp",
+        ),
+        (
+            math.log2(math.e) / math.sqrt(D),
+            "q·k/√D·log2(e): the factor log2(e) for tl.exp2, with tl.exp",
+            "use tl.exp2 with the scores scaled by 1/√D·log2(e), or tl.exp with 1/√D alone",
+        ),
+    ):
         other = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=scale)
         if _fits(g, other, want, atol, rtol):
             return f"O equals attention whose softmax takes {what}", step
@@ -506,18 +657,26 @@ def _mask_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | None:
             wrong = _masked(q, k, v, j < i, scale)
             if _near(g, wrong, atol, rtol, rows) and not _near(wrong, want, atol, rtol, rows):
                 nan = "; row 0 sees no key at all, so it comes out NaN (0/0)" if bool(g[:, :, 0].isnan().any()) else ""
-                return (f"O equals causal attention in which query i sees keys 0..i−1 only: the mask hides the "
-                        f"diagonal (key i itself){nan}", "keep key j for query i when j <= i (offs_n[None, :] <= "
-                        "offs_m[:, None]), the diagonal included")
+                return (
+                    f"O equals causal attention in which query i sees keys 0..i−1 only: the mask hides the "
+                    f"diagonal (key i itself){nan}",
+                    "keep key j for query i when j <= i (offs_n[None, :] <= offs_m[:, None]), the diagonal included",
+                )
         if _fits(g, _masked(q, k, v, j <= i + 1, scale), want, atol, rtol):
-            return ("O equals causal attention in which query i also sees key i+1: the mask is one key past the "
-                    "diagonal", "keep key j for query i when j <= i, not j <= i + 1 (or j < i + 1)")
+            return (
+                "O equals causal attention in which query i also sees key i+1: the mask is one key past the diagonal",
+                "keep key j for query i when j <= i, not j <= i + 1 (or j < i + 1)",
+            )
         if _fits(g, _masked(q, k, v, torch.ones(S, S, dtype=torch.bool), scale), want, atol, rtol):
-            return ("O equals attention without the causal mask: every query saw every key, also the ones after it",
-                    "when CAUSAL, set the scores of keys j > i to -inf before the running max")
+            return (
+                "O equals attention without the causal mask: every query saw every key, also the ones after it",
+                "when CAUSAL, set the scores of keys j > i to -inf before the running max",
+            )
     elif S > 1 and _fits(g, _masked(q, k, v, j <= i, scale), want, atol, rtol):
-        return ("O equals causal attention, but this case has causal=False: the mask was applied anyway",
-                "pass causal to the kernel (a tl.constexpr) and mask only when it is True")
+        return (
+            "O equals causal attention, but this case has causal=False: the mask was applied anyway",
+            "pass causal to the kernel (a tl.constexpr) and mask only when it is True",
+        )
     return None
 
 
@@ -530,21 +689,29 @@ def _rescale_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | No
             wrong = _blocked(q, k, v, causal, bn, acc_rescaled=acc_ok, l_rescaled=l_ok)
             if not _fits(g, wrong, want, atol, rtol):
                 continue
-            what = {(False, True): "the accumulator is not", (True, False): "the running sum l is not",
-                    (False, False): "neither the accumulator nor l is"}[(acc_ok, l_ok)]
+            what = {
+                (False, True): "the accumulator is not",
+                (True, False): "the running sum l is not",
+                (False, False): "neither the accumulator nor l is",
+            }[(acc_ok, l_ok)]
             grew = flash.max_growths(q, k, bn, causal)
             err = (g - want).abs().amax(-1)
-            by = [f"{_count(n, 'time')}: {float(err[grew == n].max()):.2g}"
-                  for n in range(1, int(grew.max()) + 1) if (grew == n).any()]
+            by = [
+                f"{_count(n, 'time')}: {float(err[grew == n].max()):.2g}"
+                for n in range(1, int(grew.max()) + 1)
+                if (grew == n).any()
+            ]
             right = f"largest error {float(err[grew == 0].max()):.2g}" if (grew == 0).any() else "none in this case"
-            return (f"O matches the loop over blocks of {bn} keys ({-(-S // bn)} blocks for S = {S}) in which {what} "
-                    f"rescaled by exp(m_old − m_new) when the running max grows: the queries whose max never grew "
-                    f"after the first block are right ({right}), those whose max grew are wrong (largest error by how "
-                    f"often it grew, {'; '.join(by)}); with one block of keys nothing needs the rescale, and the more "
-                    f"key blocks, the more queries it spoils",
-                    "when a block raises the running max from m to m_new, every term summed so far was exp(s − m): "
-                    "multiply both l and the accumulator by alpha = exp(m − m_new) before adding the new block's "
-                    "rowsum(p) and p·v")
+            return (
+                f"O matches the loop over blocks of {bn} keys ({-(-S // bn)} blocks for S = {S}) in which {what} "
+                f"rescaled by exp(m_old − m_new) when the running max grows: the queries whose max never grew "
+                f"after the first block are right ({right}), those whose max grew are wrong (largest error by how "
+                f"often it grew, {'; '.join(by)}); with one block of keys nothing needs the rescale, and the more "
+                f"key blocks, the more queries it spoils",
+                "when a block raises the running max from m to m_new, every term summed so far was exp(s − m): "
+                "multiply both l and the accumulator by alpha = exp(m − m_new) before adding the new block's "
+                "rowsum(p) and p·v",
+            )
     return None
 
 
@@ -556,17 +723,22 @@ def _zero_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | None:
         for zero in zeros:
             if zero == "padding" and not ragged:
                 continue
-            for bm in ((None,) + BLOCKS if causal else (None,)):
+            for bm in (None,) + BLOCKS if causal else (None,):
                 wrong = _blocked(q, k, v, causal, bn, zero=zero, bm=bm)
                 if not _fits(g, wrong, want, atol, rtol):
                     continue
-                which = {"all": "the masked scores (keys past S and keys after the query)",
-                         "causal": "the scores of keys after the query", "padding": f"the scores of the "
-                         f"{-(-S // bn) * bn - S} padding keys past S = {S} in the last block of {bn}"}[zero]
-                return (f"O matches the loop over blocks of {bn} keys with {which} set to 0 instead of −inf: "
-                        f"exp(0 − m) gives each of them a weight in l (and in the accumulator, with its row of v)",
-                        "fill masked scores with -inf (tl.where(keep, s, float('-inf'))): exp(−inf) = 0 adds nothing; "
-                        "a key loaded as 0 still scores q·0 = 0, so the keys past S need the mask too")
+                which = {
+                    "all": "the masked scores (keys past S and keys after the query)",
+                    "causal": "the scores of keys after the query",
+                    "padding": f"the scores of the "
+                    f"{-(-S // bn) * bn - S} padding keys past S = {S} in the last block of {bn}",
+                }[zero]
+                return (
+                    f"O matches the loop over blocks of {bn} keys with {which} set to 0 instead of −inf: "
+                    f"exp(0 − m) gives each of them a weight in l (and in the accumulator, with its row of v)",
+                    "fill masked scores with -inf (tl.where(keep, s, float('-inf'))): exp(−inf) = 0 adds nothing; "
+                    "a key loaded as 0 still scores q·0 = 0, so the keys past S need the mask too",
+                )
     return None
 
 
@@ -580,43 +752,59 @@ def _stride_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | Non
     args = {"q": q, "k": k, "v": v} | read
     if _fits(g, flash.reference(args["q"], args["k"], args["v"], causal).double(), want, atol, rtol):
         names = ", ".join(name for name, _ in loose)
-        return (f"O equals attention of {names} read as if contiguous: the loads ignore their strides "
-                f"({'; '.join(f'{n}.stride() = {t.stride()}' for n, t in loose)})",
-                "address element (b, h, s, d) of each input as ptr + b·stride_b + h·stride_h + s·stride_s + "
-                "d·stride_d, with that tensor's own four strides passed to the kernel")
+        return (
+            f"O equals attention of {names} read as if contiguous: the loads ignore their strides "
+            f"({'; '.join(f'{n}.stride() = {t.stride()}' for n, t in loose)})",
+            "address element (b, h, s, d) of each input as ptr + b·stride_b + h·stride_h + s·stride_s + "
+            "d·stride_d, with that tensor's own four strides passed to the kernel",
+        )
     return None
 
 
 def _where_cause(g, want, atol, rtol, S: int) -> tuple[str, str] | None:
     """Heads, or query blocks, that no program (or the wrong one) computed."""
     B, H = g.shape[:2]
-    right = [[_near(g[b:b + 1, h:h + 1], want[b:b + 1, h:h + 1], atol, rtol) for h in range(H)] for b in range(B)]
+    right = [
+        [_near(g[b : b + 1, h : h + 1], want[b : b + 1, h : h + 1], atol, rtol) for h in range(H)] for b in range(B)
+    ]
     wrong = [(b, h) for b in range(B) for h in range(H) if not right[b][h]]
     if wrong and len(wrong) < B * H:
         for b, h in wrong:
             for b2 in range(B):
                 for h2 in range(H):
-                    if (b2, h2) != (b, h) and _near(g[b:b + 1, h:h + 1], want[b2:b2 + 1, h2:h2 + 1], atol, rtol):
-                        return (f"O[{b}, {h}] holds the attention of batch {b2}, head {h2}: the program for (b, h) "
-                                f"reads another head", "with program_id(1) = b·H + h, take b = pid // H and h = pid % H, "
-                                                       "and offset each tensor by b·stride_b + h·stride_h")
+                    if (b2, h2) != (b, h) and _near(
+                        g[b : b + 1, h : h + 1], want[b2 : b2 + 1, h2 : h2 + 1], atol, rtol
+                    ):
+                        return (
+                            f"O[{b}, {h}] holds the attention of batch {b2}, head {h2}: the program for (b, h) "
+                            f"reads another head",
+                            "with program_id(1) = b·H + h, take b = pid // H and h = pid % H, "
+                            "and offset each tensor by b·stride_b + h·stride_h",
+                        )
         names = ", ".join(f"({b}, {h})" for b, h in wrong[:6]) + (", ..." if len(wrong) > 6 else "")
-        return (f"the (batch, head) pairs {names} are wrong, the other {B * H - len(wrong)} right",
-                "launch one program per query block and (b, h) pair: grid (triton.cdiv(S, BLOCK_M), B * H), and "
-                "find b and h from program_id(1)")
+        return (
+            f"the (batch, head) pairs {names} are wrong, the other {B * H - len(wrong)} right",
+            "launch one program per query block and (b, h) pair: grid (triton.cdiv(S, BLOCK_M), B * H), and "
+            "find b and h from program_id(1)",
+        )
     if wrong:
-        ok = [s for s in range(S) if _near(g[:, :, s:s + 1], want[:, :, s:s + 1], atol, rtol)]
+        ok = [s for s in range(S) if _near(g[:, :, s : s + 1], want[:, :, s : s + 1], atol, rtol)]
         for bm in BLOCKS:
             last = (S // bm) * bm
             if S % bm and last and ok == list(range(last)):
-                return (f"queries 0–{last - 1} are right and the ragged last block (queries {last}–{S - 1}) is wrong",
-                        "launch triton.cdiv(S, BLOCK_M) programs (not S // BLOCK_M), and mask the rows ≥ S of the "
-                        "last block in its loads and its store")
+                return (
+                    f"queries 0–{last - 1} are right and the ragged last block (queries {last}–{S - 1}) is wrong",
+                    "launch triton.cdiv(S, BLOCK_M) programs (not S // BLOCK_M), and mask the rows ≥ S of the "
+                    "last block in its loads and its store",
+                )
         for bm in BLOCKS:
             if bm < S and ok == list(range(bm)):
-                return (f"queries 0–{bm - 1} are right in every head and every query from {bm} on is wrong: only the "
-                        f"first block of {bm} queries was computed", "launch triton.cdiv(S, BLOCK_M) programs along "
-                        "the first axis of the grid, program_id(0) picking the block of queries")
+                return (
+                    f"queries 0–{bm - 1} are right in every head and every query from {bm} on is wrong: only the "
+                    f"first block of {bm} queries was computed",
+                    "launch triton.cdiv(S, BLOCK_M) programs along "
+                    "the first axis of the grid, program_id(0) picking the block of queries",
+                )
     return None
 
 
@@ -628,18 +816,22 @@ def _nan_cause(g, q, k, causal) -> tuple[str, str] | None:
     rows = sorted({int(s) for s in bad.any(-1).nonzero()[:, 2]})
     top = float((q.double() @ k.double().transpose(-1, -2)).abs().max()) / math.sqrt(D)
     shown = ", ".join(map(str, rows[:6])) + (", ..." if len(rows) > 6 else "")
-    return (f"queries {shown} of O are NaN or inf (the scores reach ±{top:.0f}): exp overflowed (e^88.7 is float32's "
-            f"largest) or a row's sum l was 0 and O = 0/0",
-            "start m at -inf and subtract the running max before every exp: p = exp(s − m_new), alpha = exp(m − "
-            "m_new); every query sees at least key 0, so l > 0 after the first block")
+    return (
+        f"queries {shown} of O are NaN or inf (the scores reach ±{top:.0f}): exp overflowed (e^88.7 is float32's "
+        f"largest) or a row's sum l was 0 and O = 0/0",
+        "start m at -inf and subtract the running max before every exp: p = exp(s − m_new), alpha = exp(m − "
+        "m_new); every query sees at least key 0, so l > 0 after the first block",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The check
 # ----------------------------------------------------------------------------------------------------------------
 
-def check_flash_attention_kernel(flash_attention_kernel, flash_attention: Callable,
-                                 cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
+
+def check_flash_attention_kernel(
+    flash_attention_kernel, flash_attention: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0
+) -> CheckResult:
     """Check `flash_attention_kernel`: it computes softmax(q·kᵀ/√D + causal mask)·v for (B, H, S, D) inputs in
     float32, float16 and bfloat16, any S and any strides, streaming K and V in blocks (run in the interpreter, against
     SDPA in float64); compiled for sm_90 as each launch specialises it, it is FlashAttention: two tt.dot in the loop
@@ -649,18 +841,27 @@ def check_flash_attention_kernel(flash_attention_kernel, flash_attention: Callab
     seen: list = []
     evidence: dict = {}
     result = run_check(
-        f"{TASK}-flash_attention_kernel", _traced(flash_attention, seen), cases, expected=_expected, judge=_judge,
-        rules=[_launches(flash_attention_kernel, seen), _NO_TORCH, _streams_keys(flash_attention_kernel, seen),
-               _Compiled(flash_attention_kernel, seen, evidence)],
+        f"{TASK}-flash_attention_kernel",
+        _traced(flash_attention, seen),
+        cases,
+        expected=_expected,
+        judge=_judge,
+        rules=[
+            _launches(flash_attention_kernel, seen),
+            _NO_TORCH,
+            _streams_keys(flash_attention_kernel, seen),
+            _Compiled(flash_attention_kernel, seen, evidence),
+        ],
         proves="flash_attention_kernel computes softmax(q·kᵀ/√D + causal mask)·v for (B, H, S, D) inputs in float32, "
-               "float16 and bfloat16, any S and any strides, every program streaming K and V in blocks of keys (run "
-               "in the interpreter, against scaled_dot_product_attention in float64); compiled for sm_90 as each "
-               "launch specialises it, its TTIR has two tt.dot inside the scf.for over key blocks with m, l and the "
-               "accumulator carried in float32, its PTX loop does both products on the tensor cores, and its only "
-               "global store is O's tile, after the loop",
+        "float16 and bfloat16, any S and any strides, every program streaming K and V in blocks of keys (run "
+        "in the interpreter, against scaled_dot_product_attention in float64); compiled for sm_90 as each "
+        "launch specialises it, its TTIR has two tt.dot inside the scf.for over key blocks with m, l and the "
+        "accumulator carried in float32, its PTX loop does both products on the tensor cores, and its only "
+        "global store is O's tile, after the loop",
         hidden=hidden,
         next_step="O = softmax(q·kᵀ/√D + mask)·v: one program per block of queries and (batch, head), streaming "
-                  "blocks of keys with the online softmax of lesson 05")
+        "blocks of keys with the online softmax of lesson 05",
+    )
     _print_hardware(evidence)
     return result
 
@@ -692,11 +893,13 @@ def warm_up() -> None:
         saved = os.environ.get(triton_compile.ENV_CACHE)
         os.environ[triton_compile.ENV_CACHE] = folder
         try:
-            triton_compile.compile_kernel(_warm_up_kernel, {"x_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"},
-                                          {"BLOCK": 64}, "sm_90")
+            triton_compile.compile_kernel(
+                _warm_up_kernel, {"x_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 64}, "sm_90"
+            )
         finally:
             os.environ.pop(triton_compile.ENV_CACHE) if saved is None else os.environ.__setitem__(
-                triton_compile.ENV_CACHE, saved)
+                triton_compile.ENV_CACHE, saved
+            )
         triton_compile._MEMORY.clear()
         triton_compile._BY_CODE.clear()
 

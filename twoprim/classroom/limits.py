@@ -15,6 +15,7 @@ the limits added before it drops to the user's account):
   (`bytearray(64 * 2**30)`) fails at once with MemoryError in the student's own notebook, and the kernel lives on.
   It needs no control group, so it holds on every machine.
 """
+
 from __future__ import annotations
 
 import resource
@@ -108,7 +109,8 @@ class ClassroomSpawner(LocalProcessSpawner):
     """LocalProcessSpawner whose servers (and their kernels) start inside the user's limits."""
 
     memory_mb = Int(0, help="memory of each user's server and kernels together, MB (0: no control group)").tag(
-        config=True)
+        config=True
+    )
     cpus = Float(1.0, help="CPU time of each user's server and kernels together, in cores").tag(config=True)
     address_space = Int(MEMORY_LIMIT_BYTES, help="RLIMIT_AS of each process, bytes (0: none)").tag(config=True)
     _oom_seen = 0
@@ -123,11 +125,15 @@ class ClassroomSpawner(LocalProcessSpawner):
                 folders = make_user_group(hierarchy, name, self.memory_mb * 2**20, self.cpus)
                 self._oom_seen = oom_kills(hierarchy, name)
             except OSError as err:
-                self.log.warning("classroom limits: no control group for %s (%s): only the address-space limit "
-                                 "holds", name, err)
+                self.log.warning(
+                    "classroom limits: no control group for %s (%s): only the address-space limit holds", name, err
+                )
         elif self.memory_mb:
-            self.log.warning("classroom limits: this machine has no writable cgroup hierarchy; %s's server gets only "
-                             "the address-space limit", name)
+            self.log.warning(
+                "classroom limits: this machine has no writable cgroup hierarchy; %s's server gets only "
+                "the address-space limit",
+                name,
+            )
         address_space = self.address_space
 
         def preexec():
@@ -146,9 +152,14 @@ class ClassroomSpawner(LocalProcessSpawner):
         if hierarchy is not None:
             kills = oom_kills(hierarchy, self.user.name)
             if kills > self._oom_seen:
-                self.log.warning("classroom limits: %s went over their memory limit of %d MB: the kernel stopped "
-                                 "their largest process (%d time(s)); JupyterLab restarts the kernel, the other "
-                                 "students are untouched", self.user.name, self.memory_mb, kills - self._oom_seen)
+                self.log.warning(
+                    "classroom limits: %s went over their memory limit of %d MB: the kernel stopped "
+                    "their largest process (%d time(s)); JupyterLab restarts the kernel, the other "
+                    "students are untouched",
+                    self.user.name,
+                    self.memory_mb,
+                    kills - self._oom_seen,
+                )
                 self._oom_seen = kills
         return status
 
@@ -190,22 +201,35 @@ def protected(plan, args):
 
     from twoprim.core.errors import CourseError
 
-    for flag, value in (("--memory-mb", args.memory_mb), ("--cpus", args.cpus), ("--cull-idle", args.cull_idle),
-                        ("--max-servers", args.max_servers)):
+    for flag, value in (
+        ("--memory-mb", args.memory_mb),
+        ("--cpus", args.cpus),
+        ("--cull-idle", args.cull_idle),
+        ("--max-servers", args.max_servers),
+    ):
         if value < 0:
             raise CourseError(f"{flag} {value:g} is negative: give 0 (no limit) or a positive number")
     if 0 < args.memory_mb < 256:
-        raise CourseError(f"--memory-mb {args.memory_mb} is too little for a JupyterLab server and a kernel: give "
-                          f"at least 256 (2048 is the default)")
+        raise CourseError(
+            f"--memory-mb {args.memory_mb} is too little for a JupyterLab server and a kernel: give "
+            f"at least 256 (2048 is the default)"
+        )
     if args.cpus == 0:
         raise CourseError("--cpus 0 would stop every server: give a share of a core, e.g. 0.5, or 1 (the default)")
     quotas = {}  # the exchange service's, per student and assignment
     for flag, name in (("--max-submissions", "max_submissions"), ("--max-stored-mb", "max_stored_mb")):
         value = getattr(args, name, None)
         if value is not None and not value > 0:
-            raise CourseError(f"{flag} {value:g} is not a positive number: give the most each student may keep of "
-                              f"an assignment")
+            raise CourseError(
+                f"{flag} {value:g} is not a positive number: give the most each student may keep of an assignment"
+            )
         if value is not None:
             quotas[name] = value
-    return dataclasses.replace(plan, memory_mb=args.memory_mb, cpus=args.cpus, cull_idle_s=args.cull_idle,
-                               max_servers=args.max_servers, **quotas)
+    return dataclasses.replace(
+        plan,
+        memory_mb=args.memory_mb,
+        cpus=args.cpus,
+        cull_idle_s=args.cull_idle,
+        max_servers=args.max_servers,
+        **quotas,
+    )

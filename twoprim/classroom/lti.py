@@ -21,6 +21,7 @@ module adds what a course needs on top (`CourseLTIAuthenticator.authenticate`):
 A launch refused by the library (bad signature, expired token, wrong audience, a replayed or forged state) gets the
 same kind of page: what was wrong, in words, and what to do next.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,14 +62,18 @@ def explain(err: Exception, auth: "CourseLTIAuthenticator") -> tuple[int, str]:
     text = str(err)
     again = "Open the assignment again from the LMS; if this page comes back, tell your instructor."
     if isinstance(err, InvalidAudienceError):
-        return 401, (f"this launch was meant for another tool: its audience is not this hub's client id "
-                     f"({', '.join(sorted(auth.client_id))}). The instructor checks client_id in the hub's LTI "
-                     f"configuration against the LMS's registration of the tool. ({text})")
+        return 401, (
+            f"this launch was meant for another tool: its audience is not this hub's client id "
+            f"({', '.join(sorted(auth.client_id))}). The instructor checks client_id in the hub's LTI "
+            f"configuration against the LMS's registration of the tool. ({text})"
+        )
     if "expired" in text.lower() or "too long ago" in text.lower():
         return 401, (f"the launch has expired (its signed token is valid for minutes only). {again} ({text})")
     if "signature" in text.lower() or "signing key" in text.lower():
-        return 401, (f"the launch's signature does not verify with the LMS's published keys ({auth.jwks_endpoint}): "
-                     f"it was not signed by the LMS this hub is registered with. {again} ({text})")
+        return 401, (
+            f"the launch's signature does not verify with the LMS's published keys ({auth.jwks_endpoint}): "
+            f"it was not signed by the LMS this hub is registered with. {again} ({text})"
+        )
     return 400, f"{text}. {again}"
 
 
@@ -84,8 +89,11 @@ class CallbackHandler(LTI13CallbackHandler):
             raise refused(*explain(err, self.authenticator)) from err
         except web.HTTPError as err:  # the state or nonce: a launch not started here, or replayed
             if err.status_code == 400 and "LTI launch refused" not in (err.log_message or ""):
-                raise refused(400, f"{err.log_message or err.reason}: this launch did not start from this browser's "
-                                   f"login (or was sent twice). Open the assignment again from the LMS.") from err
+                raise refused(
+                    400,
+                    f"{err.log_message or err.reason}: this launch did not start from this browser's "
+                    f"login (or was sent twice). Open the assignment again from the LMS.",
+                ) from err
             raise
         try:
             user = await self.login_user(id_token)
@@ -106,8 +114,11 @@ class LoginInitHandler(LTI13LoginInitHandler):
         except web.HTTPError as err:
             if err.status_code != 400:
                 raise
-            raise refused(400, f"this hub's logins start from the LMS ({err.log_message}): open the course in the "
-                               f"LMS and follow the link to the assignment there") from err
+            raise refused(
+                400,
+                f"this hub's logins start from the LMS ({err.log_message}): open the course in the "
+                f"LMS and follow the link to the assignment there",
+            ) from err
 
     get = post
 
@@ -142,7 +153,8 @@ class CourseLTIAuthenticator(LTI13Authenticator):
     config_handler = ConfigHandler
     lti_config = Unicode(help="the LTI configuration file (`lti_config.load`)").tag(config=True)
     courses = Dict(help="course id -> {folder, instructor, nested, python}: the courses this hub serves").tag(
-        config=True)
+        config=True
+    )
     _lti = None
 
     @property
@@ -159,28 +171,44 @@ class CourseLTIAuthenticator(LTI13Authenticator):
         config = self.lti
         deployment = claims.get(lc.CLAIM + "deployment_id")
         if deployment not in config.deployment_ids:
-            raise refused(403, f"the LMS deployment {deployment!r} is not one this hub knows (its LTI configuration "
-                               f"lists {', '.join(config.deployment_ids)}): the instructor adds it to deployment_ids")
+            raise refused(
+                403,
+                f"the LMS deployment {deployment!r} is not one this hub knows (its LTI configuration "
+                f"lists {', '.join(config.deployment_ids)}): the instructor adds it to deployment_ids",
+            )
         context = claims.get(lc.CLAIM + "context") or {}
         course = config.course_of(context.get("id"))
         if course is None or course not in self.courses:
-            raise refused(403, f"the LMS course {context.get('title') or context.get('label') or ''} (context id "
-                               f"{context.get('id')!r}) is not linked to a course on this hub: the instructor maps it "
-                               f"in [contexts] of the hub's LTI configuration")
+            raise refused(
+                403,
+                f"the LMS course {context.get('title') or context.get('label') or ''} (context id "
+                f"{context.get('id')!r}) is not linked to a course on this hub: the instructor maps it "
+                f"in [contexts] of the hub's LTI configuration",
+            )
         role = lc.course_role(claims.get(lc.CLAIM + "roles") or [])
         if role is None:
-            raise refused(403, "your role in this LMS course is neither a learner's nor an instructor's or TA's, so "
-                               "the course has no place for it: ask your instructor")
+            raise refused(
+                403,
+                "your role in this LMS course is neither a learner's nor an instructor's or TA's, so "
+                "the course has no place for it: ask your instructor",
+            )
         spec = self.courses[course]
         name = spec["instructor"] if role == "instructor" else await asyncio.to_thread(self._student, claims, course)
         owner = pwd.getpwnam(spec["instructor"])
-        await asyncio.to_thread(lc.record_launch, Path(spec["folder"]), claims, name, role,
-                                (owner.pw_uid, owner.pw_gid))
+        await asyncio.to_thread(
+            lc.record_launch, Path(spec["folder"]), claims, name, role, (owner.pw_uid, owner.pw_gid)
+        )
         aid = lc.assignment_of(claims, config)
         if isinstance(handler, CallbackHandler):
             handler.twoprim_next = await asyncio.to_thread(self._open, name, role, course, aid, handler.base_url)
-        self.log.info("LTI launch: %s (%s) in %s as %s, %s", lc.identity(claims), role, course, name,
-                      f"opening {aid}" if aid else "no assignment named")
+        self.log.info(
+            "LTI launch: %s (%s) in %s as %s, %s",
+            lc.identity(claims),
+            role,
+            course,
+            name,
+            f"opening {aid}" if aid else "no assignment named",
+        )
         return {"name": name, "groups": self._groups(name, course, role), "auth_state": None}
 
     def _groups(self, name: str, course: str, role: str) -> list[str]:
@@ -231,13 +259,30 @@ def create_student(name: str, course: Path, python: str) -> pwd.struct_passwd:
     if existing is not None and not course_made(existing):
         raise refused(409, f"the account {name} exists and is not the course's: the instructor renames one of them")
     if existing is None:
-        subprocess.run([_tool("useradd"), "--create-home", "--user-group", "--shell", "/bin/bash", "--comment",
-                        MARKER["student"], name], check=True, capture_output=True, timeout=TIMEOUT_S)
+        subprocess.run(
+            [
+                _tool("useradd"),
+                "--create-home",
+                "--user-group",
+                "--shell",
+                "/bin/bash",
+                "--comment",
+                MARKER["student"],
+                name,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+        )
         record_created(course, pwd.getpwnam(name), "student")
     account = pwd.getpwnam(name)
     os.chmod(account.pw_dir, 0o700)
-    copied = as_user(account.pw_uid, account.pw_gid, [python, "-I", "-S", "-c", COPY_AS_STUDENT,
-                                                      str(course / "lessons"), account.pw_dir], timeout=TIMEOUT_S)
+    copied = as_user(
+        account.pw_uid,
+        account.pw_gid,
+        [python, "-I", "-S", "-c", COPY_AS_STUDENT, str(course / "lessons"), account.pw_dir],
+        timeout=TIMEOUT_S,
+    )
     if copied.returncode:  # their JupyterLab opens all the same; the lessons are in the course folder
         log.warning("could not copy the lessons into %s's home: %s", name, copied.stderr.strip()[-300:])
     return account
@@ -272,21 +317,37 @@ def fetch_for(name: str, course: str, aid: str, folder: Path, instructor: str, p
     store = folder / "grader" / "exchange" / "exchange.sqlite"
     teacher, student = pwd.getpwnam(instructor), pwd.getpwnam(name)
     env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"}
-    read = subprocess.run([python, "-I", "-S", "-c", READ_RELEASE, str(store), course, aid], user=teacher.pw_uid,
-                          group=teacher.pw_gid, extra_groups=[], cwd="/", env={**env, "HOME": teacher.pw_dir},
-                          capture_output=True, timeout=TIMEOUT_S)
+    read = subprocess.run(
+        [python, "-I", "-S", "-c", READ_RELEASE, str(store), course, aid],
+        user=teacher.pw_uid,
+        group=teacher.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={**env, "HOME": teacher.pw_dir},
+        capture_output=True,
+        timeout=TIMEOUT_S,
+    )
     if read.returncode != 0 or not read.stdout:
         return None  # not released (yet): their JupyterLab opens on the folder, the Assignments tab says the rest
-    subprocess.run([python, "-I", "-S", "-c", WRITE_RELEASE, str(rel)], input=read.stdout, user=student.pw_uid,
-                   group=student.pw_gid, extra_groups=[], cwd="/", env={**env, "HOME": student.pw_dir},
-                   capture_output=True, timeout=TIMEOUT_S, check=True)
+    subprocess.run(
+        [python, "-I", "-S", "-c", WRITE_RELEASE, str(rel)],
+        input=read.stdout,
+        user=student.pw_uid,
+        group=student.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={**env, "HOME": student.pw_dir},
+        capture_output=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
     return f"{aid}.ipynb" if (Path(student.pw_dir) / rel / f"{aid}.ipynb").is_file() else None
 
 
 def hub_config(config_path: Path, courses: dict[str, dict]) -> str:
     """The lines of jupyterhub_config.py that make the hub's logins LTI 1.3 ones (`./course hub --lti CONFIG`)."""
     config = lc.load(config_path, set(courses))
-    return f'''# Logins come from the LMS over LTI 1.3 (twoprim/classroom/lti.py; {config_path}): the platform {config.issuer}
+    return f"""# Logins come from the LMS over LTI 1.3 (twoprim/classroom/lti.py; {config_path}): the platform {config.issuer}
 c.JupyterHub.authenticator_class = "twoprim.classroom.lti.CourseLTIAuthenticator"
 c.CourseLTIAuthenticator.lti_config = {str(config_path)!r}
 c.CourseLTIAuthenticator.courses = {courses!r}
@@ -298,4 +359,4 @@ c.CourseLTIAuthenticator.username_key = "sub"
 c.CourseLTIAuthenticator.manage_groups = True  # nbgrader-COURSE, formgrade-COURSE: from the launches
 c.Authenticator.allow_all = True  # whom the LMS sends, for a context CONFIG maps; everyone else is refused
 c.Authenticator.auto_login = True  # /hub/login says to start from the LMS (no password form)
-'''
+"""

@@ -25,6 +25,7 @@ The record of launches: grader/lti-users.json in the course's folder (the instru
 identity ("ISS SUB") the account it logs in as, its role and the LMS's names, and the AGS endpoint each launch
 carried (where grades go back, `lti_grades.py`).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -39,13 +40,21 @@ from pathlib import Path
 from twoprim.core.errors import CourseError
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # as hub_checks.NAME: a Unix account name
-RECORD = "lti-users.json"   # in a course's grader/
+RECORD = "lti-users.json"  # in a course's grader/
 CANVAS_ISSUER = "https://canvas.instructure.com"
 ROLES = "http://purl.imsglobal.org/vocab/lis/v2/membership"
 CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
 AGS_CLAIM = "https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"
-REQUIRED = ("issuer", "client_id", "deployment_ids", "auth_login_url", "auth_token_url", "jwks_url", "private_key",
-            "contexts")
+REQUIRED = (
+    "issuer",
+    "client_id",
+    "deployment_ids",
+    "auth_login_url",
+    "auth_token_url",
+    "jwks_url",
+    "private_key",
+    "contexts",
+)
 
 
 class LTIConfigError(CourseError):
@@ -64,7 +73,7 @@ class LTIConfig:
     auth_token_url: str
     jwks_url: str
     private_key: Path
-    contexts: dict[str, str]                   # LMS context id -> course id
+    contexts: dict[str, str]  # LMS context id -> course id
     links: dict[str, str] = field(default_factory=dict)  # resource link id -> assignment
     auth_audience: str = ""
     username_claim: str = ""
@@ -73,9 +82,11 @@ class LTIConfig:
         try:
             return self.private_key.read_text()
         except OSError as err:
-            raise LTIConfigError(f"cannot read the tool's private key {self.private_key} ({err.strerror}), named by "
-                                 f"private_key in {self.path}: make one with `openssl genrsa -out "
-                                 f"{self.private_key} 2048`") from None
+            raise LTIConfigError(
+                f"cannot read the tool's private key {self.private_key} ({err.strerror}), named by "
+                f"private_key in {self.path}: make one with `openssl genrsa -out "
+                f"{self.private_key} 2048`"
+            ) from None
 
     def public_jwk(self) -> dict:
         """The tool's public key as a JWK (what the LMS is given, or fetches from /hub/lti13/jwks)."""
@@ -91,8 +102,10 @@ class LTIConfig:
 
 def _url(config: Path, key: str, value) -> str:
     if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
-        raise LTIConfigError(f"{key} in {config} is {value!r}, not a URL: give the platform's {key.replace('_', ' ')}"
-                             f" (docs/guides/lti.md lists Canvas's and Moodle's)")
+        raise LTIConfigError(
+            f"{key} in {config} is {value!r}, not a URL: give the platform's {key.replace('_', ' ')}"
+            f" (docs/guides/lti.md lists Canvas's and Moodle's)"
+        )
     return value
 
 
@@ -104,15 +117,20 @@ def load(path: Path, courses: set[str] | None = None) -> LTIConfig:
         text = path.read_text()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except OSError as err:
-        raise LTIConfigError(f"cannot read the LTI configuration {path} ({err.strerror}): pass an existing JSON or "
-                             f"TOML file with --lti") from None
+        raise LTIConfigError(
+            f"cannot read the LTI configuration {path} ({err.strerror}): pass an existing JSON or TOML file with --lti"
+        ) from None
     except (ValueError, tomllib.TOMLDecodeError) as err:
-        raise LTIConfigError(f"the LTI configuration {path} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}"
-                             f" ({err}): correct it (docs/guides/lti.md has an example)") from None
+        raise LTIConfigError(
+            f"the LTI configuration {path} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}"
+            f" ({err}): correct it (docs/guides/lti.md has an example)"
+        ) from None
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise LTIConfigError(f"the LTI configuration {path} lacks {', '.join(missing)}: each comes from the LMS's "
-                             f"registration of the tool (docs/guides/lti.md says where)")
+        raise LTIConfigError(
+            f"the LTI configuration {path} lacks {', '.join(missing)}: each comes from the LMS's "
+            f"registration of the tool (docs/guides/lti.md says where)"
+        )
     ids = data["deployment_ids"]
     if isinstance(ids, str):
         ids = [ids]
@@ -120,23 +138,33 @@ def load(path: Path, courses: set[str] | None = None) -> LTIConfig:
         raise LTIConfigError(f"deployment_ids in {path} must list the deployment ids the LMS gave (strings)")
     contexts = data["contexts"]
     if not isinstance(contexts, dict) or not contexts:
-        raise LTIConfigError(f"contexts in {path} must map each LMS course's context id to a course id, e.g. "
-                             f'{{"4dde05e8ca19": "two-primitives"}}')
+        raise LTIConfigError(
+            f"contexts in {path} must map each LMS course's context id to a course id, e.g. "
+            f'{{"4dde05e8ca19": "two-primitives"}}'
+        )
     unknown = sorted({c for c in contexts.values() if courses is not None and c not in courses})
     if unknown:
-        raise LTIConfigError(f"contexts in {path} name {', '.join(unknown)}, which this hub does not serve (it serves "
-                             f"{', '.join(sorted(courses or ()))}): correct the course ids")
+        raise LTIConfigError(
+            f"contexts in {path} name {', '.join(unknown)}, which this hub does not serve (it serves "
+            f"{', '.join(sorted(courses or ()))}): correct the course ids"
+        )
     key = Path(data["private_key"])
     if not key.is_absolute():
         key = (path.parent / key).resolve()
-    config = LTIConfig(path=path, issuer=str(data["issuer"]), client_id=str(data["client_id"]),
-                       deployment_ids=tuple(ids), auth_login_url=_url(path, "auth_login_url", data["auth_login_url"]),
-                       auth_token_url=_url(path, "auth_token_url", data["auth_token_url"]),
-                       jwks_url=_url(path, "jwks_url", data["jwks_url"]), private_key=key,
-                       contexts={str(k): str(v) for k, v in contexts.items()},
-                       links={str(k): str(v) for k, v in (data.get("links") or {}).items()},
-                       auth_audience=str(data.get("auth_audience") or ""),
-                       username_claim=str(data.get("username_claim") or ""))
+    config = LTIConfig(
+        path=path,
+        issuer=str(data["issuer"]),
+        client_id=str(data["client_id"]),
+        deployment_ids=tuple(ids),
+        auth_login_url=_url(path, "auth_login_url", data["auth_login_url"]),
+        auth_token_url=_url(path, "auth_token_url", data["auth_token_url"]),
+        jwks_url=_url(path, "jwks_url", data["jwks_url"]),
+        private_key=key,
+        contexts={str(k): str(v) for k, v in contexts.items()},
+        links={str(k): str(v) for k, v in (data.get("links") or {}).items()},
+        auth_audience=str(data.get("auth_audience") or ""),
+        username_claim=str(data.get("username_claim") or ""),
+    )
     config.public_jwk()  # the key reads and is an RSA key, or the error says what to do
     return config
 
@@ -145,12 +173,13 @@ def load(path: Path, courses: set[str] | None = None) -> LTIConfig:
 
 
 def course_role(roles: list[str]) -> str | None:
-    """"instructor" (Instructor and its sub-roles, TeachingAssistant among them), "student" (Learner) or None, from
+    """ "instructor" (Instructor and its sub-roles, TeachingAssistant among them), "student" (Learner) or None, from
     the launch's roles claim; institution and system roles count for nothing in a course."""
     found = set()
     for role in roles or ():
-        if role in ("Instructor", "TeachingAssistant") or role.startswith((f"{ROLES}#Instructor",
-                                                                           f"{ROLES}/Instructor#")):
+        if role in ("Instructor", "TeachingAssistant") or role.startswith(
+            (f"{ROLES}#Instructor", f"{ROLES}/Instructor#")
+        ):
             found.add("instructor")
         elif role == "Learner" or role.startswith((f"{ROLES}#Learner", f"{ROLES}/Learner#")):
             found.add("student")
@@ -183,8 +212,9 @@ def account_name(claims: dict, taken, username_claim: str = "") -> str:
     if taken(name):
         name = f"{name[:23]}-{hashlib.sha256(identity(claims).encode()).hexdigest()[:8]}"
         if taken(name):
-            raise LTIConfigError(f"the account name {name} derived for {identity(claims)} is taken: remove the stale "
-                                 f"account or record")
+            raise LTIConfigError(
+                f"the account name {name} derived for {identity(claims)} is taken: remove the stale account or record"
+            )
     assert NAME.match(name), name
     return name
 
@@ -217,9 +247,16 @@ def record_launch(course: Path, claims: dict, account: str, role: str, owner: tu
     who = identity(claims)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     entry = record["users"].get(who) or {"first": now}
-    entry.update(account=account, role=role, sub=claims.get("sub"), iss=claims.get("iss"), last=now,
-                 name=claims.get("name") or "", email=claims.get("email") or "",
-                 context=(claims.get(CLAIM + "context") or {}).get("id"))
+    entry.update(
+        account=account,
+        role=role,
+        sub=claims.get("sub"),
+        iss=claims.get("iss"),
+        last=now,
+        name=claims.get("name") or "",
+        email=claims.get("email") or "",
+        context=(claims.get(CLAIM + "context") or {}).get("id"),
+    )
     record["users"][who] = entry
     ags = claims.get(AGS_CLAIM) or {}
     if ags.get("lineitems"):

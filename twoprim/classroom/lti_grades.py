@@ -17,6 +17,7 @@ the last score the platform accepted. A failed send is tried again (up to `TRIES
 for an unreachable platform, a 5xx or a 429); each student whose score could not be sent is named, and the command
 exits 1.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -30,12 +31,14 @@ from twoprim.classroom import lti_config as lc
 from twoprim.config import COURSE_ID
 from twoprim.core.errors import CourseError
 
-RECORD = "lti-grades.sqlite"   # in grader/
+RECORD = "lti-grades.sqlite"  # in grader/
 TRIES = 3
-BACKOFF_S = 0.5                # then 1 s, 2 s ...
-HTTP_TIMEOUT = (10, 60)        # connect, read: every request to the platform ends
-SCOPES = ("https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
-          "https://purl.imsglobal.org/spec/lti-ags/scope/score")
+BACKOFF_S = 0.5  # then 1 s, 2 s ...
+HTTP_TIMEOUT = (10, 60)  # connect, read: every request to the platform ends
+SCOPES = (
+    "https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
+    "https://purl.imsglobal.org/spec/lti-ags/scope/score",
+)
 SCHEMA = """CREATE TABLE IF NOT EXISTS sent (
     id INTEGER PRIMARY KEY AUTOINCREMENT, course TEXT NOT NULL, assignment TEXT NOT NULL, student TEXT NOT NULL,
     user_id TEXT NOT NULL, lineitem TEXT, score REAL, maximum REAL, progress TEXT NOT NULL, timestamp TEXT NOT NULL,
@@ -47,10 +50,10 @@ class Score:
     """What one student's grade becomes in the LMS."""
 
     student: str
-    user_id: str | None     # their LMS user (`sub`), None when they never launched from the LMS
-    score: float | None     # after the late penalty; None while held for the instructor
+    user_id: str | None  # their LMS user (`sub`), None when they never launched from the LMS
+    score: float | None  # after the late penalty; None while held for the instructor
     maximum: float
-    progress: str           # AGS gradingProgress: FullyGraded or PendingManual
+    progress: str  # AGS gradingProgress: FullyGraded or PendingManual
 
 
 def scores(aid: str, root: Path, db: str | None = None) -> list[Score]:
@@ -68,9 +71,15 @@ def scores(aid: str, root: Path, db: str | None = None) -> list[Score]:
                 continue  # the grader failed it: nothing to send until it is graded
             held = state == "flagged" or sub.needs_manual_grade
             penalty = sub.late_submission_penalty or 0.0
-            out.append(Score(sub.student.id, users.get(sub.student.id),
-                             None if held else round(max(0.0, sub.score - penalty), 6), float(sub.max_score),
-                             "PendingManual" if held else "FullyGraded"))
+            out.append(
+                Score(
+                    sub.student.id,
+                    users.get(sub.student.id),
+                    None if held else round(max(0.0, sub.score - penalty), 6),
+                    float(sub.max_score),
+                    "PendingManual" if held else "FullyGraded",
+                )
+            )
     return sorted(out, key=lambda s: s.student)
 
 
@@ -94,9 +103,14 @@ def service(config: lc.LTIConfig, lineitems: str, scope: list[str] | None = None
     from pylti1p3.service_connector import ServiceConnector
     from pylti1p3.tool_config import ToolConfDict
 
-    settings = {"default": True, "client_id": config.client_id, "auth_login_url": config.auth_login_url,
-                "auth_token_url": config.auth_token_url, "key_set_url": config.jwks_url,
-                "deployment_ids": list(config.deployment_ids)}
+    settings = {
+        "default": True,
+        "client_id": config.client_id,
+        "auth_login_url": config.auth_login_url,
+        "auth_token_url": config.auth_token_url,
+        "key_set_url": config.jwks_url,
+        "deployment_ids": list(config.deployment_ids),
+    }
     if config.auth_audience:
         settings["auth_audience"] = config.auth_audience
     tool = ToolConfDict({config.issuer: [settings]})
@@ -139,8 +153,11 @@ def _db(root: Path) -> sqlite3.Connection:
 
 def last_accepted(db, course: str, aid: str, student: str) -> tuple | None:
     """What the platform last accepted for the student (user, line item, score, maximum, progress), or None."""
-    return db.execute("SELECT user_id, lineitem, score, maximum, progress FROM sent WHERE course=? AND assignment=? "
-                      "AND student=? AND ok=1 ORDER BY id DESC LIMIT 1", (course, aid, student)).fetchone()
+    return db.execute(
+        "SELECT user_id, lineitem, score, maximum, progress FROM sent WHERE course=? AND assignment=? "
+        "AND student=? AND ok=1 ORDER BY id DESC LIMIT 1",
+        (course, aid, student),
+    ).fetchone()
 
 
 def _lineitem(ags, aid: str, maximum: float):
@@ -150,15 +167,26 @@ def _lineitem(ags, aid: str, maximum: float):
     return ags.find_or_create_lineitem(item, find_by="tag")
 
 
-def send(aid: str, config: lc.LTIConfig, *, root: Path, course: str = COURSE_ID, db: str | None = None,
-         out=print, tries: int = TRIES, backoff: float = BACKOFF_S) -> int:
+def send(
+    aid: str,
+    config: lc.LTIConfig,
+    *,
+    root: Path,
+    course: str = COURSE_ID,
+    db: str | None = None,
+    out=print,
+    tries: int = TRIES,
+    backoff: float = BACKOFF_S,
+) -> int:
     """Send every changed score of `aid` to the LMS; 0 when all were accepted (or nothing changed), 1 otherwise."""
     record = lc.read_record(root)
     lineitems = record["ags"].get("lineitems")
     if not lineitems:
-        raise CourseError(f"no LTI launch into this course has carried the LMS's grade service (AGS) yet, so there is "
-                          f"no line item URL to send {aid}'s grades to: launch the assignment once from the LMS (as "
-                          f"its instructor), then run this again")
+        raise CourseError(
+            f"no LTI launch into this course has carried the LMS's grade service (AGS) yet, so there is "
+            f"no line item URL to send {aid}'s grades to: launch the assignment once from the LMS (as "
+            f"its instructor), then run this again"
+        )
     todo = scores(aid, root, db)
     if not todo:
         out(f"{aid}: no graded submission in the gradebook: nothing to send")
@@ -167,8 +195,10 @@ def send(aid: str, config: lc.LTIConfig, *, root: Path, course: str = COURSE_ID,
     maximum = max(s.maximum for s in todo)
     item, error, _ = _retrying(lambda: _lineitem(ags, aid, maximum), tries, backoff)
     if error:
-        raise CourseError(f"the LMS refused {aid}'s line item at {lineitems} ({error[1]}): nothing was sent; check "
-                          f"the tool's AGS scopes in the LMS (line items and scores)")
+        raise CourseError(
+            f"the LMS refused {aid}'s line item at {lineitems} ({error[1]}): nothing was sent; check "
+            f"the tool's AGS scopes in the LMS (line items and scores)"
+        )
     failed, sent, same, unknown = [], [], [], []
     with _db(root) as store:
         for s in todo:
@@ -181,15 +211,21 @@ def send(aid: str, config: lc.LTIConfig, *, root: Path, course: str = COURSE_ID,
                 continue
             ok, answer, count = _send_one(ags, item, s, tries, backoff)
             stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-            store.execute("INSERT INTO sent (course, assignment, student, user_id, lineitem, score, maximum, progress, "
-                          "timestamp, ok, status, answer, tries) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                          (course, aid, s.student, *values, stamp, int(ok), answer[0], answer[1], count))
+            store.execute(
+                "INSERT INTO sent (course, assignment, student, user_id, lineitem, score, maximum, progress, "
+                "timestamp, ok, status, answer, tries) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (course, aid, s.student, *values, stamp, int(ok), answer[0], answer[1], count),
+            )
             (sent if ok else failed).append((s.student, answer[1]))
-    out(f"{aid} -> {item.get_label() or aid} ({item.get_id()}): {len(sent)} score(s) sent, {len(same)} unchanged "
-        f"since the last send, {len(failed)} failed")
+    out(
+        f"{aid} -> {item.get_label() or aid} ({item.get_id()}): {len(sent)} score(s) sent, {len(same)} unchanged "
+        f"since the last send, {len(failed)} failed"
+    )
     for student in unknown:
-        out(f"  not sent: {student} never launched from the LMS, so the LMS user is unknown (their score stays in "
-            f"the gradebook)")
+        out(
+            f"  not sent: {student} never launched from the LMS, so the LMS user is unknown (their score stays in "
+            f"the gradebook)"
+        )
     for student, why in failed:
         out(f"  FAILED: {student}: {why} (after {tries} tries; run the command again to retry)")
     return 1 if failed else 0
@@ -198,9 +234,14 @@ def send(aid: str, config: lc.LTIConfig, *, root: Path, course: str = COURSE_ID,
 def _send_one(ags, item, s: Score, tries: int, backoff: float) -> tuple[bool, tuple, int]:
     from pylti1p3.grade import Grade
 
-    grade = (Grade().set_score_maximum(s.maximum).set_user_id(s.user_id).set_activity_progress("Completed")
-             .set_grading_progress(s.progress)
-             .set_timestamp(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")))
+    grade = (
+        Grade()
+        .set_score_maximum(s.maximum)
+        .set_user_id(s.user_id)
+        .set_activity_progress("Completed")
+        .set_grading_progress(s.progress)
+        .set_timestamp(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"))
+    )
     if s.score is not None:
         grade.set_score_given(s.score)
     answer, error, count = _retrying(lambda: ags.put_grade(grade, item), tries, backoff)

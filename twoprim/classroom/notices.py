@@ -10,6 +10,7 @@ The count lives in the student's own control group (memory.events on cgroup v2, 
 process may read from inside; what was last told lives in the student's home (~/.twoprim/memory-kills-told), so
 nothing of root's is involved and a student who edits that file only changes what they are told.
 """
+
 from __future__ import annotations
 
 import sys
@@ -64,10 +65,12 @@ def message(kills: int, limit: int | None) -> str:
     """What the student reads: what happened, why, and what to do."""
     over = f"your memory limit of {limit} MB" if limit else "your memory limit"
     times = "a kernel" if kills == 1 else f"{kills} kernels"
-    return (f"⚠ The classroom stopped {times} of yours: your programs together went over {over} (each student has "
-            f"their own, so one notebook cannot take the machine from the class), and the largest one was ended, "
-            f"usually this notebook's kernel. Its variables are gone: run the cells above again. If one cell needs "
-            f"that much, make its sizes smaller; if the course's own cells do, tell your instructor.\n")
+    return (
+        f"⚠ The classroom stopped {times} of yours: your programs together went over {over} (each student has "
+        f"their own, so one notebook cannot take the machine from the class), and the largest one was ended, "
+        f"usually this notebook's kernel. Its variables are gone: run the cells above again. If one cell needs "
+        f"that much, make its sizes smaller; if the course's own cells do, tell your instructor.\n"
+    )
 
 
 def pending(group: tuple[Path, int] | None, told: Path) -> str | None:
@@ -107,7 +110,9 @@ def load_ipython_extension(ip) -> None:
 
 def kernel_spec(python: str) -> dict:
     """The classroom's python3 kernel: ipykernel with this extension loaded."""
-    return {"argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                     f"--IPKernelApp.extensions={__name__}"],
-            "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}
-
+    return {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}", f"--IPKernelApp.extensions={__name__}"],
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "metadata": {"debugger": True},
+    }

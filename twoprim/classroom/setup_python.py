@@ -11,6 +11,7 @@ Run by make with the Python it found, before any environment exists, so it impor
 library: `python twoprim/classroom/setup_python.py PYTHON [--explicit]` prints the Python to build from (notes and
 errors on stderr; exit code 1 when it refuses).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,16 @@ def runnable_by_others(python: str) -> bool:
     except KeyError:
         uid = gid = 65534
     try:
-        probe = subprocess.run([python, "-I", "-c", PROBE], user=uid, group=gid, extra_groups=[], cwd="/",
-                               env={"PATH": SYSTEM_PATH}, capture_output=True, timeout=60)
+        probe = subprocess.run(
+            [python, "-I", "-c", PROBE],
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            env={"PATH": SYSTEM_PATH},
+            capture_output=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return probe.returncode == 0
@@ -64,8 +73,14 @@ def _private_folder(path: str) -> str:
     return ""
 
 
-def choose(python: str, *, explicit: bool, euid: int | None = None,
-           runnable: Callable[[str], bool] = runnable_by_others, system: str | None = None) -> Choice:
+def choose(
+    python: str,
+    *,
+    explicit: bool,
+    euid: int | None = None,
+    runnable: Callable[[str], bool] = runnable_by_others,
+    system: str | None = None,
+) -> Choice:
     """The Python to build the course environment from (see the module's docstring); `system`: the system's
     python3.11 (default: found on /usr/local/bin:/usr/bin:/bin)."""
     euid = os.geteuid() if euid is None else euid
@@ -76,18 +91,29 @@ def choose(python: str, *, explicit: bool, euid: int | None = None,
     why = _private_folder(found) or "it does not run as another account"
     system = system if system is not None else (shutil.which("python3.11", path=SYSTEM_PATH) or "")
     shared = system if system and runnable(system) else ""
-    students = ("students' servers run the course environment as the students, and they cannot run "
-                f"{found}{' -> ' + real if real != found else ''} ({why})")
+    students = (
+        "students' servers run the course environment as the students, and they cannot run "
+        f"{found}{' -> ' + real if real != found else ''} ({why})"
+    )
     if explicit:
-        return Choice(found, f"warning: building .venv from {found} as you asked, but {students}: make lab and "
-                             f"make test work for root, make hub will refuse."
-                             + (f" For a classroom: rm -rf .venv && make setup PYTHON={shared}" if shared else ""))
+        return Choice(
+            found,
+            f"warning: building .venv from {found} as you asked, but {students}: make lab and "
+            f"make test work for root, make hub will refuse."
+            + (f" For a classroom: rm -rf .venv && make setup PYTHON={shared}" if shared else ""),
+        )
     if shared:
-        return Choice(shared, f"note: building .venv from {shared}, not {found}: {students}, and every account can "
-                              f"run {shared} (for root alone, e.g. no classroom: make setup PYTHON={found})")
-    return Choice(None, f"error: {students}, and this machine has no python3.11 that every account can run. Install "
-                        f"one (apt-get install python3.11-venv), then run make setup again; or, for root alone "
-                        f"(make lab, make test, never make hub): make setup PYTHON={found}")
+        return Choice(
+            shared,
+            f"note: building .venv from {shared}, not {found}: {students}, and every account can "
+            f"run {shared} (for root alone, e.g. no classroom: make setup PYTHON={found})",
+        )
+    return Choice(
+        None,
+        f"error: {students}, and this machine has no python3.11 that every account can run. Install "
+        f"one (apt-get install python3.11-venv), then run make setup again; or, for root alone "
+        f"(make lab, make test, never make hub): make setup PYTHON={found}",
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
 """The machine and the runtimes: what this computer is, and MLX when it is installed."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ def mlx(purpose: str = "this cell") -> ModuleType | None:
     try:
         import mlx.core as mx
     except ImportError as err:
-        print(f"MLX is not available on this machine ({platform.system()} {platform.machine()}: {err}).\n"
-              f"Skipping {purpose}; on Apple silicon or Linux with the course environment it runs as written.")
+        print(
+            f"MLX is not available on this machine ({platform.system()} {platform.machine()}: {err}).\n"
+            f"Skipping {purpose}; on Apple silicon or Linux with the course environment it runs as written."
+        )
         return None
     return mx
 

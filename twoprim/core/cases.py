@@ -4,6 +4,7 @@ layout, a dtype's short name.
 Every case builder takes a `seed`, so a failing case is the same tensor on every run and every machine: it makes one
 `torch.Generator().manual_seed(seed)` and draws every tensor of its cases from it with `randn`, in order.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -22,8 +23,9 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.").removeprefix("mlx.core.")
 
 
-def randn(shape: Sequence[int], dtype: Any, gen: torch.Generator, layout: str = "contiguous",
-          scale: float = 1.0) -> torch.Tensor:
+def randn(
+    shape: Sequence[int], dtype: Any, gen: torch.Generator, layout: str = "contiguous", scale: float = 1.0
+) -> torch.Tensor:
     """A tensor of `shape` holding `scale`·N(0, 1) values drawn in float64 from `gen`, then cast to `dtype`, laid out
     in memory as `layout` (`LAYOUTS`). A layout other than contiguous draws the values of the larger or transposed
     tensor it is a view of, so the layout is part of the case: the same seed and layout give the same tensor."""
@@ -36,12 +38,15 @@ def randn(shape: Sequence[int], dtype: Any, gen: torch.Generator, layout: str = 
         return (scale * torch.randn(*drawn, generator=gen, dtype=torch.float64)).to(dtype)[..., ::2]
     if layout == "contiguous":
         return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)
-    raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))} (transposed: 2-D or more; strided: 1-D "
-                     f"or more), got {layout!r} for shape {shape}")
+    raise ValueError(
+        f"layout must be one of {', '.join(map(repr, LAYOUTS))} (transposed: 2-D or more; strided: 1-D "
+        f"or more), got {layout!r} for shape {shape}"
+    )
 
 
-def matrix(rows: int, cols: int, dtype: torch.dtype, gen: torch.Generator, layout: str = "contiguous",
-           scale: float = 1.0) -> torch.Tensor:
+def matrix(
+    rows: int, cols: int, dtype: torch.dtype, gen: torch.Generator, layout: str = "contiguous", scale: float = 1.0
+) -> torch.Tensor:
     """A (rows, cols) matrix of `scale`·N(0, 1) values drawn in float64 from `gen`, then cast, laid out as `layout`:
     `randn((rows, cols), ...)`."""
     return randn((rows, cols), dtype, gen, layout, scale)

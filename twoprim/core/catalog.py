@@ -6,6 +6,7 @@
 - its hints: the `HINTS` table in that module;
 - the course's modules a notebook may name (`ex01`, `checks`, `layers`, ...): every module of this package.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,7 +20,17 @@ import twoprim
 from twoprim.config import ASSIGNMENT_ID, PACKAGE, ROOT
 from twoprim.core.notebooks import assignments
 
-__all__ = ["package_modules", "checks_module_name", "id_problem", "checks_module_path", "checks_modules", "checks_module", "assignment_ids", "hints_of", "all_hints"]
+__all__ = [
+    "package_modules",
+    "checks_module_name",
+    "id_problem",
+    "checks_module_path",
+    "checks_modules",
+    "checks_module",
+    "assignment_ids",
+    "hints_of",
+    "all_hints",
+]
 
 _PACKAGE = PACKAGE
 
@@ -36,8 +47,10 @@ def checks_module_name(aid: str) -> str:
     hints by."""
     match = ASSIGNMENT_ID.fullmatch(aid)
     if not match:
-        raise ValueError(f"{aid!r} is not an assignment id: ids are exNN_topic, NN the lesson's number (exNNb_topic "
-                         f"for the lesson's second assignment), e.g. ex01_dot")
+        raise ValueError(
+            f"{aid!r} is not an assignment id: ids are exNN_topic, NN the lesson's number (exNNb_topic "
+            f"for the lesson's second assignment), e.g. ex01_dot"
+        )
     return match.group(1)
 
 
@@ -46,14 +59,18 @@ def id_problem(aid: str, ids: Iterable[str]) -> str | None:
     not of the form exNN_topic (`config.ASSIGNMENT_ID`), or its short name (`exNN`) already another's."""
     match = ASSIGNMENT_ID.fullmatch(aid)
     if not match:
-        return (f"{aid!r} is not an assignment id: ids are exNN_topic, NN the two-digit number of the lesson it "
-                f"follows (exNNb_topic for the lesson's second assignment), e.g. ex01_dot; see docs/guides/authors.md")
+        return (
+            f"{aid!r} is not an assignment id: ids are exNN_topic, NN the two-digit number of the lesson it "
+            f"follows (exNNb_topic for the lesson's second assignment), e.g. ex01_dot; see docs/guides/authors.md"
+        )
     short = match[1]
     taken = [other for other in ids if other != aid and (m := ASSIGNMENT_ID.fullmatch(other)) and m[1] == short]
     if taken:
-        return (f"{aid} and {taken[0]} have the same short name, {short}, which notebooks import their checks by: "
-                f"a lesson's second assignment adds a letter to the number ({short[:4]}b_..., then {short[:4]}c_...); "
-                f"see docs/guides/authors.md")
+        return (
+            f"{aid} and {taken[0]} have the same short name, {short}, which notebooks import their checks by: "
+            f"a lesson's second assignment adds a letter to the number ({short[:4]}b_..., then {short[:4]}c_...); "
+            f"see docs/guides/authors.md"
+        )
     return None
 
 
@@ -71,8 +88,10 @@ def checks_modules() -> list[str]:
 def checks_module(aid: str) -> ModuleType:
     """The imported checks module of assignment `aid` (`twoprim.assignments.ex01_dot` for `ex01_dot`)."""
     if not checks_module_path(aid).is_file():
-        raise LookupError(f"assignment {aid} has no checks module: create twoprim/assignments/{aid}.py (see the "
-                          f"guide docs/guides/authors.md)")
+        raise LookupError(
+            f"assignment {aid} has no checks module: create twoprim/assignments/{aid}.py (see the "
+            f"guide docs/guides/authors.md)"
+        )
     return importlib.import_module(f"twoprim.assignments.{aid}")
 
 
@@ -84,8 +103,13 @@ def assignment_ids(root: Path | None = None) -> list[str]:
 def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
     """The `HINTS` literal of one checks module's source, {} when it defines none."""
     for node in ast.parse(path.read_text()).body:
-        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) \
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else node.targets[0]
+            if isinstance(node, ast.Assign)
             else None
+        )
         if isinstance(target, ast.Name) and target.id == "HINTS":
             return ast.literal_eval(node.value)
     return {}
@@ -95,8 +119,11 @@ def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
 def all_hints() -> dict[str, tuple[str, ...]]:
     """Every assignment's hints, from the package's own checks modules (`twoprim/assignments/exNN_name.py`): found
     where only the package is, as in a graded kernel's sandbox or a learner's copy without solutions/."""
-    return {gid: texts for path in sorted((_PACKAGE / "assignments").glob("ex[0-9][0-9]*_*.py"))
-            for gid, texts in _hints_in(path).items()}
+    return {
+        gid: texts
+        for path in sorted((_PACKAGE / "assignments").glob("ex[0-9][0-9]*_*.py"))
+        for gid, texts in _hints_in(path).items()
+    }
 
 
 @cache

@@ -18,6 +18,7 @@ Why this module is long: it is the one place every check goes through, in the ke
 the cases, judging recorded results, the messages for each way to fail, readable differences, which failure is
 whose); split further, a message would sit apart from the judge that decides it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,9 +41,26 @@ from twoprim.core.failures import ANSWERED, CheckFailure, Mismatch
 from twoprim.core.record import GEMM_ATEN, GEMM_FUNCTIONS, CallLog, record_calls
 
 __all__ = [
-    "Case", "CheckFailure", "Mismatch", "Rule", "Axis", "CallLog", "record_calls", "run_check", "describe",
-    "eps", "reduction_tolerance", "elementwise_tolerance", "forbid", "GEMM_FUNCTIONS", "GEMM_ATEN", "ANSWERED",
-    "expected_values", "keep_expected", "no_grader_calls", "counted",
+    "Case",
+    "CheckFailure",
+    "Mismatch",
+    "Rule",
+    "Axis",
+    "CallLog",
+    "record_calls",
+    "run_check",
+    "describe",
+    "eps",
+    "reduction_tolerance",
+    "elementwise_tolerance",
+    "forbid",
+    "GEMM_FUNCTIONS",
+    "GEMM_ATEN",
+    "ANSWERED",
+    "expected_values",
+    "keep_expected",
+    "no_grader_calls",
+    "counted",
 ]
 
 
@@ -92,9 +110,15 @@ def counted(fn: Callable, counter: collections.Counter) -> Callable:
     return call
 
 
-def no_grader_calls(fn: Callable, uses: dict[str, Callable[[], collections.Counter]], *, next_step: str,
-                    call: Callable[..., Any] | None = None, why: str = "the grader's ground truth",
-                    rule: str | None = None) -> tuple[Callable, Rule]:
+def no_grader_calls(
+    fn: Callable,
+    uses: dict[str, Callable[[], collections.Counter]],
+    *,
+    next_step: str,
+    call: Callable[..., Any] | None = None,
+    why: str = "the grader's ground truth",
+    rule: str | None = None,
+) -> tuple[Callable, Rule]:
     """The rule "your own code": a check's reference functions are the grader's ground truth, and an answer that
     calls them proves nothing. `uses` maps each module holding such functions to its counter of their calls
     (`twoprim.topics.convolution.uses`, ...). Returns `fn` wrapped so that each call notes which of them it used,
@@ -128,6 +152,7 @@ def no_grader_calls(fn: Callable, uses: dict[str, Callable[[], collections.Count
 # ----------------------------------------------------------------------------------------------------------------
 # Describing values
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def describe(value: Any) -> str:
     """A short description: dtype and shape for tensors (plus strides when not contiguous)."""
@@ -165,6 +190,7 @@ def describe_call(fn_name: str, case: Case) -> str:
 # Tolerances
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def eps(dtype: torch.dtype) -> float:
     """The machine epsilon of `dtype` (`torch.finfo(dtype).eps`): the unit every tolerance here is a multiple of."""
     return torch.finfo(dtype).eps
@@ -177,13 +203,18 @@ def reduction_tolerance(dtype: torch.dtype, abs_sum: float, *, k: float = 4.0) -
 
 def elementwise_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """(atol, rtol) for results that round a few times per element."""
-    return {torch.float64: (1e-10, 1e-9), torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
-            torch.bfloat16: (5e-2, 5e-2)}.get(dtype, (1e-5, 1e-5))
+    return {
+        torch.float64: (1e-10, 1e-9),
+        torch.float32: (1e-5, 1e-5),
+        torch.float16: (1e-2, 1e-2),
+        torch.bfloat16: (5e-2, 5e-2),
+    }.get(dtype, (1e-5, 1e-5))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Judges: compare what came back with what was expected; raise Mismatch with a readable detail
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -224,37 +255,49 @@ def _axes_for(shape: Sequence[int], axes: Sequence[Axis] | None) -> list[Axis]:
     return [Axis(name) for name in names]
 
 
-def judge_tensor(got: Any, expected: torch.Tensor, *, atol: float, rtol: float, what: str = "the result",
-                 axes: Sequence[Axis] | None = None) -> str:
+def judge_tensor(
+    got: Any,
+    expected: torch.Tensor,
+    *,
+    atol: float,
+    rtol: float,
+    what: str = "the result",
+    axes: Sequence[Axis] | None = None,
+) -> str:
     """Type, shape, dtype, then values. Returns a summary of the error for the pass message. `axes` says what each
     dimension holds, so that a wrong element is named by its meaning and a reordering of axes is recognised."""
     if not isinstance(got, torch.Tensor):
         raise Mismatch(
             f"{describe(got)}, but {what} should be a {dtype_name(expected.dtype)} tensor of shape "
             f"{tuple(expected.shape)}",
-            next_step="return a torch tensor (not a Python number, list or NumPy array)")
+            next_step="return a torch tensor (not a Python number, list or NumPy array)",
+        )
     if got.shape != expected.shape:
         reordered = ""
         if sorted(got.shape) == sorted(expected.shape) and got.dim() > 1:
-            reordered = (" (the same sizes in another order: a transpose or permute of the axes is missing or one "
-                         "too many)")
+            reordered = (
+                " (the same sizes in another order: a transpose or permute of the axes is missing or one too many)"
+            )
         raise Mismatch(
             f"shape {tuple(got.shape)}, expected shape {tuple(expected.shape)}{reordered}",
             next_step="write the shape of every intermediate in a comment and check which step adds, drops or "
-                      "broadcasts a dimension")
+            "broadcasts a dimension",
+        )
     if got.dtype != expected.dtype:
         raise Mismatch(
             f"dtype {dtype_name(got.dtype)}, expected {dtype_name(expected.dtype)} (the input's dtype)",
             next_step="keep the computation in the input's dtype: avoid creating tensors with a fixed dtype, "
-                      "or build them with dtype=x.dtype")
+            "or build them with dtype=x.dtype",
+        )
     return judge_values(got, expected, atol=atol, rtol=rtol, axes=axes)
 
 
 _PREVIEW = 8  # results with at most this many elements are shown whole; larger ones around the first wrong element
 
 
-def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float,
-                 axes: Sequence[Axis] | None = None) -> str:
+def judge_values(
+    got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float, axes: Sequence[Axis] | None = None
+) -> str:
     """Values of `got` against `expected` within atol + rtol·|expected|: the error summary, or Mismatch naming the
     first wrong element."""
     g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
@@ -266,15 +309,19 @@ def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol
     nan_mismatch = torch.isnan(g) != torch.isnan(e)
     if nan_mismatch.any():
         i = int(nan_mismatch.reshape(-1).nonzero()[0])
-        raise Mismatch(f"NaN where a number was expected (or the reverse) at {_where(i, shape, axes)}: got "
-                       f"{float(g.reshape(-1)[i]):.6g}, expected {float(e.reshape(-1)[i]):.6g}",
-                       next_step="look for a division by zero or an overflow (exp of a large number)")
+        raise Mismatch(
+            f"NaN where a number was expected (or the reverse) at {_where(i, shape, axes)}: got "
+            f"{float(g.reshape(-1)[i]):.6g}, expected {float(e.reshape(-1)[i]):.6g}",
+            next_step="look for a division by zero or an overflow (exp of a large number)",
+        )
     inf_mismatch = (torch.isinf(g) | torch.isinf(e)) & (g != e) & ~torch.isnan(e)
     if inf_mismatch.any():
         i = int(inf_mismatch.reshape(-1).nonzero()[0])
-        raise Mismatch(f"an infinity where the expected value is finite (or the reverse) at {_where(i, shape, axes)}: "
-                       f"got {float(g.reshape(-1)[i]):.6g}, expected {float(e.reshape(-1)[i]):.6g}",
-                       next_step="look for an overflow: in float16 anything above 65504 becomes inf")
+        raise Mismatch(
+            f"an infinity where the expected value is finite (or the reverse) at {_where(i, shape, axes)}: "
+            f"got {float(g.reshape(-1)[i]):.6g}, expected {float(e.reshape(-1)[i]):.6g}",
+            next_step="look for an overflow: in float16 anything above 65504 becomes inf",
+        )
     numbers = ~torch.isnan(e)
     diff = torch.where(numbers & ~torch.isinf(e), (g - e).abs(), torch.zeros_like(g))
     allowed = atol + rtol * e.abs()
@@ -286,12 +333,16 @@ def judge_values(got: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol
     if g.numel() <= _PREVIEW:
         where = ""
         if g.numel() > 1:
-            where = (f"\n  first wrong element: {_where(i, shape, axes)}, got {float(g.reshape(-1)[i]):.8g}, "
-                     f"expected {float(e.reshape(-1)[i]):.8g}")
+            where = (
+                f"\n  first wrong element: {_where(i, shape, axes)}, got {float(g.reshape(-1)[i]):.8g}, "
+                f"expected {float(e.reshape(-1)[i]):.8g}"
+            )
         raise Mismatch(f"{describe(got)}: {_short_values(got)}{where}\n  error:    {summary}")
-    lines = [f"{describe(got)}: {int(bad.sum())} of {g.numel()} elements wrong",
-             f"  first wrong element: {_where(i, shape, axes)}: got {float(g.reshape(-1)[i]):.8g}, expected "
-             f"{float(e.reshape(-1)[i]):.8g}"]
+    lines = [
+        f"{describe(got)}: {int(bad.sum())} of {g.numel()} elements wrong",
+        f"  first wrong element: {_where(i, shape, axes)}: got {float(g.reshape(-1)[i]):.8g}, expected "
+        f"{float(e.reshape(-1)[i]):.8g}",
+    ]
     lines += _window(g, e, bad, _unravel(i, shape), _axes_for(shape, axes))
     order, next_step = _reordering(g, e, atol, rtol, _axes_for(shape, axes))
     if order:
@@ -320,8 +371,10 @@ class ErrorSummary(str):
     rtol: float
 
     def __new__(cls, abs_error: float, rel_error: float, atol: float, rtol: float, note: str = ""):
-        text = (f"max abs error {abs_error:.2e}, max rel error {rel_error:.2e}; tolerance abs {atol:.1e} + rel "
-                f"{rtol:.1e}{note}")
+        text = (
+            f"max abs error {abs_error:.2e}, max rel error {rel_error:.2e}; tolerance abs {atol:.1e} + rel "
+            f"{rtol:.1e}{note}"
+        )
         summary = super().__new__(cls, text)
         summary.abs_error, summary.rel_error, summary.atol, summary.rtol = abs_error, rel_error, atol, rtol
         return summary
@@ -341,8 +394,10 @@ def _error_summary(diff, e, bad, numbers, atol: float, rtol: float) -> ErrorSumm
     note = ""
     at_zero = bad & (e == 0)
     if at_zero.any():
-        note = (f"; {int(at_zero.sum())} wrong where the expected value is exactly 0 (got up to "
-                f"{float(diff[at_zero].max()):.3g} there; no relative error is defined at 0)")
+        note = (
+            f"; {int(at_zero.sum())} wrong where the expected value is exactly 0 (got up to "
+            f"{float(diff[at_zero].max()):.3g} there; no relative error is defined at 0)"
+        )
     elif not nonzero.any():
         note = " (every expected value is 0, so only the absolute error means something)"
     return ErrorSummary(max_abs, max_rel, atol, rtol, note)
@@ -372,14 +427,23 @@ def _window(g, e, bad, coords: list[int], axes: list[Axis]) -> list[str]:
     head = f"  around it{', at ' + at if at else ''} (* marks a wrong value):"
     labels = [f"{row_axis.name} {i}" if row_axis else "" for i in range(r0, r1)]
     width = max(len(x) for x in labels) + 2
-    cells = {(i, j): (_num(float(E[i, j])), _num(float(G[i, j])) + ("*" if bool(B[i, j]) else " "))
-             for i in range(r0, r1) for j in range(c0, c1)}
+    cells = {
+        (i, j): (_num(float(E[i, j])), _num(float(G[i, j])) + ("*" if bool(B[i, j]) else " "))
+        for i in range(r0, r1)
+        for j in range(c0, c1)
+    }
     w = max(max(len(a), len(b)) for a, b in cells.values()) + 1
-    lines = [head, " " * 4 + f"{col_axis.name:>{width + 9}}" + "".join(f"{j:>{w}}" for j in range(c0, c1))
-             + (" ..." if c1 < cols else "")]
+    lines = [
+        head,
+        " " * 4
+        + f"{col_axis.name:>{width + 9}}"
+        + "".join(f"{j:>{w}}" for j in range(c0, c1))
+        + (" ..." if c1 < cols else ""),
+    ]
     for k, i in enumerate(range(r0, r1)):
-        lines.append(" " * 4 + f"{labels[k]:<{width}}expected " + "".join(f"{cells[i, j][0] + ' ':>{w}}"
-                                                                        for j in range(c0, c1)))
+        lines.append(
+            " " * 4 + f"{labels[k]:<{width}}expected " + "".join(f"{cells[i, j][0] + ' ':>{w}}" for j in range(c0, c1))
+        )
         lines.append(" " * 4 + f"{'':<{width}}     got " + "".join(f"{cells[i, j][1]:>{w}}" for j in range(c0, c1)))
     return [line.rstrip() for line in lines]
 
@@ -424,16 +488,21 @@ def _describe_reordering(names: list[str], perm: tuple, same: str) -> tuple[str,
             if got == want[s:] + want[:s]:
                 swap = f"({', '.join(want[:s])}) and ({', '.join(want[s:])}) look swapped"
                 break
-    text = (f"{same}: {swap + ' — ' if swap else ''}your result has the axes ({', '.join(got)}) where the expected "
-            f"one has ({', '.join(want)})")
-    step = (f"put the axes in the order ({', '.join(names)}) before the final reshape: permute ({', '.join(got)}) "
-            f"into ({', '.join(want)})")
+    text = (
+        f"{same}: {swap + ' — ' if swap else ''}your result has the axes ({', '.join(got)}) where the expected "
+        f"one has ({', '.join(want)})"
+    )
+    step = (
+        f"put the axes in the order ({', '.join(names)}) before the final reshape: permute ({', '.join(got)}) "
+        f"into ({', '.join(want)})"
+    )
     return text, step
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The runner
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class CheckResult:
@@ -474,20 +543,24 @@ def run_check(
     this kernel, or for this submission in the grader), the message says so first: fix that one first.
     """
     if not callable(fn):
-        raise CheckFailure(f"✘ {task}: expected a function, got {describe(fn)}. Pass the function itself, "
-                           f"without calling it: check(my_function), not check(my_function(...)).")
+        raise CheckFailure(
+            f"✘ {task}: expected a function, got {describe(fn)}. Pass the function itself, "
+            f"without calling it: check(my_function), not check(my_function(...))."
+        )
     name = getattr(fn, "__name__", "your function")
     labels = [c.label for c in cases]
     replay = verdicts.current_replay()
     uses: set[str] = set()
     try:
         if replay is not None:  # in the grader: judge what the submission's kernel recorded, never run its code
-            summaries = _judge_recorded(task, fn, cases, replay, expected=expected, judge=judge,
-                                        next_step=next_step, uses=uses)
+            summaries = _judge_recorded(
+                task, fn, cases, replay, expected=expected, judge=judge, next_step=next_step, uses=uses
+            )
         else:
             uses |= _calls(fn)
-            summaries = _run_cases(task, fn, name, cases, expected=expected, judge=judge, rules=rules,
-                                   next_step=next_step, uses=uses)
+            summaries = _run_cases(
+                task, fn, name, cases, expected=expected, judge=judge, rules=rules, next_step=next_step, uses=uses
+            )
     except CheckFailure as failure:
         _remember(task, fn, name, labels, passed=False)
         blamed = [] if getattr(failure, "not_written", False) else _failing_dependencies(task, fn, name, uses)
@@ -503,16 +576,20 @@ def run_check(
     if not quiet:
         if form_only:
             aid = task.split("-", 1)[0]
-            message = (f"○ {task}: {ANSWERED} (`./course selfgrade {aid}`) or when your work is graded; only its "
-                       f"form was checked here: {proves}.")
+            message = (
+                f"○ {task}: {ANSWERED} (`./course selfgrade {aid}`) or when your work is graded; only its "
+                f"form was checked here: {proves}."
+            )
         else:
             message = f"✔ {task}: {proves} — passed {len(cases)} case{'s' if len(cases) != 1 else ''}"
             if result.summary:
                 message += f" ({result.summary})"
             message += "."
         if hidden:
-            message += (f"\n  Grading runs {hidden} more hidden check{'s' if hidden != 1 else ''} on this function; "
-                        f"passing here does not guarantee those.")
+            message += (
+                f"\n  Grading runs {hidden} more hidden check{'s' if hidden != 1 else ''} on this function; "
+                f"passing here does not guarantee those."
+            )
         print(message)
     return result
 
@@ -522,7 +599,7 @@ def run_check(
 # function calls (the names its code uses, nested functions and comprehensions included)
 # ----------------------------------------------------------------------------------------------------------------
 
-_KERNEL_OUTCOMES: dict[tuple[str, str], dict] = {}          # in a kernel: (assignment, function) -> outcome
+_KERNEL_OUTCOMES: dict[tuple[str, str], dict] = {}  # in a kernel: (assignment, function) -> outcome
 _REPLAY_OUTCOMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # in the grader: one per submission
 
 
@@ -598,10 +675,12 @@ def _blame(task: str, name: str, blamed: list[tuple[str, str]], message: str) ->
     deps = " and ".join(f"`{dep}`" for dep, _ in blamed)
     tasks = ", ".join(t for _, t in blamed)
     verb = "fails its check" if len(blamed) == 1 else "fail their checks"
-    return (f"✘ {task}: {deps} {verb} ({tasks}); fix {'it' if len(blamed) == 1 else 'them'} first.\n"
-            f"  why:      `{name}` calls {deps}, so what this check reports below may come from {deps}, not from "
-            f"`{name}`; run this check again once {deps} pass{'es' if len(blamed) == 1 else ''}.\n"
-            + "\n".join("  " + line if line.startswith("✘") else line for line in message.splitlines()))
+    return (
+        f"✘ {task}: {deps} {verb} ({tasks}); fix {'it' if len(blamed) == 1 else 'them'} first.\n"
+        f"  why:      `{name}` calls {deps}, so what this check reports below may come from {deps}, not from "
+        f"`{name}`; run this check again once {deps} pass{'es' if len(blamed) == 1 else ''}.\n"
+        + "\n".join("  " + line if line.startswith("✘") else line for line in message.splitlines())
+    )
 
 
 def _raised_elsewhere(err: BaseException, fn: Any, uses: set[str]) -> str | None:
@@ -620,7 +699,8 @@ def _raised_elsewhere(err: BaseException, fn: Any, uses: set[str]) -> str | None
 def _not_written(task: str, name: str) -> CheckFailure:
     failure = CheckFailure(
         f"✘ {task}: `{name}` is not written yet (it raised NotImplementedError).\n"
-        f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this one again.")
+        f"  next:     replace `raise NotImplementedError()` with your code, run that cell, then this one again."
+    )
     failure.not_written = True
     return failure
 
@@ -629,22 +709,27 @@ def _raised(task: str, name: str, case: Case, tried: str, error: str) -> CheckFa
     return CheckFailure(
         f"✘ {task}: `{name}` raised {error}\n  case:     {case.label}\n  tried:    {tried}\n"
         f"  next:     run the call under `tried` yourself in a new cell to step through your code; those shapes are "
-        f"the ones that broke it.")
+        f"the ones that broke it."
+    )
 
 
 def _broke(task: str, rule: str, case: Case, tried: str, found: str, next_step: str) -> CheckFailure:
     return CheckFailure(
         f"✘ {task}: the answer breaks a rule of this exercise: {rule}.\n  case:     {case.label}\n"
-        f"  tried:    {tried}\n  found:    {found}\n  next:     {next_step}")
+        f"  tried:    {tried}\n  found:    {found}\n  next:     {next_step}"
+    )
 
 
-def _wrong(task: str, case: Case, tried: str, want: Any, bad: Mismatch, next_step: str,
-           layout: str = "") -> CheckFailure:
+def _wrong(
+    task: str, case: Case, tried: str, want: Any, bad: Mismatch, next_step: str, layout: str = ""
+) -> CheckFailure:
     expected = bad.expected if getattr(bad, "expected", None) else _describe_expected(want)
     return CheckFailure(
         f"✘ {task}: wrong result.\n  case:     {case.label}\n  tried:    {tried}\n"
-        f"  expected: {expected}\n  got:      {bad.detail}\n" + (f"  layout:   {layout}\n" if layout else "")
-        + f"  next:     {bad.next_step or next_step}")
+        f"  expected: {expected}\n  got:      {bad.detail}\n"
+        + (f"  layout:   {layout}\n" if layout else "")
+        + f"  next:     {bad.next_step or next_step}"
+    )
 
 
 def as_contiguous(t: torch.Tensor) -> torch.Tensor | None:
@@ -660,8 +745,9 @@ def as_contiguous(t: torch.Tensor) -> torch.Tensor | None:
     return torch.as_strided(t.detach(), t.shape, strides, t.storage_offset()).clone()
 
 
-def _layout_cause(fn: Any, case: Case, got: Any, bad: Mismatch, expected: Callable, judge: Callable,
-                  earlier: Sequence[Case] = ()) -> str:
+def _layout_cause(
+    fn: Any, case: Case, got: Any, bad: Mismatch, expected: Callable, judge: Callable, earlier: Sequence[Case] = ()
+) -> str:
     """For a wrong result on a case with non-contiguous tensor arguments: which arguments' strides the code ignored,
     when reading them as if contiguous gives exactly what came back; else, when every case before it (all passed)
     was contiguous, that the code depends on memory layout. "" otherwise, or when the judge already said it."""
@@ -691,17 +777,23 @@ def _layout_cause(fn: Any, case: Case, got: Any, bad: Mismatch, expected: Callab
             strides = ", ".join(f"{n} strides {case.args[i].stride()}" for n, i in zip(names, chosen))
             which = " and ".join(names)
             were = "it were" if size == 1 else "they were"
-            return (f"what came back is the right result for {which} read as if {were} contiguous ({strides}): "
-                    f"the code ignores the strides of a non-contiguous input, reading its "
-                    f"memory in row-major order. Index the tensor itself (torch ops follow the strides), or make a "
-                    f"contiguous copy (reshape, .contiguous()) before anything that reads raw memory")
+            return (
+                f"what came back is the right result for {which} read as if {were} contiguous ({strides}): "
+                f"the code ignores the strides of a non-contiguous input, reading its "
+                f"memory in row-major order. Index the tensor itself (torch ops follow the strides), or make a "
+                f"contiguous copy (reshape, .contiguous()) before anything that reads raw memory"
+            )
     if earlier and all(_contiguous_args(c) for c in earlier):
-        strides = ", ".join(f"{f'`{params[i]}`' if i < len(params) else f'argument {i + 1}'} strides "
-                            f"{case.args[i].stride()}" for i in loose)
-        return (f"the {len(earlier)} case{'s' if len(earlier) != 1 else ''} before this one, all contiguous, passed; "
-                f"this is the first with a non-contiguous input ({strides}): the code depends on the memory layout "
-                f"somewhere (strides it computes itself from the shape, view, as_strided, data_ptr), while torch ops "
-                f"on the tensor itself follow its strides")
+        strides = ", ".join(
+            f"{f'`{params[i]}`' if i < len(params) else f'argument {i + 1}'} strides {case.args[i].stride()}"
+            for i in loose
+        )
+        return (
+            f"the {len(earlier)} case{'s' if len(earlier) != 1 else ''} before this one, all contiguous, passed; "
+            f"this is the first with a non-contiguous input ({strides}): the code depends on the memory layout "
+            f"somewhere (strides it computes itself from the shape, view, as_strided, data_ptr), while torch ops "
+            f"on the tensor itself follow its strides"
+        )
     return ""
 
 
@@ -752,8 +844,15 @@ def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses
         try:
             summaries.append(judge(got, want, case))
         except Mismatch as bad:
-            raise _wrong(task, case, tried, want, bad, next_step,
-                         _layout_cause(fn, case, got, bad, expected, judge, cases[:index])) from None
+            raise _wrong(
+                task,
+                case,
+                tried,
+                want,
+                bad,
+                next_step,
+                _layout_cause(fn, case, got, bad, expected, judge, cases[:index]),
+            ) from None
     return summaries
 
 
@@ -814,7 +913,8 @@ def _judge_recorded(task, fn, cases, replay, *, expected, judge, next_step, uses
             f"✘ {task}: no result of this check came back from the notebook's kernel: the check did not run there "
             f"(a cell before it stopped the notebook, or the notebook replaced the check).\n"
             f"  next:     restart the kernel and run every cell from the top; the check must run as given. If every "
-            f"check says this, a cell near the top failed: the grading report names it.")
+            f"check says this, a cell near the top failed: the grading report names it."
+        )
     name = str(capture.get("fn") or getattr(fn, "__name__", "your function"))
     for entry in capture["cases"]:
         if isinstance(entry, dict):
@@ -825,21 +925,30 @@ def _judge_recorded(task, fn, cases, replay, *, expected, judge, next_step, uses
         want = _expected_for(replay, task, [c.label for c in cases], i, expected, case)
         entry = capture["cases"][i] if i < len(capture["cases"]) else None
         if not isinstance(entry, dict) or entry.get("status") not in ("ok", "raised", "not_written", "broken"):
-            raise CheckFailure(f"✘ {task}: the kernel recorded no result for this case.\n  case:     {case.label}\n"
-                               f"  tried:    {tried}\n  next:     restart the kernel and run every cell from the top.")
+            raise CheckFailure(
+                f"✘ {task}: the kernel recorded no result for this case.\n  case:     {case.label}\n"
+                f"  tried:    {tried}\n  next:     restart the kernel and run every cell from the top."
+            )
         if entry["status"] == "not_written":
             raise _not_written(task, name)
         if entry["status"] == "raised":
             raise _raised(task, name, case, tried, str(entry.get("error", "an error")))
         if entry["status"] == "broken":
-            raise _broke(task, str(entry.get("rule", "")), case, tried, str(entry.get("found", "")),
-                         str(entry.get("next_step", "")))
+            raise _broke(
+                task,
+                str(entry.get("rule", "")),
+                case,
+                tried,
+                str(entry.get("found", "")),
+                str(entry.get("next_step", "")),
+            )
         got = verdicts.decode(entry.get("value"))
         try:
             summaries.append(judge(got, want, case))
         except Mismatch as bad:
-            raise _wrong(task, case, tried, want, bad, next_step,
-                         _layout_cause(fn, case, got, bad, expected, judge, cases[:i])) from None
+            raise _wrong(
+                task, case, tried, want, bad, next_step, _layout_cause(fn, case, got, bad, expected, judge, cases[:i])
+            ) from None
     return summaries
 
 

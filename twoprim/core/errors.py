@@ -3,6 +3,7 @@
 Raised by the instructor's and the author's side (grading, the exchange, the classroom, analytics, `./course`); it
 lives in the core, under all of them, so that none imports another's module for it.
 """
+
 from __future__ import annotations
 
 __all__ = ["CourseError"]

@@ -1,6 +1,7 @@
 """The two exceptions a check speaks in, shared by `checks` (in the learner's kernel) and `verdicts` (in the
 grader) without either importing the other's machinery; and the words a form-only check prints, which
 `twoprim.learner.progress` reads (this module imports nothing, so progress can read them without torch)."""
+
 from __future__ import annotations
 
 __all__ = ["CheckFailure", "Mismatch", "ANSWERED"]
@@ -45,9 +46,17 @@ def _learners(filename: str) -> bool:
     if filename.startswith("<") and not filename.startswith(("<ipython-input", "<string")):
         return False
     path = os.path.realpath(filename)
-    course = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))   # twoprim/
-    libraries = {os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                              sysconfig.get_paths()["platlib"], sys.prefix, sys.base_prefix)}
+    course = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # twoprim/
+    libraries = {
+        os.path.realpath(p)
+        for p in (
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            sys.prefix,
+            sys.base_prefix,
+        )
+    }
     return not (path.startswith(course + os.sep) or any(path.startswith(lib + os.sep) for lib in libraries))
 
 

@@ -1,5 +1,6 @@
 """Files written whole: a JSON file replaced by rename, so a reader never sees half of it and a crash leaves the old
 one in place."""
+
 from __future__ import annotations
 
 import json

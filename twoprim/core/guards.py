@@ -2,6 +2,7 @@
 
 The exercise notebooks call these at the top of each graded function, outside the part the learner writes.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,10 @@ def tensor(fn: str, name: str, value: Any, *, ndim: int | None = None, floating:
         what = {0: "a scalar tensor", 1: "a 1-D vector", 2: "a 2-D matrix"}.get(ndim, f"{ndim}-D")
         raise ValueError(f"{fn}: {name} must be {what}, got shape {_shape(value)} ({value.dim()}-D).")
     if floating and not value.is_floating_point():
-        raise TypeError(f"{fn}: {name} must be floating point (float16, float32 or float64), got {value.dtype}; "
-                        f"convert it with {name}.float().")
+        raise TypeError(
+            f"{fn}: {name} must be floating point (float16, float32 or float64), got {value.dtype}; "
+            f"convert it with {name}.float()."
+        )
     return value
 
 
@@ -72,8 +75,10 @@ def query_keys(fn: str, query: Any, keys: Any) -> None:
     vector(fn, "query", query)
     tensor(fn, "keys", keys, ndim=2)
     if keys.shape[1] != query.shape[0]:
-        raise ValueError(f"{fn}: query has shape {_shape(query)} and keys has shape {_shape(keys)}; keys must be "
-                         f"(N, {query.shape[0]}): one row per key, as long as the query.")
+        raise ValueError(
+            f"{fn}: query has shape {_shape(query)} and keys has shape {_shape(keys)}; keys must be "
+            f"(N, {query.shape[0]}): one row per key, as long as the query."
+        )
     same_dtype(fn, query=query, keys=keys)
 
 
@@ -90,6 +95,8 @@ def matmul(fn: str, A: Any, B: Any) -> None:
     tensor(fn, "A", A, ndim=2)
     tensor(fn, "B", B, ndim=2)
     if A.shape[1] != B.shape[0]:
-        raise ValueError(f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
-                         f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]}).")
+        raise ValueError(
+            f"{fn}: A has shape {tuple(A.shape)} and B has shape {tuple(B.shape)}; A (M, K) @ B (K, N) "
+            f"needs A's columns (K = {A.shape[1]}) to equal B's rows ({B.shape[0]})."
+        )
     same_dtype(fn, A=A, B=B)

@@ -4,6 +4,7 @@ outline, whose one source is the lesson table in README.md (lesson 00's outline 
 nbformat is imported where a function needs it: this module names the course root for every graded kernel, and
 nbformat's import (jsonschema and its format checkers) costs over a second of CPU that a kernel never needs.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,10 +16,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["lessons", "assignments", "clean", "is_clean", "execute", "code_of", "OutlineRow", "outline",
-           "outline_cell", "outline_status", "write_outline", "answers"]
+__all__ = [
+    "lessons",
+    "assignments",
+    "clean",
+    "is_clean",
+    "execute",
+    "code_of",
+    "OutlineRow",
+    "outline",
+    "outline_cell",
+    "outline_status",
+    "write_outline",
+    "answers",
+]
 
 from twoprim.config import ASSIGNMENT_ID, ROOT  # ROOT's home is config; lessons released before named it here
+
 KEEP_NOTEBOOK_METADATA = ("kernelspec", "language_info")
 KEEP_CELL_METADATA = ("nbgrader", "editable", "deletable", "tags")
 
@@ -37,14 +51,15 @@ def assignments(root: Path = ROOT) -> list[str]:
 # The course outline: README.md's lesson table is its one source
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class OutlineRow:
     """One row of the README's lesson table: the lesson, its topic, its assignment and that assignment's functions."""
 
-    lesson: str              # "01_dot_product"
-    topic: str               # what the lesson covers, as README says it
-    assignment: str | None   # "ex01_dot", or None for a lesson without one
-    functions: str           # "`dot_loop`, `dot`, ..." as README lists them ("" without an assignment)
+    lesson: str  # "01_dot_product"
+    topic: str  # what the lesson covers, as README says it
+    assignment: str | None  # "ex01_dot", or None for a lesson without one
+    functions: str  # "`dot_loop`, `dot`, ..." as README lists them ("" without an assignment)
 
 
 _LESSON_CELL = re.compile(r"^`(\d\d_\w+)` — (.+)$")
@@ -74,9 +89,11 @@ def outline(root: Path = ROOT) -> list[OutlineRow]:
             continue  # the | --- | --- | line
         lesson = _LESSON_CELL.match(cells[0])
         if len(cells) != 2 or not (lesson or (not cells[0] and cells[1] and rows)):
-            raise ValueError(f"README.md's lesson table has a row that is not | `NN_name` — topic | `exNN_id`: "
-                             f"functions | (or an empty assignment; or an empty lesson: another assignment of the "
-                             f"lesson above): {line!r}")
+            raise ValueError(
+                f"README.md's lesson table has a row that is not | `NN_name` — topic | `exNN_id`: "
+                f"functions | (or an empty assignment; or an empty lesson: another assignment of the "
+                f"lesson above): {line!r}"
+            )
         work = _ASSIGNMENT_CELL.match(cells[1]) if cells[1] else None
         if cells[1] and not work:
             raise ValueError(f"README.md's lesson table: the assignment cell {cells[1]!r} is not `exNN_id`: functions")
@@ -90,14 +107,20 @@ def outline_cell(root: Path = ROOT) -> str:
     lines = [OUTLINE_HEADING, "", "| lesson | what it covers | its assignment |", "| --- | --- | --- |"]
     previous = None
     for row in outline(root):
-        work = f"`{row.assignment}`: {row.functions}" if row.functions else (f"`{row.assignment}`" if row.assignment
-                                                                             else "")
+        work = (
+            f"`{row.assignment}`: {row.functions}"
+            if row.functions
+            else (f"`{row.assignment}`" if row.assignment else "")
+        )
         lesson = "| | |" if row.lesson == previous else f"| `{row.lesson}` | {row.topic} |"  # its second assignment
         lines.append(f"{lesson} {work} |")
         previous = row.lesson
-    lines += ["", "This is the outline in the course's `README.md`. The course is released lesson by lesson: the cell "
-                  "below lists what your copy holds, and a lesson or assignment marked *coming* has not been released "
-                  "yet."]
+    lines += [
+        "",
+        "This is the outline in the course's `README.md`. The course is released lesson by lesson: the cell "
+        "below lists what your copy holds, and a lesson or assignment marked *coming* has not been released "
+        "yet.",
+    ]
     return "\n".join(lines)
 
 
@@ -144,8 +167,11 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         kept["language_info"] = {"name": kept["language_info"].get("name", "python")}
     if "kernelspec" in kept:
         ks = kept["kernelspec"]
-        kept["kernelspec"] = {"display_name": ks.get("display_name", "Python 3"), "language": ks.get("language", "python"),
-                              "name": ks.get("name", "python3")}
+        kept["kernelspec"] = {
+            "display_name": ks.get("display_name", "Python 3"),
+            "language": ks.get("language", "python"),
+            "name": ks.get("name", "python3"),
+        }
     nb.metadata = nbformat.from_dict(kept)
     for cell in nb.cells:
         cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEEP_CELL_METADATA if k in cell.metadata})
@@ -211,8 +237,9 @@ def execute(path: Path, *, timeout: int = 600, cwd: Path | None = None) -> tuple
     from nbclient import NotebookClient
 
     nb = nbformat.read(str(path), as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd or path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd or path.parent)}}
+    )
     start = time.perf_counter()
     client.execute()
     return nb, time.perf_counter() - start

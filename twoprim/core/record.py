@@ -12,6 +12,7 @@ Each recorder is a context manager around a block of code and fills one plain ob
 GEMM FLOPs themselves come from torch's own `FlopCounterMode` (2 per multiply-add); `gemm_flops(op, shapes)` gives
 the same count for one recorded op. All recorders work on tensors on the `meta` device (shapes only, no memory).
 """
+
 from __future__ import annotations
 
 import weakref
@@ -25,21 +26,80 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = [
     "target_name",
-    "GEMM_FUNCTIONS", "GEMM_ATEN", "gemm_flops", "CallLog", "record_calls", "Allocation", "record_allocations",
-    "MemoryTrace", "track_memory", "peak_memory", "FlopRule", "OtherFlops", "count_other_flops",
+    "GEMM_FUNCTIONS",
+    "GEMM_ATEN",
+    "gemm_flops",
+    "CallLog",
+    "record_calls",
+    "Allocation",
+    "record_allocations",
+    "MemoryTrace",
+    "track_memory",
+    "peak_memory",
+    "FlopRule",
+    "OtherFlops",
+    "count_other_flops",
 ]
 
 # torch-level functions that compute a dot product or a GEMM (short names, matched on the last dotted part).
-GEMM_FUNCTIONS = frozenset({
-    "dot", "vdot", "inner", "outer", "ger", "matmul", "mm", "mv", "bmm", "einsum", "tensordot", "linear",
-    "bilinear", "addmm", "addmv", "addbmm", "baddbmm", "addr", "chain_matmul", "multi_dot", "vecdot",
-    "__matmul__", "__rmatmul__", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_",
-})
+GEMM_FUNCTIONS = frozenset(
+    {
+        "dot",
+        "vdot",
+        "inner",
+        "outer",
+        "ger",
+        "matmul",
+        "mm",
+        "mv",
+        "bmm",
+        "einsum",
+        "tensordot",
+        "linear",
+        "bilinear",
+        "addmm",
+        "addmv",
+        "addbmm",
+        "baddbmm",
+        "addr",
+        "chain_matmul",
+        "multi_dot",
+        "vecdot",
+        "__matmul__",
+        "__rmatmul__",
+        "addmm_",
+        "addmv_",
+        "addbmm_",
+        "baddbmm_",
+        "addr_",
+    }
+)
 # ATen ops that are a dot product or a GEMM, whatever Python spelling reached them (in-place forms included).
-GEMM_ATEN = frozenset({
-    "dot", "vdot", "mv", "mm", "addmm", "addmv", "bmm", "baddbmm", "addbmm", "addr", "_mkl_linear",
-    "_addmm_activation", "linear", "matmul", "outer", "ger", "addmm_", "addmv_", "addr_", "baddbmm_", "addbmm_",
-})
+GEMM_ATEN = frozenset(
+    {
+        "dot",
+        "vdot",
+        "mv",
+        "mm",
+        "addmm",
+        "addmv",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "addr",
+        "_mkl_linear",
+        "_addmm_activation",
+        "linear",
+        "matmul",
+        "outer",
+        "ger",
+        "addmm_",
+        "addmv_",
+        "addr_",
+        "baddbmm_",
+        "addbmm_",
+    }
+)
 
 
 def gemm_flops(op: str, shapes: tuple[tuple[int, ...], ...]) -> int:
@@ -134,13 +194,14 @@ class _Recorder:
             if joined is None:
                 mode.__exit__(*exc)
             else:
-                del mode.seens[len(mode.seens) - len(joined):]
+                del mode.seens[len(mode.seens) - len(joined) :]
         return False
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Calls: torch functions, ATen ops, and GEMM operand shapes
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class CallLog:
@@ -224,6 +285,7 @@ class record_calls(_Recorder):
 # ----------------------------------------------------------------------------------------------------------------
 # Memory: the tensors a block creates, and the peak of what is alive
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -338,6 +400,7 @@ def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
 # FLOPs outside GEMMs
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FlopRule:
     """How the ops `FlopCounterMode` has no formula for are counted, stated so a lesson can print it.
@@ -386,8 +449,9 @@ class OtherFlops:
             self.flops[name] += rule.fused[name] * _numel_of_first(out)
         elif name in rule.reductions:
             self.flops[name] += _numel_of_first(args)
-        elif name not in rule.free and (name in rule.elementwise if rule.elementwise is not None
-                                        else torch.Tag.pointwise in func.tags):
+        elif name not in rule.free and (
+            name in rule.elementwise if rule.elementwise is not None else torch.Tag.pointwise in func.tags
+        ):
             self.flops[name] += _numel_of_first(out)
         else:
             self.zero[name] += 1

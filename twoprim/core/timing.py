@@ -6,6 +6,7 @@ The median counts the moments other programs held the cores; the fastest call me
 (a call can be slowed down by them, never sped up), which is what a GEMM's speed on a shared machine should report.
 `warn_if_busy` says so before a cell that times: every lesson cell that prints a timing calls it first.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,11 @@ def warn_if_busy() -> None:
     cores = os.cpu_count() or 1
     if load <= cores:
         return
-    print(f"Warning: this machine is busy (load average {load:.1f} over the last minute, on {cores} cores): other "
-          f"programs hold the cores, so the timings below can be many times slower than this machine can do, "
-          f"multi-threaded ones most. Rerun when it is idle.")
+    print(
+        f"Warning: this machine is busy (load average {load:.1f} over the last minute, on {cores} cores): other "
+        f"programs hold the cores, so the timings below can be many times slower than this machine can do, "
+        f"multi-threaded ones most. Rerun when it is idle."
+    )
 
 
 def seconds(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:
@@ -52,9 +55,15 @@ class Fastest:
     stopped: bool
 
 
-def fastest(fn: Callable[[], object], *, budget: float = 0.05, min_calls: int = 3, max_calls: int = 1000,
-            stop: threading.Event | None = None,
-            progress: Callable[[int, int], None] | None = None) -> Fastest | None:
+def fastest(
+    fn: Callable[[], object],
+    *,
+    budget: float = 0.05,
+    min_calls: int = 3,
+    max_calls: int = 1000,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Fastest | None:
     """The fastest single call of `fn()`: one warm-up call (first-call costs, allocation and thread start-up, are not
     the operation's speed) sets how many calls fit in about `budget` seconds (at least `min_calls`, at most
     `max_calls`); `progress(done, planned)` after each; no new call once `stop` is set. None when stopped before any
@@ -76,8 +85,9 @@ def fastest(fn: Callable[[], object], *, budget: float = 0.05, min_calls: int = 
     return Fastest(best, calls, planned, calls < planned) if calls else None
 
 
-def step_seconds(first: Callable[[], object], then: Callable[[object], object], *,
-                 repeats: int = 5) -> tuple[float, float]:
+def step_seconds(
+    first: Callable[[], object], then: Callable[[object], object], *, repeats: int = 5
+) -> tuple[float, float]:
     """Median seconds of two steps of one computation timed apart, call by call: `out = first()`, then `then(out)`
     (MLX: building a lazy graph, then evaluating it). One warm-up of both steps first."""
     if repeats < 1:
@@ -99,9 +109,15 @@ def gflops(flops: float, secs: float) -> float:
     return flops / secs / 1e9
 
 
-def sweep(sizes: Sequence[int], inputs: Callable[[int], tuple], variants: Mapping[str, Callable[..., object]], *,
-          limits: Mapping[str, int] | None = None, min_run_time: float = 0.05,
-          best: bool = False) -> dict[str, list[float]]:
+def sweep(
+    sizes: Sequence[int],
+    inputs: Callable[[int], tuple],
+    variants: Mapping[str, Callable[..., object]],
+    *,
+    limits: Mapping[str, int] | None = None,
+    min_run_time: float = 0.05,
+    best: bool = False,
+) -> dict[str, list[float]]:
     """seconds[name][i] = median seconds of `variants[name](*inputs(sizes[i]))` (with `best`: its fastest call,
     `fastest`); a variant stops after `limits[name]`.
 
@@ -114,6 +130,7 @@ def sweep(sizes: Sequence[int], inputs: Callable[[int], tuple], variants: Mappin
         for name, fn in variants.items():
             if len(times[name]) == i and n <= limits.get(name, n):  # once a variant stops, it stays stopped
                 call = lambda: fn(*args)  # noqa: E731
-                times[name].append(fastest(call, budget=min_run_time).seconds if best
-                                   else seconds(call, min_run_time=min_run_time))
+                times[name].append(
+                    fastest(call, budget=min_run_time).seconds if best else seconds(call, min_run_time=min_run_time)
+                )
     return times

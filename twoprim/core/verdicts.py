@@ -18,6 +18,7 @@ Rules (a forbidden op inside the call) are observed where the code runs, in the 
 submitted code in the grader (`twoprim.grading.audit`) and holds a submission that reaches for the machinery that observes
 them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -115,8 +116,11 @@ def _encode(value: Any, depth: int) -> Any:
         cls = {collections.Counter: "Counter", collections.OrderedDict: "OrderedDict"}.get(type(value), "dict")
         if isinstance(value, collections.Counter) and cls == "dict":
             cls = "Counter"
-        return {"t": "dict", "cls": cls, "items": [[encode(k, depth + 1), encode(v, depth + 1)]
-                                                   for k, v in value.items()]}
+        return {
+            "t": "dict",
+            "cls": cls,
+            "items": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()],
+        }
     return _opaque(value)
 
 
@@ -160,8 +164,9 @@ def decode(data: Any) -> Any:
     if t in ("list", "tuple", "set", "frozenset"):
         items = [decode(v) for v in data["items"]]
         cls = data.get("cls") or ""
-        result_type = getattr(torch.return_types, cls.rsplit(".", 1)[-1], None) \
-            if cls.startswith("torch.return_types.") else None
+        result_type = (
+            getattr(torch.return_types, cls.rsplit(".", 1)[-1], None) if cls.startswith("torch.return_types.") else None
+        )
         if isinstance(result_type, type) and issubclass(result_type, tuple):
             return result_type(items)
         if cls == "torch.Size":
@@ -208,8 +213,10 @@ def _graph_module(nodes: list) -> torch.fx.GraphModule:
         if op == "call_function":
             fn = _resolve(str(target))
             if not callable(fn):
+
                 def fn(*args, **kwargs):  # noqa: ANN001 - a named stand-in; never called
                     raise RuntimeError("recorded graph")
+
                 fn.__name__ = fn.__qualname__ = str(target).rsplit(".", 1)[-1]
             last = graph.call_function(fn, ())
         elif op == "call_method":
@@ -319,8 +326,9 @@ class Replay:
         for path in sorted(Path(folder).glob("*.pt")) if folder is not None else []:
             total += path.stat().st_size
             if total > MAX_CAPTURE_BYTES:
-                self.problems.append(f"the kernel wrote more than {MAX_CAPTURE_BYTES >> 20} MiB of results; the rest "
-                                     f"was ignored")
+                self.problems.append(
+                    f"the kernel wrote more than {MAX_CAPTURE_BYTES >> 20} MiB of results; the rest was ignored"
+                )
                 break
             try:
                 data = torch.load(path, weights_only=True, map_location="cpu")
@@ -349,13 +357,21 @@ class Replay:
 @dataclass
 class Verdict:
     """The grader's judgement of one graded test cell: passed or not, and the text the learner sees."""
+
     grade_id: str
     passed: bool
     text: str
 
 
-_LIBRARIES = {"torch": "torch", "np": "numpy", "numpy": "numpy", "math": "math", "F": "torch.nn.functional",
-              "nn": "torch.nn", "Counter": "collections"}
+_LIBRARIES = {
+    "torch": "torch",
+    "np": "numpy",
+    "numpy": "numpy",
+    "math": "math",
+    "F": "torch.nn.functional",
+    "nn": "torch.nn",
+    "Counter": "collections",
+}
 
 
 def defined_names(code: str) -> set[str]:
@@ -376,6 +392,7 @@ def defined_names(code: str) -> set[str]:
 
 class GradedCell(NamedTuple):
     """A graded test cell of the instructor's notebook, and the names the learner defines in that notebook."""
+
     grade_id: str
     code: str
     points: float
@@ -386,8 +403,11 @@ def graded_cells(nb) -> list[GradedCell]:
     """Every graded test cell of the notebook `nb` (an nbformat notebook), in order."""
     meta = [c.get("metadata", {}).get("nbgrader", {}) if c.get("cell_type") == "code" else {} for c in nb.cells]
     learner = frozenset().union(*(defined_names(c.source) for c, m in zip(nb.cells, meta) if m.get("solution")))
-    return [GradedCell(str(m.get("grade_id", "")), c.source, _points(m.get("points")), learner)
-            for c, m in zip(nb.cells, meta) if m.get("grade") and not m.get("solution")]
+    return [
+        GradedCell(str(m.get("grade_id", "")), c.source, _points(m.get("points")), learner)
+        for c, m in zip(nb.cells, meta)
+        if m.get("grade") and not m.get("solution")
+    ]
 
 
 def _points(value: Any) -> float:
@@ -402,8 +422,13 @@ def _namespace(code: str, learner: set[str]) -> dict:
     import builtins
 
     tree = ast.parse(code)
-    bound = {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
-             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    bound = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)
+    }
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     ns: dict[str, Any] = {}
     for name in sorted(names - bound - set(dir(builtins))):
@@ -440,8 +465,9 @@ def judge_cell(grade_id: str, code: str, replay: Replay, learner: set[str]) -> V
     except CheckFailure as failure:
         return Verdict(grade_id, False, str(failure))
     except Exception as err:  # noqa: BLE001 - anything else fails the cell, with what happened
-        return Verdict(grade_id, False, f"✘ {grade_id}: the grader could not check this cell: "
-                                        f"{type(err).__name__}: {err}")
+        return Verdict(
+            grade_id, False, f"✘ {grade_id}: the grader could not check this cell: {type(err).__name__}: {err}"
+        )
     finally:
         _CELL.reset(token)
     return Verdict(grade_id, True, out.getvalue())

@@ -15,6 +15,7 @@ and the course's (`grader/nbgrader_config.py`, from grader/classroom.json, `conf
 Why this module is long: nbgrader's seven Exchange classes are small adapters over one backend, and the two ways to
 that backend (HTTP, the store) must answer alike; kept together, a class cannot drift from the backend it adapts.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -34,15 +35,36 @@ from traitlets import Bool, Dict, Unicode, default
 from twoprim.exchange import service as svc
 from twoprim.exchange.intake import Submission, admit
 
-__all__ = ["ServiceExchange", "ExchangeFetchAssignment", "ExchangeFetchFeedback", "ExchangeList",
-           "ExchangeReleaseAssignment", "ExchangeReleaseFeedback", "ExchangeSubmit", "ExchangeCollect",
-           "select", "configure_from_classroom", "uses_service", "collect_from_service", "refused_in_service",
-           "newest_submissions", "Remote", "Local", "CLASSES"]
+__all__ = [
+    "ServiceExchange",
+    "ExchangeFetchAssignment",
+    "ExchangeFetchFeedback",
+    "ExchangeList",
+    "ExchangeReleaseAssignment",
+    "ExchangeReleaseFeedback",
+    "ExchangeSubmit",
+    "ExchangeCollect",
+    "select",
+    "configure_from_classroom",
+    "uses_service",
+    "collect_from_service",
+    "refused_in_service",
+    "newest_submissions",
+    "Remote",
+    "Local",
+    "CLASSES",
+]
 
-CLASSES = {"exchange": "ServiceExchange", "fetch_assignment": "ExchangeFetchAssignment",
-           "fetch_feedback": "ExchangeFetchFeedback", "release_assignment": "ExchangeReleaseAssignment",
-           "release_feedback": "ExchangeReleaseFeedback", "list": "ExchangeList", "submit": "ExchangeSubmit",
-           "collect": "ExchangeCollect"}
+CLASSES = {
+    "exchange": "ServiceExchange",
+    "fetch_assignment": "ExchangeFetchAssignment",
+    "fetch_feedback": "ExchangeFetchFeedback",
+    "release_assignment": "ExchangeReleaseAssignment",
+    "release_feedback": "ExchangeReleaseFeedback",
+    "list": "ExchangeList",
+    "submit": "ExchangeSubmit",
+    "collect": "ExchangeCollect",
+}
 CLASSROOM_FILE = "classroom.json"
 SEALED_SUBMIT = "twoprim.exchange.filesystem.ExchangeSubmit"  # nbgrader's submit, the folder then only its owner's
 TIMEOUT = (10, 900)  # connect, then read: a 100 MB upload on a busy machine
@@ -67,11 +89,19 @@ class Remote:
         import requests
 
         try:
-            response = self.session.request(method, self.url + path, params=params, data=data, timeout=TIMEOUT,
-                                            headers={"Content-Type": "application/x-tar"} if data is not None else None)
+            response = self.session.request(
+                method,
+                self.url + path,
+                params=params,
+                data=data,
+                timeout=TIMEOUT,
+                headers={"Content-Type": "application/x-tar"} if data is not None else None,
+            )
         except requests.RequestException as err:
-            raise ExchangeError(f"the exchange service at {self.url} does not answer ({type(err).__name__}): is the "
-                                f"classroom (./course hub) running? Ask your instructor") from err
+            raise ExchangeError(
+                f"the exchange service at {self.url} does not answer ({type(err).__name__}): is the "
+                f"classroom (./course hub) running? Ask your instructor"
+            ) from err
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]
@@ -99,8 +129,9 @@ class Remote:
         return self._json("POST", f"assignments/{course}/{aid}", params={"force": int(force)}, data=svc.pack(files))
 
     def submit(self, course, aid, files, *, claimed=None):
-        return self._json("POST", f"submissions/{course}/{aid}", params={"as": claimed} if claimed else None,
-                          data=svc.pack(files))
+        return self._json(
+            "POST", f"submissions/{course}/{aid}", params={"as": claimed} if claimed else None, data=svc.pack(files)
+        )
 
     def submissions(self, course, *, aid=None, student=None, everyone=False):
         params = {k: v for k, v in (("assignment", aid), ("student", student), ("all", int(everyone) or None)) if v}
@@ -127,8 +158,12 @@ class Local:
         self.name = pwd.getpwuid(os.getuid()).pw_name
 
     def limits(self):
-        return {"max_file_bytes": svc.DEFAULT_MAX_FILE, "max_submission_bytes": svc.DEFAULT_MAX_SUBMISSION,
-                "max_submissions": svc.DEFAULT_MAX_SUBMISSIONS, "max_stored_bytes": svc.DEFAULT_MAX_STORED}
+        return {
+            "max_file_bytes": svc.DEFAULT_MAX_FILE,
+            "max_submission_bytes": svc.DEFAULT_MAX_SUBMISSION,
+            "max_submissions": svc.DEFAULT_MAX_SUBMISSIONS,
+            "max_stored_bytes": svc.DEFAULT_MAX_STORED,
+        }
 
     def _do(self, call, *args, **kw):
         try:
@@ -182,11 +217,15 @@ def backend(url: str, store: str = "", token: str | None = None):
     if _store_readable(store):
         return Local(store)
     if not url:
-        raise ExchangeError("no exchange service is configured (ServiceExchange.service_url): run this on the "
-                            "classroom's hub, where ./course hub configures it")
-    raise ExchangeError(f"the exchange service at {url} answers JupyterHub users only, and this process has no "
-                        f"JUPYTERHUB_API_TOKEN: run it in your JupyterLab on the hub (a terminal there has one)"
-                        + (f", or as the account that owns {store}" if store else ""))
+        raise ExchangeError(
+            "no exchange service is configured (ServiceExchange.service_url): run this on the "
+            "classroom's hub, where ./course hub configures it"
+        )
+    raise ExchangeError(
+        f"the exchange service at {url} answers JupyterHub users only, and this process has no "
+        f"JUPYTERHUB_API_TOKEN: run it in your JupyterLab on the hub (a terminal there has one)"
+        + (f", or as the account that owns {store}" if store else "")
+    )
 
 
 # --- nbgrader's classes --------------------------------------------------------------------------------------
@@ -196,16 +235,22 @@ class ServiceExchange(abc.Exchange):
     """nbgrader's exchange over the classroom's exchange service (HTTP, the hub's token): the shared settings and
     calls."""
 
-    service_url = Unicode(help="The exchange service's URL, e.g. http://127.0.0.1:PORT/services/twoprim-exchange/"
-                          ).tag(config=True)
-    store = Unicode("", help="The service's store (a folder only its account can read): that account's commands "
-                             "read it directly").tag(config=True)
-    api_token = Unicode(help="The hub token sent to the service (default: $JUPYTERHUB_API_TOKEN, the one the hub "
-                             "gives each user's server)").tag(config=True)
+    service_url = Unicode(help="The exchange service's URL, e.g. http://127.0.0.1:PORT/services/twoprim-exchange/").tag(
+        config=True
+    )
+    store = Unicode(
+        "", help="The service's store (a folder only its account can read): that account's commands read it directly"
+    ).tag(config=True)
+    api_token = Unicode(
+        help="The hub token sent to the service (default: $JUPYTERHUB_API_TOKEN, the one the hub "
+        "gives each user's server)"
+    ).tag(config=True)
     path_includes_course = Bool(False, help="Fetch into <assignment_dir>/<course>/<assignment>").tag(config=True)
-    service_urls = Dict(help="A hub serving several courses: course id -> that course's exchange service URL, for "
-                             "the courses this user is in (default: $TWOPRIM_EXCHANGE_URLS, which ./course hub "
-                             "sets in each server from the user's nbgrader-COURSE groups)").tag(config=True)
+    service_urls = Dict(
+        help="A hub serving several courses: course id -> that course's exchange service URL, for "
+        "the courses this user is in (default: $TWOPRIM_EXCHANGE_URLS, which ./course hub "
+        "sets in each server from the user's nbgrader-COURSE groups)"
+    ).tag(config=True)
 
     @default("service_urls")
     def _urls_default(self):
@@ -278,8 +323,11 @@ class ServiceExchange(abc.Exchange):
         files: dict[str, bytes] = {}
         ignore = list(self.coursedir.ignore)
         for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames[:] = [d for d in dirnames if not any(fnmatch.fnmatch(d, p) for p in ignore)
-                           and not os.path.islink(os.path.join(dirpath, d))]
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if not any(fnmatch.fnmatch(d, p) for p in ignore) and not os.path.islink(os.path.join(dirpath, d))
+            ]
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, folder).replace(os.sep, "/")
@@ -290,9 +338,11 @@ class ServiceExchange(abc.Exchange):
                     continue
                 size = os.path.getsize(path)
                 if limit is not None and size > limit:
-                    self.fail(f"{rel} is {svc.megabytes(size)}, over the limit of {svc.megabytes(limit)} per file: "
-                              f"make it smaller (clear large outputs: Edit > Clear Outputs of All Cells, then save) "
-                              f"and submit again")
+                    self.fail(
+                        f"{rel} is {svc.megabytes(size)}, over the limit of {svc.megabytes(limit)} per file: "
+                        f"make it smaller (clear large outputs: Edit > Clear Outputs of All Cells, then save) "
+                        f"and submit again"
+                    )
                 with open(path, "rb") as f:
                     files[rel] = f.read()
         return files
@@ -353,11 +403,17 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
         missing = sorted(set(released) - set(submitted))
         extra = sorted(set(submitted) - set(released))
         if missing and self.strict:
-            self.fail(f"Assignment {self.coursedir.assignment_id} not submitted. There are missing notebooks for "
-                      f"the submission: {', '.join(missing)}")
+            self.fail(
+                f"Assignment {self.coursedir.assignment_id} not submitted. There are missing notebooks for "
+                f"the submission: {', '.join(missing)}"
+            )
         if missing or extra:
-            self.log.warning("Possible missing notebooks (%s) and/or extra notebooks (%s) submitted for %s",
-                             ", ".join(missing) or "none", ", ".join(extra) or "none", self.coursedir.assignment_id)
+            self.log.warning(
+                "Possible missing notebooks (%s) and/or extra notebooks (%s) submitted for %s",
+                ", ".join(missing) or "none",
+                ", ".join(extra) or "none",
+                self.coursedir.assignment_id,
+            )
 
     def copy_files(self):
         course, aid = self.coursedir.course_id, self.coursedir.assignment_id
@@ -366,8 +422,9 @@ class ExchangeSubmit(abc.ExchangeSubmit, ServiceExchange):
         released = next((a for a in self.call("released", course) if a["assignment_id"] == aid), None)
         if released is None:
             self.fail(f"{aid} is not released: there is nothing to submit it to")
-        self.check_filename_diff([f for f in released["files"] if f.endswith(".ipynb")],
-                                 [f for f in files if f.endswith(".ipynb")])
+        self.check_filename_diff(
+            [f for f in released["files"] if f.endswith(".ipynb")], [f for f in files if f.endswith(".ipynb")]
+        )
         # the student's quota and where the notebooks are: the service checks them, says which limit, and records
         # the refusal for the instructor's collect
         files[svc.SECRET] = secrets.token_hex(64).encode()
@@ -383,9 +440,16 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
     def _submitted(self, record: dict, course: str) -> dict:
         aid = record["assignment_id"]
         local = self.local_dir(aid, course)
-        info = {"course_id": course, "student_id": record["student"], "assignment_id": aid,
-                "timestamp": record["timestamp"], "status": "submitted", "path": f"{self.service_url}#{record['id']}",
-                "submission_id": record["id"], "notebooks": []}
+        info = {
+            "course_id": course,
+            "student_id": record["student"],
+            "assignment_id": aid,
+            "timestamp": record["timestamp"],
+            "status": "submitted",
+            "path": f"{self.service_url}#{record['id']}",
+            "submission_id": record["id"],
+            "notebooks": [],
+        }
         for nb in record["notebooks"]:
             here = os.path.join(local, "feedback", record["timestamp"], f"{nb}.html")
             has_local = os.path.isfile(here)
@@ -394,16 +458,23 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
             if has_local and there:
                 with open(here, "rb") as f:
                     updated = hashlib.md5(f.read()).hexdigest() != there
-            info["notebooks"].append({"notebook_id": nb, "path": f"{info['path']}/{nb}.ipynb",
-                                      "has_local_feedback": has_local, "has_exchange_feedback": bool(there),
-                                      "local_feedback_path": here if has_local else None,
-                                      "feedback_updated": updated})
+            info["notebooks"].append(
+                {
+                    "notebook_id": nb,
+                    "path": f"{info['path']}/{nb}.ipynb",
+                    "has_local_feedback": has_local,
+                    "has_exchange_feedback": bool(there),
+                    "local_feedback_path": here if has_local else None,
+                    "feedback_updated": updated,
+                }
+            )
         nbs = info["notebooks"]
         info["has_local_feedback"] = bool(nbs) and all(n["has_local_feedback"] for n in nbs)
         info["has_exchange_feedback"] = bool(nbs) and all(n["has_exchange_feedback"] for n in nbs)
         info["feedback_updated"] = any(n["feedback_updated"] for n in nbs)
-        info["local_feedback_path"] = (os.path.join(local, "feedback", record["timestamp"])
-                                       if info["has_local_feedback"] else None)
+        info["local_feedback_path"] = (
+            os.path.join(local, "feedback", record["timestamp"]) if info["has_local_feedback"] else None
+        )
         return info
 
     def list_files(self):
@@ -417,10 +488,18 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
             groups: dict[tuple, list] = {}
             for record in records:
                 groups.setdefault((record["student"], record["assignment_id"]), []).append(
-                    self._submitted(record, course))
-            assignments = [{"course_id": course, "student_id": who, "assignment_id": a, "status": "submitted",
-                            "submissions": sorted(subs, key=lambda s: s["timestamp"])}
-                           for (who, a), subs in sorted(groups.items())]
+                    self._submitted(record, course)
+                )
+            assignments = [
+                {
+                    "course_id": course,
+                    "student_id": who,
+                    "assignment_id": a,
+                    "status": "submitted",
+                    "submissions": sorted(subs, key=lambda s: s["timestamp"]),
+                }
+                for (who, a), subs in sorted(groups.items())
+            ]
             self.log.info("Submitted assignments:")
             for assignment in assignments:
                 for info in assignment["submissions"]:
@@ -434,19 +513,31 @@ class ExchangeList(abc.ExchangeList, ServiceExchange):
             local = self.local_dir(name, course)
             info = {"course_id": course, "assignment_id": name}
             if os.path.exists(local):
-                info.update(status="fetched", path=local, notebooks=[
-                    {"notebook_id": Path(p).stem, "path": os.path.abspath(p)}
-                    for p in sorted(glob.glob(os.path.join(local, "*.ipynb")))])
+                info.update(
+                    status="fetched",
+                    path=local,
+                    notebooks=[
+                        {"notebook_id": Path(p).stem, "path": os.path.abspath(p)}
+                        for p in sorted(glob.glob(os.path.join(local, "*.ipynb")))
+                    ],
+                )
             else:
                 path = f"{self.service_url}#{name}"
-                info.update(status="released", path=path, notebooks=[
-                    {"notebook_id": f[:-6], "path": f"{path}/{f}"} for f in released["files"]
-                    if f.endswith(".ipynb") and "/" not in f])
+                info.update(
+                    status="released",
+                    path=path,
+                    notebooks=[
+                        {"notebook_id": f[:-6], "path": f"{path}/{f}"}
+                        for f in released["files"]
+                        if f.endswith(".ipynb") and "/" not in f
+                    ],
+                )
             assignments.append(info)
         self.log.info("Released assignments:")
         for info in assignments:
-            self.log.info("%s %s%s", course, info["assignment_id"],
-                          " (already downloaded)" if info["status"] == "fetched" else "")
+            self.log.info(
+                "%s %s%s", course, info["assignment_id"], " (already downloaded)" if info["status"] == "fetched" else ""
+            )
         return assignments
 
     def remove_files(self):
@@ -468,9 +559,11 @@ class ExchangeFetchFeedback(abc.ExchangeFetchFeedback, ServiceExchange):
     def copy_files(self):
         for record in self.records:
             dest = os.path.join(self.local_dir(record["assignment_id"]), "feedback", record["timestamp"])
-            files = {rel: data for rel, data in self.call("feedback", record["id"],
-                                                           course=self.coursedir.course_id).items()
-                     if rel.endswith(".html") and "/" not in rel}
+            files = {
+                rel: data
+                for rel, data in self.call("feedback", record["id"], course=self.coursedir.course_id).items()
+                if rel.endswith(".html") and "/" not in rel
+            }
             _write(dest, files)
             for rel in files:
                 self.log.info("Fetched feedback: %s", os.path.join(dest, rel))
@@ -485,16 +578,22 @@ class ExchangeReleaseAssignment(abc.ExchangeReleaseAssignment, ServiceExchange):
         if not os.path.isdir(self.src_path):
             source = self.coursedir.format_path(self.coursedir.source_directory, ".", aid)
             if os.path.isdir(source):
-                self.fail(f"Assignment found in '{source}' but not '{self.src_path}', run `nbgrader "
-                          f"generate_assignment` first.")
+                self.fail(
+                    f"Assignment found in '{source}' but not '{self.src_path}', run `nbgrader "
+                    f"generate_assignment` first."
+                )
             self.fail(f"Assignment not found at: {self.src_path}")
 
     def copy_files(self):
         course, aid = self.course_id(), self.coursedir.assignment_id
         files = self.gather(self.src_path)
         answer = self.call("release", course, aid, files, force=self.force)
-        self.log.info("Released as: %s %s (%s)", course, aid, answer if isinstance(answer, int) else
-                      f"version {answer.get('version')}")
+        self.log.info(
+            "Released as: %s %s (%s)",
+            course,
+            aid,
+            answer if isinstance(answer, int) else f"version {answer.get('version')}",
+        )
 
 
 class ExchangeReleaseFeedback(abc.ExchangeReleaseFeedback, ServiceExchange):
@@ -548,8 +647,15 @@ def newest_submissions(exchange, course: str, aid: str) -> list[Submission]:
     for student, record in sorted(newest.items()):
         files = exchange.submission_files(record["id"])
         files.pop(svc.CLAIMED, None)
-        out.append(Submission(student=student, files=files, arrived=_arrived(record),
-                              source=f"service submission {record['id']}", claimed=record.get("claimed")))
+        out.append(
+            Submission(
+                student=student,
+                files=files,
+                arrived=_arrived(record),
+                source=f"service submission {record['id']}",
+                claimed=record.get("claimed"),
+            )
+        )
     return out
 
 
@@ -575,8 +681,11 @@ def collect_from_service(aid: str, root: Path) -> list[Submission]:
 
     room = classroom(root)
     try:
-        return newest_submissions(backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
-                                   room.get("course_id") or COURSE_ID, aid)
+        return newest_submissions(
+            backend(room.get("exchange_url", ""), room.get("exchange_store", "")),
+            room.get("course_id") or COURSE_ID,
+            aid,
+        )
     except ExchangeError as err:
         raise CourseError(str(err)) from err
 
@@ -590,7 +699,8 @@ def refused_in_service(aid: str, root: Path) -> list[dict]:
     room = classroom(root)
     try:
         return backend(room.get("exchange_url", ""), room.get("exchange_store", "")).refusals(
-            room.get("course_id") or COURSE_ID, aid)
+            room.get("course_id") or COURSE_ID, aid
+        )
     except ExchangeError as err:
         raise CourseError(str(err)) from err
 

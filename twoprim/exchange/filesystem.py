@@ -30,6 +30,7 @@ files, which the kernel sets and no student can move back. Whatever fails is set
 never copied) with the account that made it and why; `intake.admit` takes the rest, and names each student's older
 submissions, which stay in the exchange.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -50,8 +51,13 @@ from twoprim.exchange.intake import MAX_BYTES, SetAside, Submission, misplaced
 __all__ = ["gather", "ExchangeSubmit", "seal", "config_text"]
 
 MAX_DEPTH = 8
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFLNK: "a symbolic link"}
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFLNK: "a symbolic link",
+}
 
 
 class _Refused(Exception):
@@ -88,8 +94,10 @@ def gather(aid: str, exchange: Path, *, course_id: str = COURSE_ID) -> tuple[lis
     except FileNotFoundError:
         return [], []
     except OSError as err:
-        raise CourseError(f"cannot read the exchange's inbound folder {inbound}: {err.strerror}; run collect "
-                              f"as the account that released the assignment") from err
+        raise CourseError(
+            f"cannot read the exchange's inbound folder {inbound}: {err.strerror}; run collect "
+            f"as the account that released the assignment"
+        ) from err
     taken: list[Submission] = []
     aside: list[SetAside] = []
     try:
@@ -103,8 +111,14 @@ def gather(aid: str, exchange: Path, *, course_id: str = COURSE_ID) -> tuple[lis
             where = str(inbound / name)
             if len(parts) < 3 or parts[1] != aid:
                 if aid in name.split("+"):
-                    aside.append(SetAside(maker, "?", where, f"a name nbgrader's submit never makes (it makes "
-                                                             f"<student>+{aid}+<time>+<random>)"))
+                    aside.append(
+                        SetAside(
+                            maker,
+                            "?",
+                            where,
+                            f"a name nbgrader's submit never makes (it makes <student>+{aid}+<time>+<random>)",
+                        )
+                    )
                 continue
             named = parts[0]
             try:
@@ -127,8 +141,9 @@ def _one(dir_fd: int, name: str, named: str, st: os.stat_result, where: str) -> 
     except KeyError:
         raise _Refused(f"no account named {named!r} on this machine, so nobody can have submitted as them") from None
     if st.st_uid != uid:
-        raise _Refused(f"in {named}'s name but made by account {_account(st.st_uid)}: a submission in someone "
-                       f"else's name")
+        raise _Refused(
+            f"in {named}'s name but made by account {_account(st.st_uid)}: a submission in someone else's name"
+        )
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError as err:
@@ -149,8 +164,9 @@ def _one(dir_fd: int, name: str, named: str, st: os.stat_result, where: str) -> 
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
-def _read_tree(fd: int, uid: int, named: str, prefix: str, files: dict[str, bytes], depth: int,
-               foreign: list[SetAside], where: str) -> float:
+def _read_tree(
+    fd: int, uid: int, named: str, prefix: str, files: dict[str, bytes], depth: int, foreign: list[SetAside], where: str
+) -> float:
     """Read every file of `named` under the open folder `fd` into `files`, and another account's entries in a
     folder others may write to into `foreign`; returns the newest ctime of what is `named`'s own and unchanged by
     anyone else (0 when there is none)."""
@@ -167,12 +183,18 @@ def _read_tree(fd: int, uid: int, named: str, prefix: str, files: dict[str, byte
             raise _Refused(f"{rel} was removed while it was being collected") from None
         if st.st_uid != uid and open_to_others:  # anyone could have put it here: it alone is set aside
             kind = "the folder " + rel + "/" if stat.S_ISDIR(st.st_mode) else rel
-            foreign.append(SetAside(_account(st.st_uid), named, f"{where}/{rel}",
-                                    f"{kind} in {named}'s submission belongs to account {_account(st.st_uid)}: "
-                                    f"set aside, {named}'s own files collected without it (the folder "
-                                    f"{prefix or './'} is writable by other accounts, mode "
-                                    f"{stat.S_IMODE(here.st_mode):04o}: not made by the course's submit)",
-                                    within=True))
+            foreign.append(
+                SetAside(
+                    _account(st.st_uid),
+                    named,
+                    f"{where}/{rel}",
+                    f"{kind} in {named}'s submission belongs to account {_account(st.st_uid)}: "
+                    f"set aside, {named}'s own files collected without it (the folder "
+                    f"{prefix or './'} is writable by other accounts, mode "
+                    f"{stat.S_IMODE(here.st_mode):04o}: not made by the course's submit)",
+                    within=True,
+                )
+            )
             intruded = True
             continue
         if stat.S_ISDIR(st.st_mode):
@@ -187,8 +209,10 @@ def _read_tree(fd: int, uid: int, named: str, prefix: str, files: dict[str, byte
         if not stat.S_ISREG(st.st_mode):
             raise _Refused(f"{rel} is {_what(st, entry, fd)}, not a regular file")
         if st.st_uid != uid:  # in a folder only its owner may write: the owner put it there
-            raise _Refused(f"{rel} belongs to account {_account(st.st_uid)}, not to {named}"
-                           + (" (a hard link to someone else's file)" if st.st_nlink > 1 else ""))
+            raise _Refused(
+                f"{rel} belongs to account {_account(st.st_uid)}, not to {named}"
+                + (" (a hard link to someone else's file)" if st.st_nlink > 1 else "")
+            )
         try:
             ffd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
         except OSError as err:
@@ -255,8 +279,10 @@ class ExchangeSubmit(_NbgraderSubmit):
             shutil.rmtree(private, ignore_errors=True)
         self.log.info("Source: %s", self.src_path)
         self.log.info("Destination: %s (only you may change it)", dest)
-        cache = os.path.join(self.cache_path, self.assignment_filename.rsplit("+", 1)[0]
-                             if self.add_random_string else self.assignment_filename)
+        cache = os.path.join(
+            self.cache_path,
+            self.assignment_filename.rsplit("+", 1)[0] if self.add_random_string else self.assignment_filename,
+        )
         os.makedirs(self.cache_path, exist_ok=True)
         self.do_copy(self.src_path, cache)  # what nbgrader's own submit keeps for `nbgrader list --cached`
         for name, text in (("timestamp.txt", self.timestamp), ("submission_secret.txt", secret)):

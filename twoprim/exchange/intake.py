@@ -12,6 +12,7 @@ A submission that cannot be trusted (`SetAside`: a link, a FIFO, someone else's 
 written into grader/submitted/; a collected one that looks copied (`Flag`: the instructor's source notebook, every
 answer the solution's, the same answers as another student) is collected and flagged for the instructor to decide.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -25,22 +26,32 @@ from pathlib import Path, PurePosixPath
 
 from twoprim.core.notebooks import answers
 
-__all__ = ["Submission", "SetAside", "Flag", "CollectReport", "admit", "check_name", "stamp", "MAX_BYTES",
-           "misplaced", "release_notebooks"]
+__all__ = [
+    "Submission",
+    "SetAside",
+    "Flag",
+    "CollectReport",
+    "admit",
+    "check_name",
+    "stamp",
+    "MAX_BYTES",
+    "misplaced",
+    "release_notebooks",
+]
 
 STAMP = "%Y-%m-%d %H:%M:%S.%f UTC"  # nbgrader's timestamp.txt format
-MAX_BYTES = 100 * 1024 * 1024        # one file of a submission, as the service exchange's default limit
-EXCHANGE_FILES = {"timestamp.txt"}   # written by the grader from the arrival time, never taken from the student
+MAX_BYTES = 100 * 1024 * 1024  # one file of a submission, as the service exchange's default limit
+EXCHANGE_FILES = {"timestamp.txt"}  # written by the grader from the arrival time, never taken from the student
 
 
 @dataclass
 class Submission:
     """One submission as an exchange received it."""
 
-    student: str                # who the exchange knows sent it (the account that owns it; the hub's user)
-    files: dict[str, bytes]     # relative path -> bytes: notebooks and every other file, not timestamp.txt
+    student: str  # who the exchange knows sent it (the account that owns it; the hub's user)
+    files: dict[str, bytes]  # relative path -> bytes: notebooks and every other file, not timestamp.txt
     arrived: datetime.datetime  # naive UTC, observed by the exchange when the bytes arrived
-    source: str                 # where it came from, for the report
+    source: str  # where it came from, for the report
     claimed: str | None = None  # the student's own timestamp.txt: shown, never trusted
 
 
@@ -49,7 +60,7 @@ class SetAside:
     """A submission collect refused: left where it is, never copied into grader/submitted/."""
 
     account: str  # the account that made it
-    named: str    # the student it says it is from
+    named: str  # the student it says it is from
     path: str
     reason: str
     within: bool = False  # one file (or folder) set aside from a student's submission, the rest taken as usual
@@ -75,34 +86,45 @@ class CollectReport:
     refused, said in lines."""
 
     aid: str
-    new: list[dict] = field(default_factory=list)        # {student, arrived, source, claimed, replaced}
-    unchanged: list[str] = field(default_factory=list)   # students whose newest submission was already collected
+    new: list[dict] = field(default_factory=list)  # {student, arrived, source, claimed, replaced}
+    unchanged: list[str] = field(default_factory=list)  # students whose newest submission was already collected
     set_aside: list[SetAside] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
     skipped: list[SetAside] = field(default_factory=list)  # a student's older submissions: their newest counts
-    refused: list[dict] = field(default_factory=list)      # the service's refusals: {student, at, limit, message}
+    refused: list[dict] = field(default_factory=list)  # the service's refusals: {student, at, limit, message}
 
     def lines(self) -> list[str]:
-        out = [f"{len(self.new)} new submission(s) of {self.aid} collected"
-               + (f" ({', '.join(r['student'] + (' (newer)' if r['replaced'] else '') for r in self.new)})"
-                  if self.new else "")
-               + (f"; {len(self.unchanged)} unchanged" if self.unchanged else "")]
+        out = [
+            f"{len(self.new)} new submission(s) of {self.aid} collected"
+            + (
+                f" ({', '.join(r['student'] + (' (newer)' if r['replaced'] else '') for r in self.new)})"
+                if self.new
+                else ""
+            )
+            + (f"; {len(self.unchanged)} unchanged" if self.unchanged else "")
+        ]
         for r in self.new:
             if r["claimed"] is not None and _claim_differs(r["claimed"], r["arrived"]):
-                out.append(f"  {r['student']}: submission time is the arrival, {r['arrived']}; the student's own "
-                           f"timestamp.txt said {r['claimed'][:40]!r} (not used)")
+                out.append(
+                    f"  {r['student']}: submission time is the arrival, {r['arrived']}; the student's own "
+                    f"timestamp.txt said {r['claimed'][:40]!r} (not used)"
+                )
         whole = [s for s in self.set_aside if not s.within]
         parts = [s for s in self.set_aside if s.within]
         if whole:
             out.append(f"{len(whole)} submission(s) set aside, not collected (left in the exchange):")
             out += [f"  {s}" for s in whole]
         if parts:
-            out.append(f"{len(parts)} file(s) set aside from a student's submission, the rest of it taken as usual "
-                       f"(left in the exchange):")
+            out.append(
+                f"{len(parts)} file(s) set aside from a student's submission, the rest of it taken as usual "
+                f"(left in the exchange):"
+            )
             out += [f"  {s}" for s in parts]
         if self.skipped:
-            out.append(f"{len(self.skipped)} older submission(s) not collected (each student's newest counts; left "
-                       f"in the exchange):")
+            out.append(
+                f"{len(self.skipped)} older submission(s) not collected (each student's newest counts; left "
+                f"in the exchange):"
+            )
             out += [f"  {s}" for s in self.skipped]
         out += refusal_lines(self.refused)
         if self.flags:
@@ -114,9 +136,13 @@ class CollectReport:
         return "\n".join(self.lines())
 
 
-LIMITS = {"submissions": "over the quota of submissions", "stored": "over the quota of stored bytes",
-          "upload": "an upload over the size limit", "file": "a file over the size limit",
-          "notebook": "a notebook not where the release put it"}
+LIMITS = {
+    "submissions": "over the quota of submissions",
+    "stored": "over the quota of stored bytes",
+    "upload": "an upload over the size limit",
+    "file": "a file over the size limit",
+    "notebook": "a notebook not where the release put it",
+}
 
 
 def refusal_lines(refused: list[dict]) -> list[str]:
@@ -126,16 +152,20 @@ def refusal_lines(refused: list[dict]) -> list[str]:
         by.setdefault(r["student"], []).append(r)
     if not by:
         return []
-    out = [f"{len(refused)} submission(s) refused by the exchange service, from {len(by)} student(s) (each was told "
-           f"why; what they handed in before stands):"]
+    out = [
+        f"{len(refused)} submission(s) refused by the exchange service, from {len(by)} student(s) (each was told "
+        f"why; what they handed in before stands):"
+    ]
     for student, theirs in sorted(by.items()):
         kinds: dict[str, int] = {}
         for r in theirs:
             label = LIMITS.get(r.get("limit"), "refused for another reason")
             kinds[label] = kinds.get(label, 0) + 1
         last = theirs[-1]
-        out.append(f"  {student}: {len(theirs)} time(s) ({', '.join(f'{n} {k}' for k, n in kinds.items())}); the "
-                   f"last, {last['at'][:19].replace('T', ' ')} UTC: {last['message']}")
+        out.append(
+            f"  {student}: {len(theirs)} time(s) ({', '.join(f'{n} {k}' for k, n in kinds.items())}); the "
+            f"last, {last['at'][:19].replace('T', ' ')} UTC: {last['message']}"
+        )
     return out
 
 
@@ -161,8 +191,11 @@ def check_name(rel: str) -> str | None:
 def release_notebooks(root: Path, aid: str) -> set[str]:
     """The notebooks the release of `aid` put in the assignment's folder (exercises/<aid>/), as relative paths."""
     folder = Path(root) / "exercises" / aid
-    return {str(p.relative_to(folder)) for p in folder.rglob("*.ipynb")
-            if not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+    return {
+        str(p.relative_to(folder))
+        for p in folder.rglob("*.ipynb")
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    }
 
 
 def misplaced(aid: str, expected, submitted) -> str | None:
@@ -176,17 +209,22 @@ def misplaced(aid: str, expected, submitted) -> str | None:
     for rel in notebooks:
         if rel not in expected and PurePosixPath(rel).name in where:
             right = where[PurePosixPath(rel).name]
-            return (f"{rel} is not where the release put it: the notebook must be {right}, as fetched "
-                    f"({aid}/{right}), not in another folder; move it back and submit again")
+            return (
+                f"{rel} is not where the release put it: the notebook must be {right}, as fetched "
+                f"({aid}/{right}), not in another folder; move it back and submit again"
+            )
     if not set(expected) & set(notebooks):
-        return (f"none of the released notebooks is where the release put it: expected {aid}/{expected[0]}"
-                + (f" (and {len(expected) - 1} more)" if len(expected) > 1 else "")
-                + f"; this submission has {', '.join(notebooks) or 'no notebook'}")
+        return (
+            f"none of the released notebooks is where the release put it: expected {aid}/{expected[0]}"
+            + (f" (and {len(expected) - 1} more)" if len(expected) > 1 else "")
+            + f"; this submission has {', '.join(notebooks) or 'no notebook'}"
+        )
     return None
 
 
-def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path,
-          refused: list[dict] = ()) -> CollectReport:
+def admit(
+    aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path, refused: list[dict] = ()
+) -> CollectReport:
     """Write each student's newest submission of `aid` into grader/submitted/ (timestamp.txt = its arrival),
     keeping any version it replaces under grader/archive/; flag copies; write the collect report, which names every
     submission set aside or left as older, and `refused`, the exchange service's refusals."""
@@ -196,10 +234,20 @@ def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *,
     for sub in submissions:
         bad = next((why for why in map(check_name, sub.files) if why), None)
         if bad is None:
-            bad = next((f"{rel} is {len(data):,} bytes, over the limit of {MAX_BYTES:,}"
-                        for rel, data in sub.files.items() if len(data) > MAX_BYTES), None)
-        if bad is None and (check_name(sub.student) is not None or "/" in sub.student or sub.student.startswith(".")
-                            or "+" in sub.student):
+            bad = next(
+                (
+                    f"{rel} is {len(data):,} bytes, over the limit of {MAX_BYTES:,}"
+                    for rel, data in sub.files.items()
+                    if len(data) > MAX_BYTES
+                ),
+                None,
+            )
+        if bad is None and (
+            check_name(sub.student) is not None
+            or "/" in sub.student
+            or sub.student.startswith(".")
+            or "+" in sub.student
+        ):
             bad = f"{sub.student!r} cannot be a student's folder name"
         if bad is None:
             bad = misplaced(aid, expected, sub.files)
@@ -212,10 +260,20 @@ def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *,
         theirs.sort(key=lambda s: s.arrived)
         newest[student] = last = theirs[-1]
         for older in theirs[:-1]:
-            said = (f"; its own timestamp.txt says {older.claimed.strip()[:40]!r} (not used)"
-                    if older.claimed is not None and _claim_differs(older.claimed, stamp(older.arrived)) else "")
-            report.skipped.append(SetAside(student, student, older.source, f"arrived {stamp(older.arrived)}, before "
-                                           f"{student}'s newest ({last.source}, arrived {stamp(last.arrived)}){said}"))
+            said = (
+                f"; its own timestamp.txt says {older.claimed.strip()[:40]!r} (not used)"
+                if older.claimed is not None and _claim_differs(older.claimed, stamp(older.arrived))
+                else ""
+            )
+            report.skipped.append(
+                SetAside(
+                    student,
+                    student,
+                    older.source,
+                    f"arrived {stamp(older.arrived)}, before "
+                    f"{student}'s newest ({last.source}, arrived {stamp(last.arrived)}){said}",
+                )
+            )
     grader = root / "grader"
     submitted = grader / "submitted"
     submitted.mkdir(parents=True, exist_ok=True)
@@ -243,16 +301,34 @@ def admit(aid: str, submissions: list[Submission], set_aside: list[SetAside], *,
             shutil.rmtree(staging, ignore_errors=True)
         for path in [target, *target.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
-        report.new.append({"student": student, "arrived": arrived, "source": sub.source, "claimed": sub.claimed,
-                           "replaced": str(replaced.relative_to(root)) if replaced else None})
+        report.new.append(
+            {
+                "student": student,
+                "arrived": arrived,
+                "source": sub.source,
+                "claimed": sub.claimed,
+                "replaced": str(replaced.relative_to(root)) if replaced else None,
+            }
+        )
     report.flags = flags(aid, root=root)
     reports = grader / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    (reports / f"{aid}-collect.json").write_text(json.dumps(
-        {"assignment": aid, "collected_at": stamp(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
-         "new": report.new, "unchanged": report.unchanged, "set_aside": [asdict(s) for s in report.set_aside],
-         "skipped": [asdict(s) for s in report.skipped], "refused": report.refused,
-         "flags": [asdict(f) for f in report.flags]}, indent=1) + "\n")
+    (reports / f"{aid}-collect.json").write_text(
+        json.dumps(
+            {
+                "assignment": aid,
+                "collected_at": stamp(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
+                "new": report.new,
+                "unchanged": report.unchanged,
+                "set_aside": [asdict(s) for s in report.set_aside],
+                "skipped": [asdict(s) for s in report.skipped],
+                "refused": report.refused,
+                "flags": [asdict(f) for f in report.flags],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return report
 
 
@@ -264,8 +340,11 @@ def _held(target: Path) -> tuple[datetime.datetime, dict[str, bytes]] | None:
         when = datetime.datetime.strptime((target / "timestamp.txt").read_text().strip(), STAMP)
     except (OSError, ValueError):
         when = datetime.datetime.min  # placed by hand without a time: any collected submission is newer
-    files = {str(p.relative_to(target)): p.read_bytes() for p in sorted(target.rglob("*"))
-             if p.is_file() and not p.is_symlink() and p.name not in EXCHANGE_FILES}
+    files = {
+        str(p.relative_to(target)): p.read_bytes()
+        for p in sorted(target.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.name not in EXCHANGE_FILES
+    }
     return when, files
 
 
@@ -321,8 +400,13 @@ def flags(aid: str, *, root: Path) -> list[Flag]:
                 continue
             text = data.decode("utf-8", errors="replace")
             if "### BEGIN HIDDEN TESTS" in text or "### BEGIN SOLUTION" in text:
-                out.append(Flag(student, f"{nb_path.name} holds the instructor's solution or hidden-test markers, "
-                                         f"which no released notebook has"))
+                out.append(
+                    Flag(
+                        student,
+                        f"{nb_path.name} holds the instructor's solution or hidden-test markers, "
+                        f"which no released notebook has",
+                    )
+                )
                 continue
             try:
                 given = answers(nbformat.reads(text, as_version=4))
@@ -331,10 +415,14 @@ def flags(aid: str, *, root: Path) -> list[Flag]:
             answered = {gid: a for gid, a in given.items() if a and a != stubs.get(gid, "").strip()}
             if not answered:
                 continue
-            if solution and len(answered) == len(solution) and all(
-                    answered.get(gid) == code for gid, code in solution.items() if code):
-                out.append(Flag(student, f"every answer in {nb_path.name} is the solution's code, character for "
-                                         f"character"))
+            if (
+                solution
+                and len(answered) == len(solution)
+                and all(answered.get(gid) == code for gid, code in solution.items() if code)
+            ):
+                out.append(
+                    Flag(student, f"every answer in {nb_path.name} is the solution's code, character for character")
+                )
             key = hashlib.sha256(json.dumps(sorted(answered.items())).encode()).hexdigest() + nb_path.name
             by_answers.setdefault(key, []).append(student)
     for group in by_answers.values():

@@ -55,6 +55,7 @@ HTTP API (all under the service's prefix, JSON errors {"error": message}; file s
 Why this module is long: the store (its tables, files and every query) and the HTTP API over it, where each
 handler decides who may do what and how much; split, a permission or a quota would sit apart from the data it guards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,21 +77,36 @@ from tornado import web
 
 from twoprim.exchange.intake import MAX_BYTES, STAMP, check_name, misplaced
 
-__all__ = ["NAME", "Store", "ExchangeRefusal", "pack", "unpack", "make_app", "gradebook_deadlines", "main",
-           "DEFAULT_MAX_FILE", "DEFAULT_MAX_SUBMISSION", "DEFAULT_MAX_SUBMISSIONS", "DEFAULT_MAX_STORED",
-           "DEFAULT_MEMORY_MB", "megabytes", "over_count", "over_stored"]
+__all__ = [
+    "NAME",
+    "Store",
+    "ExchangeRefusal",
+    "pack",
+    "unpack",
+    "make_app",
+    "gradebook_deadlines",
+    "main",
+    "DEFAULT_MAX_FILE",
+    "DEFAULT_MAX_SUBMISSION",
+    "DEFAULT_MAX_SUBMISSIONS",
+    "DEFAULT_MAX_STORED",
+    "DEFAULT_MEMORY_MB",
+    "megabytes",
+    "over_count",
+    "over_stored",
+]
 
-NAME = "twoprim-exchange"                 # the service's name in JupyterHub (its URL prefix, its access scope)
+NAME = "twoprim-exchange"  # the service's name in JupyterHub (its URL prefix, its access scope)
 SCOPE = f"access:services!service={NAME}"
-DEFAULT_MAX_FILE = MAX_BYTES              # one notebook (or any file) of a submission: 100 MB
-DEFAULT_MAX_SUBMISSION = 4 * MAX_BYTES    # everything one submission hands in
-DEFAULT_MAX_SUBMISSIONS = 50              # submissions kept per student and assignment
-DEFAULT_MAX_STORED = 500_000_000          # bytes kept per student and assignment (500 MB)
-DEFAULT_MEMORY_MB = 512                   # the service's address space (RLIMIT_AS), MiB: it peaks near 290
-SECRET = "submission_secret.txt"          # nbgrader's per-submission secret (feedback is matched by it)
-CLAIMED = "timestamp.txt"                 # the student's own clock: kept to show, never used
-CHUNK = 1 << 20                           # what a download sends at a time
-SEND_TIMEOUT_S = 300                      # the longest a download waits for its client to take a piece
+DEFAULT_MAX_FILE = MAX_BYTES  # one notebook (or any file) of a submission: 100 MB
+DEFAULT_MAX_SUBMISSION = 4 * MAX_BYTES  # everything one submission hands in
+DEFAULT_MAX_SUBMISSIONS = 50  # submissions kept per student and assignment
+DEFAULT_MAX_STORED = 500_000_000  # bytes kept per student and assignment (500 MB)
+DEFAULT_MEMORY_MB = 512  # the service's address space (RLIMIT_AS), MiB: it peaks near 290
+SECRET = "submission_secret.txt"  # nbgrader's per-submission secret (feedback is matched by it)
+CLAIMED = "timestamp.txt"  # the student's own clock: kept to show, never used
+CHUNK = 1 << 20  # what a download sends at a time
+SEND_TIMEOUT_S = 300  # the longest a download waits for its client to take a piece
 
 
 class ExchangeRefusal(Exception):
@@ -111,24 +127,34 @@ def megabytes(n: int) -> str:
 
 def over_count(aid: str, have: int, limit: int) -> ExchangeRefusal:
     """The refusal of a submission past the quota of submissions (403)."""
-    return ExchangeRefusal(403, f"you have handed in {aid} {have} times, the most the exchange keeps (the limit of "
-                                f"{limit} submissions per student and assignment): your newest submission is the one "
-                                f"that counts; if you must hand in again, ask your instructor", "submissions")
+    return ExchangeRefusal(
+        403,
+        f"you have handed in {aid} {have} times, the most the exchange keeps (the limit of "
+        f"{limit} submissions per student and assignment): your newest submission is the one "
+        f"that counts; if you must hand in again, ask your instructor",
+        "submissions",
+    )
 
 
 def over_stored(aid: str, stored: int, size: int, limit: int, *, cut: bool = False) -> ExchangeRefusal:
     """The refusal of a submission that would pass the quota of stored bytes (413); `cut`: stopped on the way."""
-    what = f"this submission passed {megabytes(size)} on its way in" if cut else \
-        f"this submission is {megabytes(size)}"
-    return ExchangeRefusal(413, f"{what}, and you already have {megabytes(stored)} of {aid} in the exchange: over the "
-                                f"limit of {megabytes(limit)} stored per student and assignment. Make it smaller "
-                                f"(clear large outputs: Edit > Clear Outputs of All Cells, then save; leave data "
-                                f"files out) and submit again", "stored")
+    what = f"this submission passed {megabytes(size)} on its way in" if cut else f"this submission is {megabytes(size)}"
+    return ExchangeRefusal(
+        413,
+        f"{what}, and you already have {megabytes(stored)} of {aid} in the exchange: over the "
+        f"limit of {megabytes(limit)} stored per student and assignment. Make it smaller "
+        f"(clear large outputs: Edit > Clear Outputs of All Cells, then save; leave data "
+        f"files out) and submit again",
+        "stored",
+    )
 
 
 def _over_upload(size: int, limit: int) -> ExchangeRefusal:
-    return ExchangeRefusal(413, f"this upload is {megabytes(size)}, over the limit of {megabytes(limit)} for "
-                                f"everything handed in at once", "upload")
+    return ExchangeRefusal(
+        413,
+        f"this upload is {megabytes(size)}, over the limit of {megabytes(limit)} for everything handed in at once",
+        "upload",
+    )
 
 
 def _now() -> datetime.datetime:
@@ -160,21 +186,27 @@ def _members(tar: tarfile.TarFile, max_file: int | None, what: str):
         if why:
             raise ExchangeRefusal(400, f"{what}: {why}")
         if not member.isfile():
-            raise ExchangeRefusal(400, f"{what}: {member.name} is not a regular file (a link or a device): "
-                                       f"only files are handed in")
+            raise ExchangeRefusal(
+                400, f"{what}: {member.name} is not a regular file (a link or a device): only files are handed in"
+            )
         if max_file is not None and member.size > max_file:
-            raise ExchangeRefusal(413, f"{member.name} is {megabytes(member.size)}, over the limit of "
-                                       f"{megabytes(max_file)} per file: make it smaller (clear large "
-                                       f"outputs: Edit > Clear Outputs of All Cells, then save) and submit "
-                                       f"again", "file")
+            raise ExchangeRefusal(
+                413,
+                f"{member.name} is {megabytes(member.size)}, over the limit of "
+                f"{megabytes(max_file)} per file: make it smaller (clear large "
+                f"outputs: Edit > Clear Outputs of All Cells, then save) and submit "
+                f"again",
+                "file",
+            )
         if member.name in seen:
             raise ExchangeRefusal(400, f"{what}: {member.name} is in it twice")
         seen.add(member.name)
         yield member
 
 
-def unpack(data: bytes | os.PathLike | io.IOBase, *, max_file: int | None = None,
-           what: str = "the upload") -> dict[str, bytes]:
+def unpack(
+    data: bytes | os.PathLike | io.IOBase, *, max_file: int | None = None, what: str = "the upload"
+) -> dict[str, bytes]:
     """A tar of regular files (bytes, a path or an open file) back to relative path -> bytes. Refused
     (ExchangeRefusal): anything but regular files and folders (links, devices), a path that is not plainly
     relative, a file over `max_file` bytes."""
@@ -185,8 +217,9 @@ def unpack(data: bytes | os.PathLike | io.IOBase, *, max_file: int | None = None
         raise ExchangeRefusal(400, f"{what} is not a tar of files ({err})") from err
 
 
-def scan(path: os.PathLike, *, max_file: int | None = None, what: str = "the upload",
-         small: tuple[str, ...] = ()) -> tuple[list[str], dict[str, bytes]]:
+def scan(
+    path: os.PathLike, *, max_file: int | None = None, what: str = "the upload", small: tuple[str, ...] = ()
+) -> tuple[list[str], dict[str, bytes]]:
     """A tar file's regular files, checked as `unpack` checks them, without reading them: their names, and the
     bytes of the `small` ones (at most 4 KB each: the secret, the student's timestamp)."""
     names, read = [], {}
@@ -303,13 +336,20 @@ class Store:
             size = path.stat().st_size
             with self._db() as db, open(path, "rb") as f:
                 db.execute("BEGIN IMMEDIATE")
-                if not force and db.execute("SELECT 1 FROM released WHERE course=? AND assignment=?",
-                                            (course, aid)).fetchone():
+                if (
+                    not force
+                    and db.execute("SELECT 1 FROM released WHERE course=? AND assignment=?", (course, aid)).fetchone()
+                ):
                     db.execute("ROLLBACK")
-                    raise ExchangeRefusal(409, f"{aid} is released already: release it again with --force (./course "
-                                               f"release does) to replace what students fetch")
-                cur = db.execute("INSERT INTO released (course, assignment, released_at, by, files) "
-                                 "VALUES (?,?,?,?,zeroblob(?))", (course, aid, _now().strftime(STAMP), by, size))
+                    raise ExchangeRefusal(
+                        409,
+                        f"{aid} is released already: release it again with --force (./course "
+                        f"release does) to replace what students fetch",
+                    )
+                cur = db.execute(
+                    "INSERT INTO released (course, assignment, released_at, by, files) VALUES (?,?,?,?,zeroblob(?))",
+                    (course, aid, _now().strftime(STAMP), by, size),
+                )
                 with db.blobopen("released", "files", cur.lastrowid) as blob:  # copied in pieces, never whole
                     while chunk := f.read(CHUNK):
                         blob.write(chunk)
@@ -320,9 +360,12 @@ class Store:
 
     def released(self, course: str) -> list[dict]:
         with self._db() as db:
-            rows = db.execute("SELECT assignment, released_at, version FROM released r WHERE course=? AND version = "
-                              "(SELECT MAX(version) FROM released WHERE course=r.course AND assignment=r.assignment)"
-                              " ORDER BY assignment", (course,)).fetchall()
+            rows = db.execute(
+                "SELECT assignment, released_at, version FROM released r WHERE course=? AND version = "
+                "(SELECT MAX(version) FROM released WHERE course=r.course AND assignment=r.assignment)"
+                " ORDER BY assignment",
+                (course,),
+            ).fetchall()
             out = []
             for aid, at, version in rows:
                 with db.blobopen("released", "files", version, readonly=True) as blob:
@@ -330,8 +373,9 @@ class Store:
         return out
 
     def _release_version(self, db, course: str, aid: str) -> int:
-        row = db.execute("SELECT version FROM released WHERE course=? AND assignment=? ORDER BY version DESC "
-                         "LIMIT 1", (course, aid)).fetchone()
+        row = db.execute(
+            "SELECT version FROM released WHERE course=? AND assignment=? ORDER BY version DESC LIMIT 1", (course, aid)
+        ).fetchone()
         if row is None:
             raise ExchangeRefusal(404, f"{aid} is not released (yet): ask your instructor")
         return row[0]
@@ -361,13 +405,23 @@ class Store:
 
     @staticmethod
     def _usage(db, course, aid, student) -> tuple[int, int]:
-        count, size = db.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM submissions WHERE course=? AND "
-                                 "assignment=? AND student=?", (course, aid, student)).fetchone()
+        count, size = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM submissions WHERE course=? AND assignment=? AND student=?",
+            (course, aid, student),
+        ).fetchone()
         return count, size
 
-    def submit(self, course: str, aid: str, student: str, files: dict[str, bytes] | Path, *,
-               max_submissions: int | None = DEFAULT_MAX_SUBMISSIONS, max_stored: int | None = DEFAULT_MAX_STORED,
-               max_file: int | None = None) -> dict:
+    def submit(
+        self,
+        course: str,
+        aid: str,
+        student: str,
+        files: dict[str, bytes] | Path,
+        *,
+        max_submissions: int | None = DEFAULT_MAX_SUBMISSIONS,
+        max_stored: int | None = DEFAULT_MAX_STORED,
+        max_file: int | None = None,
+    ) -> dict:
         """Keep a new submission (its files, or a tar file of them, which is moved into the store or removed),
         stamped now. Never replaces one. Refused (ExchangeRefusal, naming what): a file or a name `unpack` refuses,
         no notebook or one not where the release put it, the student's quota of submissions or bytes passed."""
@@ -399,10 +453,20 @@ class Store:
                 if max_stored is not None and stored + size > max_stored:
                     db.execute("ROLLBACK")
                     raise over_stored(aid, stored, size, max_stored)
-                cur = db.execute("INSERT INTO submissions (course, assignment, student, arrived, secret, claimed, "
-                                 "bytes, paths) VALUES (?,?,?,?,?,?,?,?)",
-                                 (course, aid, student, arrived.isoformat(), secret, claimed, size,
-                                  json.dumps(sorted(n for n in names if n != CLAIMED))))
+                cur = db.execute(
+                    "INSERT INTO submissions (course, assignment, student, arrived, secret, claimed, "
+                    "bytes, paths) VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        course,
+                        aid,
+                        student,
+                        arrived.isoformat(),
+                        secret,
+                        claimed,
+                        size,
+                        json.dumps(sorted(n for n in names if n != CLAIMED)),
+                    ),
+                )
                 sid = cur.lastrowid
                 kept = self._folder("submissions") / f"{sid}.tar"
                 os.replace(path, kept)
@@ -429,23 +493,36 @@ class Store:
             out = []
             for sid, assignment, who, arrived, claimed, size, paths in rows:
                 if paths is None:  # kept as rows of `files` (a store from an earlier class)
-                    paths = [p for (p,) in db.execute("SELECT path FROM files WHERE submission=? ORDER BY path",
-                                                      (sid,))]
+                    paths = [
+                        p for (p,) in db.execute("SELECT path FROM files WHERE submission=? ORDER BY path", (sid,))
+                    ]
                 else:
                     paths = json.loads(paths)
-                feedback = {nb: hashlib.md5(html).hexdigest() for nb, html in
-                            db.execute("SELECT notebook, html FROM feedback WHERE submission=?", (sid,))}
-                out.append({"id": sid, "assignment_id": assignment, "student": who,
-                            "timestamp": datetime.datetime.fromisoformat(arrived).strftime(STAMP),
-                            "arrived": arrived, "claimed": claimed, "bytes": size, "files": paths,
-                            "notebooks": sorted(p[:-6] for p in paths if p.endswith(".ipynb") and "/" not in p),
-                            "feedback": feedback})
+                feedback = {
+                    nb: hashlib.md5(html).hexdigest()
+                    for nb, html in db.execute("SELECT notebook, html FROM feedback WHERE submission=?", (sid,))
+                }
+                out.append(
+                    {
+                        "id": sid,
+                        "assignment_id": assignment,
+                        "student": who,
+                        "timestamp": datetime.datetime.fromisoformat(arrived).strftime(STAMP),
+                        "arrived": arrived,
+                        "claimed": claimed,
+                        "bytes": size,
+                        "files": paths,
+                        "notebooks": sorted(p[:-6] for p in paths if p.endswith(".ipynb") and "/" not in p),
+                        "feedback": feedback,
+                    }
+                )
         return out
 
     def _row(self, sid: int) -> tuple[str, str, str, str | None]:
         with self._db() as db:
-            row = db.execute("SELECT course, assignment, student, stored FROM submissions WHERE id=?",
-                             (sid,)).fetchone()
+            row = db.execute(
+                "SELECT course, assignment, student, stored FROM submissions WHERE id=?", (sid,)
+            ).fetchone()
         if row is None:
             raise ExchangeRefusal(404, f"there is no submission {sid}")
         return row
@@ -475,9 +552,11 @@ class Store:
     def refuse(self, course: str, aid: str, student: str, refusal: ExchangeRefusal) -> None:
         """Record a refused submission (collect tells the instructor)."""
         with self._db() as db:
-            db.execute("INSERT INTO refusals (course, assignment, student, at, status, limit_hit, message) "
-                       "VALUES (?,?,?,?,?,?,?)", (course, aid, student, _now().isoformat(), refusal.status,
-                                                  refusal.limit, refusal.message))
+            db.execute(
+                "INSERT INTO refusals (course, assignment, student, at, status, limit_hit, message) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (course, aid, student, _now().isoformat(), refusal.status, refusal.limit, refusal.message),
+            )
 
     def refusals(self, course: str, aid: str | None = None) -> list[dict]:
         """Every refused submission (of `aid`), oldest first."""
@@ -487,29 +566,42 @@ class Store:
             query, params = query + " AND assignment=?", params + [aid]
         with self._db() as db:
             rows = db.execute(query + " ORDER BY id", params).fetchall()
-        return [dict(zip(("assignment_id", "student", "at", "status", "limit", "message"), row, strict=True)) for row in rows]
+        return [
+            dict(zip(("assignment_id", "student", "at", "status", "limit", "message"), row, strict=True))
+            for row in rows
+        ]
 
     # feedback
     def set_feedback(self, course: str, aid: str, student: str, secret: str, html: dict[str, bytes]) -> int:
         """Attach feedback to the submission of `student` whose nbgrader secret is `secret`; its id."""
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute("SELECT id FROM submissions WHERE course=? AND assignment=? AND student=? AND secret=? "
-                             "ORDER BY id DESC LIMIT 1", (course, aid, student, secret.strip())).fetchone()
+            row = db.execute(
+                "SELECT id FROM submissions WHERE course=? AND assignment=? AND student=? AND secret=? "
+                "ORDER BY id DESC LIMIT 1",
+                (course, aid, student, secret.strip()),
+            ).fetchone()
             if row is None:
                 db.execute("ROLLBACK")
-                raise ExchangeRefusal(404, f"no submission of {aid} by {student} has that submission secret: the "
-                                           f"feedback must be for a submission collected from this exchange")
+                raise ExchangeRefusal(
+                    404,
+                    f"no submission of {aid} by {student} has that submission secret: the "
+                    f"feedback must be for a submission collected from this exchange",
+                )
             at = _now().strftime(STAMP)
-            db.executemany("INSERT OR REPLACE INTO feedback (submission, notebook, html, released_at) "
-                           "VALUES (?,?,?,?)", [(row[0], nb, data, at) for nb, data in html.items()])
+            db.executemany(
+                "INSERT OR REPLACE INTO feedback (submission, notebook, html, released_at) VALUES (?,?,?,?)",
+                [(row[0], nb, data, at) for nb, data in html.items()],
+            )
             db.execute("COMMIT")
             return row[0]
 
     def feedback(self, sid: int) -> dict[str, bytes]:
         with self._db() as db:
-            return {f"{nb}.html": html for nb, html in
-                    db.execute("SELECT notebook, html FROM feedback WHERE submission=?", (sid,))}
+            return {
+                f"{nb}.html": html
+                for nb, html in db.execute("SELECT notebook, html FROM feedback WHERE submission=?", (sid,))
+            }
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -518,6 +610,7 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
 
 # --- the HTTP service -----------------------------------------------------------------------------------------
 
@@ -541,7 +634,6 @@ def gradebook_deadlines(url: str):
     return read
 
 
-
 # --- the HTTP API: one handler per route; each decides who may do what -----------------------------------------
 
 
@@ -560,8 +652,11 @@ class _Base(web.RequestHandler):
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None))[1]
-        message = exc.message if isinstance(exc, ExchangeRefusal) else (
-            exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason)
+        message = (
+            exc.message
+            if isinstance(exc, ExchangeRefusal)
+            else (exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason)
+        )
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"error": message}))
 
@@ -573,8 +668,11 @@ class _Base(web.RequestHandler):
         header = self.request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() not in ("token", "bearer") or not token.strip():
-            self._refuse(401, "no token: the exchange service answers JupyterHub users only (nbgrader on the "
-                              "hub sends your server's JUPYTERHUB_API_TOKEN)")
+            self._refuse(
+                401,
+                "no token: the exchange service answers JupyterHub users only (nbgrader on the "
+                "hub sends your server's JUPYTERHUB_API_TOKEN)",
+            )
         model = await self.ex["hub_auth"].user_for_token(token.strip(), sync=False)
         if not model:
             self._refuse(401, "the hub does not know this token (expired or revoked): log in to the hub again")
@@ -584,9 +682,12 @@ class _Base(web.RequestHandler):
 
         scope = self.ex["scope"]
         if not check_scopes({scope}, set(model.get("scopes") or ())):
-            self._refuse(403, f"{model['name']}'s token does not grant {scope}: the hub gives it to the course's "
-                              f"users only (./course hub: load_roles and Spawner.server_token_scopes; on a hub of "
-                              f"several courses, the course's nbgrader-COURSE group)")
+            self._refuse(
+                403,
+                f"{model['name']}'s token does not grant {scope}: the hub gives it to the course's "
+                f"users only (./course hub: load_roles and Spawner.server_token_scopes; on a hub of "
+                f"several courses, the course's nbgrader-COURSE group)",
+            )
         return model["name"]
 
     async def instructor(self, doing: str) -> str:
@@ -622,8 +723,9 @@ class _Base(web.RequestHandler):
             try:
                 await asyncio.wait_for(self.flush(), SEND_TIMEOUT_S)
             except asyncio.TimeoutError:
-                logging.getLogger(NAME).warning("%s took no data for %d s: download dropped", self.request.uri,
-                                                SEND_TIMEOUT_S)
+                logging.getLogger(NAME).warning(
+                    "%s took no data for %d s: download dropped", self.request.uri, SEND_TIMEOUT_S
+                )
                 self.request.connection.close()
                 return
         self.finish()
@@ -714,8 +816,14 @@ class _Limits(_Base):
 
     async def get(self):
         await self.who()
-        self.send_json({"max_file_bytes": self.ex["max_file"], "max_submission_bytes": self.ex["max_submission"],
-                        "max_submissions": self.ex["max_submissions"], "max_stored_bytes": self.ex["max_stored"]})
+        self.send_json(
+            {
+                "max_file_bytes": self.ex["max_file"],
+                "max_submission_bytes": self.ex["max_submission"],
+                "max_submissions": self.ex["max_submissions"],
+                "max_stored_bytes": self.ex["max_stored"],
+            }
+        )
 
 
 class _Assignments(_Base):
@@ -749,8 +857,13 @@ class _Assignment(_Upload):
     async def post(self, course, aid):
         force = self.get_argument("force", "0") in ("1", "true", "yes")
         version = self.store.release(self.course(course), aid, self.staged(), by=self.user, force=force)
-        self.send_json({"assignment_id": aid, "version": version,
-                        "files": next(a["files"] for a in self.store.released(course) if a["assignment_id"] == aid)})
+        self.send_json(
+            {
+                "assignment_id": aid,
+                "version": version,
+                "files": next(a["files"] for a in self.store.released(course) if a["assignment_id"] == aid),
+            }
+        )
 
 
 class _Submissions(_Base):
@@ -764,8 +877,9 @@ class _Submissions(_Base):
             whose = "the class's submissions" if everyone else f"{student}'s submissions"
             self._refuse(403, f"{name} may not list {whose}: a student sees only their own")
         aid = self.get_argument("assignment", None) or None
-        self.send_json(self.store.submissions(self.course(course), aid=aid,
-                                              student=None if everyone else (student or name)))
+        self.send_json(
+            self.store.submissions(self.course(course), aid=aid, student=None if everyone else (student or name))
+        )
 
 
 class _Submit(_Upload):
@@ -783,8 +897,11 @@ class _Submit(_Upload):
         course, aid = self.path_args
         claimed = self.get_argument("as", None)
         if claimed and claimed != self.user:
-            self._refuse(403, f"you are {self.user} (the hub says so): you cannot submit as {claimed}; a "
-                              f"submission is always stored as the hub user who sends it")
+            self._refuse(
+                403,
+                f"you are {self.user} (the hub says so): you cannot submit as {claimed}; a "
+                f"submission is always stored as the hub user who sends it",
+            )
         self.course(course)
         self.store.release_notebooks(course, aid)  # 404 unless released
         count, self._stored = self.store.usage(course, aid, self.user)
@@ -809,9 +926,17 @@ class _Submit(_Upload):
         return over_stored(self.path_args[1], self._stored + others, size, self.ex["max_stored"], cut=cut)
 
     async def post(self, course, aid):
-        self.send_json(self.store.submit(course, aid, self.user, self.staged(),
-                                         max_submissions=self.ex["max_submissions"],
-                                         max_stored=self.ex["max_stored"], max_file=self.ex["max_file"]))
+        self.send_json(
+            self.store.submit(
+                course,
+                aid,
+                self.user,
+                self.staged(),
+                max_submissions=self.ex["max_submissions"],
+                max_stored=self.ex["max_stored"],
+                max_file=self.ex["max_file"],
+            )
+        )
 
     def _handle_request_exception(self, e):
         if isinstance(e, ExchangeRefusal) and self.user is not None and len(self.path_args) == 2:
@@ -819,8 +944,7 @@ class _Submit(_Upload):
                 self.store.refuse(self.path_args[0], self.path_args[1], self.user, e)
             except sqlite3.Error:
                 logging.getLogger(NAME).exception("could not record a refusal")
-            logging.getLogger(NAME).info("refused %s's submission of %s: %s", self.user, self.path_args[1],
-                                         e.message)
+            logging.getLogger(NAME).info("refused %s's submission of %s: %s", self.user, self.path_args[1], e.message)
         super()._handle_request_exception(e)
 
     def on_finish(self):
@@ -853,8 +977,11 @@ class _Submission(_Base):
     def _mine(self, name: str, sid: int, what: str) -> None:
         _, _, student, _ = self.store._row(sid)  # 404 when there is none
         if student != name and name not in self.ex["instructors"]:
-            self._refuse(403, f"{name} may not read the {what} of submission {sid}: it is another student's; "
-                              f"only its student and the instructor may")
+            self._refuse(
+                403,
+                f"{name} may not read the {what} of submission {sid}: it is another student's; "
+                f"only its student and the instructor may",
+            )
 
 
 class _Feedback(_Submission):
@@ -892,18 +1019,38 @@ class _Refusals(_Base):
         self.send_json(self.store.refusals(self.course(course), aid))
 
 
-def make_app(store: Store, hub_auth, *, course: str, instructors: set[str], prefix: str = f"/services/{NAME}/",
-             max_file: int = DEFAULT_MAX_FILE, max_submission: int = DEFAULT_MAX_SUBMISSION,
-             max_submissions: int = DEFAULT_MAX_SUBMISSIONS, max_stored: int = DEFAULT_MAX_STORED, deadlines=None,
-             scope: str = SCOPE):
+def make_app(
+    store: Store,
+    hub_auth,
+    *,
+    course: str,
+    instructors: set[str],
+    prefix: str = f"/services/{NAME}/",
+    max_file: int = DEFAULT_MAX_FILE,
+    max_submission: int = DEFAULT_MAX_SUBMISSION,
+    max_submissions: int = DEFAULT_MAX_SUBMISSIONS,
+    max_stored: int = DEFAULT_MAX_STORED,
+    deadlines=None,
+    scope: str = SCOPE,
+):
     """The tornado application. `hub_auth`: JupyterHub's HubAuth (or, in tests, anything with an async
     `user_for_token(token, sync=False)` that returns the hub's model of the token's owner, or None). `deadlines`:
     student -> {assignment: their deadline} (`gradebook_deadlines`), shown beside each released assignment.
     `max_submissions` and `max_stored`: each student's quota per assignment. `scope`: the hub scope a token needs
     (a hub of several courses runs one service per course, each named, and reached, for its own course)."""
-    settings = dict(store=store, hub_auth=hub_auth, course=course, instructors=frozenset(instructors),
-                    max_file=max_file, max_submission=max_submission, max_submissions=max_submissions,
-                    max_stored=max_stored, deadlines=deadlines, arriving={}, scope=scope)
+    settings = dict(
+        store=store,
+        hub_auth=hub_auth,
+        course=course,
+        instructors=frozenset(instructors),
+        max_file=max_file,
+        max_submission=max_submission,
+        max_submissions=max_submissions,
+        max_stored=max_stored,
+        deadlines=deadlines,
+        arriving={},
+        scope=scope,
+    )
 
     segment = r"([^/+*]+)"
     p = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
@@ -937,26 +1084,54 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", type=Path, required=True, help="the folder of the store (0700, the service's own)")
     p.add_argument("--course", required=True, help="nbgrader's course id")
     p.add_argument("--instructor", action="append", default=[], help="a hub user who may release and collect")
-    p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE / 1e6,
-                   help=f"the largest file of a submission, in MB (default {DEFAULT_MAX_FILE / 1e6:g})")
-    p.add_argument("--max-submission-mb", type=float, default=None,
-                   help="the largest submission, in MB (default: 4 times --max-file-mb)")
-    p.add_argument("--max-submissions", type=int, default=DEFAULT_MAX_SUBMISSIONS,
-                   help=f"submissions kept per student and assignment (default {DEFAULT_MAX_SUBMISSIONS}); "
-                        f"the next is refused")
-    p.add_argument("--max-stored-mb", type=float, default=DEFAULT_MAX_STORED / 1e6,
-                   help=f"MB kept per student and assignment, all their submissions together (default "
-                        f"{DEFAULT_MAX_STORED / 1e6:g}); an upload that would pass it is cut off")
-    p.add_argument("--memory-mb", type=float, default=DEFAULT_MEMORY_MB,
-                   help=f"the service's own address-space limit, in MiB (RLIMIT_AS, default {DEFAULT_MEMORY_MB}; "
-                        f"0: none)")
-    p.add_argument("--gradebook", default=None, metavar="URL",
-                   help="the course's gradebook, whose due dates (and each student's extension) students see")
-    p.add_argument("--url", default=os.environ.get("JUPYTERHUB_SERVICE_URL", ""),
-                   help="where to listen (default $JUPYTERHUB_SERVICE_URL, which JupyterHub sets)")
-    p.add_argument("--off-loopback", action="store_true",
-                   help="allow --url on an address other than loopback (a pod of its own in Kubernetes, reached "
-                        "only through the cluster's network)")
+    p.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=DEFAULT_MAX_FILE / 1e6,
+        help=f"the largest file of a submission, in MB (default {DEFAULT_MAX_FILE / 1e6:g})",
+    )
+    p.add_argument(
+        "--max-submission-mb",
+        type=float,
+        default=None,
+        help="the largest submission, in MB (default: 4 times --max-file-mb)",
+    )
+    p.add_argument(
+        "--max-submissions",
+        type=int,
+        default=DEFAULT_MAX_SUBMISSIONS,
+        help=f"submissions kept per student and assignment (default {DEFAULT_MAX_SUBMISSIONS}); the next is refused",
+    )
+    p.add_argument(
+        "--max-stored-mb",
+        type=float,
+        default=DEFAULT_MAX_STORED / 1e6,
+        help=f"MB kept per student and assignment, all their submissions together (default "
+        f"{DEFAULT_MAX_STORED / 1e6:g}); an upload that would pass it is cut off",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=float,
+        default=DEFAULT_MEMORY_MB,
+        help=f"the service's own address-space limit, in MiB (RLIMIT_AS, default {DEFAULT_MEMORY_MB}; 0: none)",
+    )
+    p.add_argument(
+        "--gradebook",
+        default=None,
+        metavar="URL",
+        help="the course's gradebook, whose due dates (and each student's extension) students see",
+    )
+    p.add_argument(
+        "--url",
+        default=os.environ.get("JUPYTERHUB_SERVICE_URL", ""),
+        help="where to listen (default $JUPYTERHUB_SERVICE_URL, which JupyterHub sets)",
+    )
+    p.add_argument(
+        "--off-loopback",
+        action="store_true",
+        help="allow --url on an address other than loopback (a pod of its own in Kubernetes, reached "
+        "only through the cluster's network)",
+    )
     return p
 
 
@@ -972,10 +1147,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     url = urlparse(args.url)
     if not url.port or (url.hostname not in ("127.0.0.1", "localhost", "::1") and not args.off_loopback):
-        raise SystemExit(f"error: the exchange listens on loopback only, not {args.url!r}: give --url "
-                         f"http://127.0.0.1:PORT (JupyterHub's services entry sets it), or add --off-loopback")
-    for flag, value in (("--max-submissions", args.max_submissions), ("--max-stored-mb", args.max_stored_mb),
-                        ("--max-file-mb", args.max_file_mb)):
+        raise SystemExit(
+            f"error: the exchange listens on loopback only, not {args.url!r}: give --url "
+            f"http://127.0.0.1:PORT (JupyterHub's services entry sets it), or add --off-loopback"
+        )
+    for flag, value in (
+        ("--max-submissions", args.max_submissions),
+        ("--max-stored-mb", args.max_stored_mb),
+        ("--max-file-mb", args.max_file_mb),
+    ):
         if not value > 0:
             raise SystemExit(f"error: {flag} {value:g} is not a positive number: give the most it allows")
     if args.memory_mb < 0:
@@ -987,20 +1167,36 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.store)
     store.clear_incoming()  # uploads a stop cut short: none of them was stored
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{NAME}/")
-    app = make_app(store, HubAuth(), course=args.course, instructors=set(args.instructor), prefix=prefix,
-                   max_file=max_file, max_submission=max_submission, max_submissions=args.max_submissions,
-                   max_stored=int(args.max_stored_mb * 1e6),
-                   deadlines=gradebook_deadlines(args.gradebook) if args.gradebook else None,
-                   scope=f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME') or NAME}")
+    app = make_app(
+        store,
+        HubAuth(),
+        course=args.course,
+        instructors=set(args.instructor),
+        prefix=prefix,
+        max_file=max_file,
+        max_submission=max_submission,
+        max_submissions=args.max_submissions,
+        max_stored=int(args.max_stored_mb * 1e6),
+        deadlines=gradebook_deadlines(args.gradebook) if args.gradebook else None,
+        scope=f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME') or NAME}",
+    )
 
     async def serve():
-        app.listen(url.port, address=url.hostname, max_body_size=max_submission + 1024 * 1024,
-                   body_timeout=BODY_TIMEOUT_S)
-        logging.info("serving %s on %s (store %s, instructors %s, at most %s a file, %d submissions and %s per "
-                     "student and assignment, address space %s)", args.course, args.url, store.folder,
-                     ", ".join(sorted(args.instructor)) or "none", megabytes(max_file), args.max_submissions,
-                     megabytes(int(args.max_stored_mb * 1e6)),
-                     f"{memory / 2**20:g} MiB" if memory else "unlimited")
+        app.listen(
+            url.port, address=url.hostname, max_body_size=max_submission + 1024 * 1024, body_timeout=BODY_TIMEOUT_S
+        )
+        logging.info(
+            "serving %s on %s (store %s, instructors %s, at most %s a file, %d submissions and %s per "
+            "student and assignment, address space %s)",
+            args.course,
+            args.url,
+            store.folder,
+            ", ".join(sorted(args.instructor)) or "none",
+            megabytes(max_file),
+            args.max_submissions,
+            megabytes(int(args.max_stored_mb * 1e6)),
+            f"{memory / 2**20:g} MiB" if memory else "unlimited",
+        )
         await asyncio.Event().wait()  # serve until JupyterHub stops the service (SIGTERM) or Ctrl-C
 
     try:

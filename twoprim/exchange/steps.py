@@ -1,6 +1,7 @@
 """The class's steps through the exchange, as `./course release`, `collect` and `extend` take them: a release with
 its due date (written where students read it), a collect that says who is late, one student's extended deadline.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,15 +55,19 @@ def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: 
     with gradebook(url) as gb:
         known = {s.id for s in gb.students} | set(submitted_students(aid, root)) | set(roster)
     if student not in known:
-        raise CourseError(f"no student {student!r} in the gradebook, grader/submitted/ or the classroom's roster; "
-                          f"known: {', '.join(sorted(known)) or 'none yet'}")
+        raise CourseError(
+            f"no student {student!r} in the gradebook, grader/submitted/ or the classroom's roster; "
+            f"known: {', '.join(sorted(known)) or 'none yet'}"
+        )
     due = grant_extension(aid, student, when, root, url)
     if when is None:
         return f"{student}'s extension of {aid} is taken back: due {due:%Y-%m-%d %H:%M} UTC, as for everyone"
     from twoprim.learner.deadlines import span
 
-    return (f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({span((when - due).total_seconds())} after "
-            f"its due date, {due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on")
+    return (
+        f"{student} may submit {aid} until {when:%Y-%m-%d %H:%M} UTC ({span((when - due).total_seconds())} after "
+        f"its due date, {due:%Y-%m-%d %H:%M} UTC); their late penalty follows it from now on"
+    )
 
 
 def exchange_root(root: Path = ROOT) -> Path:

@@ -5,6 +5,7 @@ the instructor to read (`flagged`, 0 points, the cell, line and why). The sandbo
 do; the audit stops code that would switch off what observes it (the recorders, the capture, the checks), which
 the sandbox alone cannot see. Powers are never evaluated, so `10**40**10` cannot hang the grader.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,37 +18,81 @@ from twoprim.core.catalog import package_modules
 __all__ = ["audit"]
 
 _IMPORTS = {
-    "builtins": "rewrites Python's builtins", "inspect": "inspects frames or source", "gc": "walks live objects",
-    "ctypes": "writes memory directly", "importlib": "imports by computed name", "socket": "opens network sockets",
-    "subprocess": "starts processes", "multiprocessing": "starts processes", "threading": "starts threads",
-    "signal": "handles signals", "atexit": "runs code at exit", "shutil": "copies or deletes files",
-    "pathlib": "reads or writes files", "os": "reaches the operating system", "sys": "reaches the interpreter",
-    "IPython": "reaches the notebook machinery", "twoprim.core.checks": "reaches the course's checks",
-    "twoprim.core.verdicts": "reaches the grader's capture", "twoprim.grading": "reaches the grader",
-    "torch.utils._python_dispatch": "reaches torch's dispatch modes", "torch.overrides": "reaches torch's function modes",
-    "numpy.testing": "reaches test helpers", "torch.testing": "reaches test helpers", "unittest": "reaches test helpers",
+    "builtins": "rewrites Python's builtins",
+    "inspect": "inspects frames or source",
+    "gc": "walks live objects",
+    "ctypes": "writes memory directly",
+    "importlib": "imports by computed name",
+    "socket": "opens network sockets",
+    "subprocess": "starts processes",
+    "multiprocessing": "starts processes",
+    "threading": "starts threads",
+    "signal": "handles signals",
+    "atexit": "runs code at exit",
+    "shutil": "copies or deletes files",
+    "pathlib": "reads or writes files",
+    "os": "reaches the operating system",
+    "sys": "reaches the interpreter",
+    "IPython": "reaches the notebook machinery",
+    "twoprim.core.checks": "reaches the course's checks",
+    "twoprim.core.verdicts": "reaches the grader's capture",
+    "twoprim.grading": "reaches the grader",
+    "torch.utils._python_dispatch": "reaches torch's dispatch modes",
+    "torch.overrides": "reaches torch's function modes",
+    "numpy.testing": "reaches test helpers",
+    "torch.testing": "reaches test helpers",
+    "unittest": "reaches test helpers",
 }
-_CALLS = {"exec": "runs code from a string", "eval": "runs code from a string", "compile": "compiles code at run time",
-          "__import__": "imports by computed name", "open": "opens files", "globals": "rewrites module globals",
-          "setattr": "sets attributes by computed name", "delattr": "deletes attributes", "get_ipython":
-          "reaches the notebook machinery", "exit": "ends the kernel", "quit": "ends the kernel",
-          "breakpoint": "starts a debugger", "vars": "reads namespaces"}
+_CALLS = {
+    "exec": "runs code from a string",
+    "eval": "runs code from a string",
+    "compile": "compiles code at run time",
+    "__import__": "imports by computed name",
+    "open": "opens files",
+    "globals": "rewrites module globals",
+    "setattr": "sets attributes by computed name",
+    "delattr": "deletes attributes",
+    "get_ipython": "reaches the notebook machinery",
+    "exit": "ends the kernel",
+    "quit": "ends the kernel",
+    "breakpoint": "starts a debugger",
+    "vars": "reads namespaces",
+}
 _ATTRIBUTES = {
-    "excepthook": "replaces the exception hook", "set_custom_exc": "replaces IPython's exception handler",
-    "input_transformers_cleanup": "rewrites cells before they run", "input_transformers_post":
-    "rewrites cells before they run", "ast_transformers": "rewrites cells before they run", "_getframe":
-    "inspects the caller's frame", "f_back": "inspects the caller's frame", "f_locals": "reads a frame's variables",
-    "f_globals": "reads a frame's variables", "__builtins__": "rewrites builtins", "__code__": "rewrites functions",
-    "__globals__": "reads function globals", "settrace": "traces execution", "setprofile": "traces execution",
-    "_exit": "ends the kernel", "_pop_torch_dispatch_stack": "switches off torch's dispatch modes",
-    "_disable_torch_function": "switches off torch's function modes", "__torch_dispatch__": "intercepts torch ops",
-    "__torch_function__": "intercepts torch functions", "register_magic_function": "adds notebook magics",
-    "events": "hooks the notebook's events", "_C": "reaches torch's C internals", "__getattribute__":
-    "reads attributes around the normal lookup", "checks": "reaches the course's checks", "verdicts":
-    "reaches the grader's capture", "record_calls": "reaches the checks' recorder", "run_check":
-    "reaches the course's checks", "start_capture": "reaches the grader's capture", "__subclasses__": "walks the class hierarchy", "__dict__":
-    "reads or rewrites namespaces", "system": "runs shell commands", "popen": "runs shell commands", "fork":
-    "starts processes", "kill": "sends signals",
+    "excepthook": "replaces the exception hook",
+    "set_custom_exc": "replaces IPython's exception handler",
+    "input_transformers_cleanup": "rewrites cells before they run",
+    "input_transformers_post": "rewrites cells before they run",
+    "ast_transformers": "rewrites cells before they run",
+    "_getframe": "inspects the caller's frame",
+    "f_back": "inspects the caller's frame",
+    "f_locals": "reads a frame's variables",
+    "f_globals": "reads a frame's variables",
+    "__builtins__": "rewrites builtins",
+    "__code__": "rewrites functions",
+    "__globals__": "reads function globals",
+    "settrace": "traces execution",
+    "setprofile": "traces execution",
+    "_exit": "ends the kernel",
+    "_pop_torch_dispatch_stack": "switches off torch's dispatch modes",
+    "_disable_torch_function": "switches off torch's function modes",
+    "__torch_dispatch__": "intercepts torch ops",
+    "__torch_function__": "intercepts torch functions",
+    "register_magic_function": "adds notebook magics",
+    "events": "hooks the notebook's events",
+    "_C": "reaches torch's C internals",
+    "__getattribute__": "reads attributes around the normal lookup",
+    "checks": "reaches the course's checks",
+    "verdicts": "reaches the grader's capture",
+    "record_calls": "reaches the checks' recorder",
+    "run_check": "reaches the course's checks",
+    "start_capture": "reaches the grader's capture",
+    "__subclasses__": "walks the class hierarchy",
+    "__dict__": "reads or rewrites namespaces",
+    "system": "runs shell commands",
+    "popen": "runs shell commands",
+    "fork": "starts processes",
+    "kill": "sends signals",
 }
 _VERDICT_LOOKALIKE = re.compile(r"[✔✘]|\bScore\s*:|\bpassed \d+ cases?\b|\bex0\d_\w+-\w+")
 _LIBRARY_ROOTS = {"torch", "np", "numpy", "F", "nn", "math", "mx", "twoprim", "builtins", "sys", "os"}
@@ -57,8 +102,9 @@ def _home(module: str) -> str:
     """A module as notebooks name it (`twoprim.checks`) spelled as its home (`twoprim.core.checks`)."""
     parts = module.split(".")
     if len(parts) > 1 and parts[0] == "twoprim":
-        home = twoprim.PUBLIC.get(parts[1]) or (f"assignments.{a}" if (a := twoprim.assignment_modules().get(parts[1]))
-                                                 else None)
+        home = twoprim.PUBLIC.get(parts[1]) or (
+            f"assignments.{a}" if (a := twoprim.assignment_modules().get(parts[1])) else None
+        )
         if home:
             return ".".join(["twoprim", home, *parts[2:]])
     return module
@@ -102,8 +148,9 @@ def audit(code: str) -> list[str]:
     def note(node: ast.AST, what: str, why: str) -> None:
         found.append(f"line {getattr(node, 'lineno', '?')}: {what} ({why})")
 
-    inner = {id(child) for node in ast.walk(tree) if isinstance(node, ast.BinOp)
-             for child in (node.left, node.right)}  # a size is reported once, as its whole expression
+    inner = {
+        id(child) for node in ast.walk(tree) if isinstance(node, ast.BinOp) for child in (node.left, node.right)
+    }  # a size is reported once, as its whole expression
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -123,8 +170,13 @@ def audit(code: str) -> list[str]:
             note(node, f"{node.func.id}(...)", _CALLS[node.func.id])
         elif isinstance(node, ast.Attribute) and node.attr in _ATTRIBUTES:
             note(node, f".{node.attr}", _ATTRIBUTES[node.attr])
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
-                and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) > 1
+            and not isinstance(node.args[1], ast.Constant)
+        ):
             note(node, "getattr(..., <computed name>)", "reads an attribute by computed name")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
@@ -134,15 +186,19 @@ def audit(code: str) -> list[str]:
                     root = root.value
                 if not isinstance(root, ast.Name) or root.id == "self":
                     continue
-                if isinstance(target, ast.Attribute) or (isinstance(target, ast.Subscript)
-                                                         and root.id in _library_roots()):
-                    note(node, f"assigns to {ast.unparse(target)[:80]}",
-                         "rewrites a library or the course's checks" if root.id in _library_roots()
-                         else "rewrites an attribute of an object it did not create")
+                if isinstance(target, ast.Attribute) or (
+                    isinstance(target, ast.Subscript) and root.id in _library_roots()
+                ):
+                    note(
+                        node,
+                        f"assigns to {ast.unparse(target)[:80]}",
+                        "rewrites a library or the course's checks"
+                        if root.id in _library_roots()
+                        else "rewrites an attribute of an object it did not create",
+                    )
     seen, unique = set(), []
     for line in found:
         if line not in seen:
             seen.add(line)
             unique.append(line)
     return unique
-

@@ -1,5 +1,6 @@
 """The cell time limit of autograde: nbgrader's Execute preprocessor, judged on the graded kernel's CPU time
 where the grader can see it (`CpuTimedExecute`), so that a cell is never failed because the machine was loaded."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,12 +21,18 @@ from twoprim.grading.forkserver import ENV_CELLS, ENV_SOCKET
 from twoprim.grading.kernels import scratch
 from twoprim.grading.preprocessors import CPU_LIMIT_LOG_ENV, KERNEL_UID_ENV, STRETCH
 
-__all__ = ["CpuTimedExecute", "PromptKernelManager", "PromptKernelClient", "kernel_cpu_seconds", "watching_cells",
-           "share_test_cells"]
+__all__ = [
+    "CpuTimedExecute",
+    "PromptKernelManager",
+    "PromptKernelClient",
+    "kernel_cpu_seconds",
+    "watching_cells",
+    "share_test_cells",
+]
 
-SHUTDOWN_POLL_S = 0.01   # how often the grader looks whether a shut-down kernel has exited (jupyter_client: 0.1 s)
+SHUTDOWN_POLL_S = 0.01  # how often the grader looks whether a shut-down kernel has exited (jupyter_client: 0.1 s)
 
-_ON_CELL: list[Callable] = []     # told of each cell as it starts and ends (`watching_cells`): a self-grade's progress
+_ON_CELL: list[Callable] = []  # told of each cell as it starts and ends (`watching_cells`): a self-grade's progress
 
 
 @contextlib.contextmanager
@@ -70,7 +77,7 @@ def _tell(cell, phase: str) -> None:
             callback(cell, phase)
 
 
-_KERNEL: dict[int, object] = {}   # pid -> psutil.Process of the graded kernel's uid, found once, read cheaply
+_KERNEL: dict[int, object] = {}  # pid -> psutil.Process of the graded kernel's uid, found once, read cheaply
 
 
 def kernel_cpu_seconds(rescan: bool = False) -> float | None:
@@ -142,8 +149,9 @@ class PromptKernelClient(AsyncKernelClient):
                 raise RuntimeError(
                     f"Kernel didn't respond in {timeout} seconds: waited since {since} "
                     f"({time.monotonic() - started:.1f} s) for a kernel_info_reply on shell and then a message on "
-                    f"IOPub; kernel_info sent {asked} times, " + (
-                        "a reply came, IOPub stayed silent" if replied else "no reply came"))
+                    f"IOPub; kernel_info sent {asked} times, "
+                    + ("a reply came, IOPub stayed silent" if replied else "no reply came")
+                )
         drained = time.monotonic() + 1.0  # what IOPub holds now, not a stream that never stops (at most 1 s)
         while time.monotonic() < drained:
             try:
@@ -203,8 +211,10 @@ class CpuTimedExecute(Execute):
         if started is not None and cpu is not None:
             wall, used = time.monotonic() - started, cpu - cpu0
             if used < 0.9 * timeout and used >= 0.1 * wall and wall < STRETCH * timeout:
-                self.log.warning(f"cell past {timeout} s of wall-clock time with {used:.1f} s of CPU: starved by "
-                                 f"the machine's load, given more time")
+                self.log.warning(
+                    f"cell past {timeout} s of wall-clock time with {used:.1f} s of CPU: starved by "
+                    f"the machine's load, given more time"
+                )
                 await asyncio.sleep(min(1.0, timeout / 10))
                 return None
             verdict = "cpu"

@@ -4,6 +4,7 @@ no readable timestamp.txt (a folder placed by hand) is released under the time i
 grader/submitted/; one without a usable submission_secret.txt, the key by which the exchange matches feedback to
 the student's submission, has its feedback generated in grader/feedback/ and is listed for the instructor to hand
 over. Only a submission with no grade (failed, held, not graded, not yet graded) has no feedback, listed with why."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,19 +24,23 @@ __all__ = ["Released", "release_feedback"]
 class Released:
     """What `./course feedback` did: the students whose feedback was released (with a note where it took one), those
     whose feedback was generated but cannot go through the exchange (why), and those who have none (why)."""
+
     assignment: str
     released: list[str] = field(default_factory=list)
-    held: dict[str, str] = field(default_factory=dict)      # student -> why no feedback was generated
+    held: dict[str, str] = field(default_factory=dict)  # student -> why no feedback was generated
     generated: dict[str, str] = field(default_factory=dict)  # student -> why their generated feedback was not released
-    notes: dict[str, str] = field(default_factory=dict)     # student -> what their released feedback took
+    notes: dict[str, str] = field(default_factory=dict)  # student -> what their released feedback took
 
     def describe(self) -> str:
-        lines = [f"feedback for {self.assignment} released to {len(self.released)} student(s) through the exchange "
-                 f"(HTML in grader/feedback/)"]
+        lines = [
+            f"feedback for {self.assignment} released to {len(self.released)} student(s) through the exchange "
+            f"(HTML in grader/feedback/)"
+        ]
         lines += [f"  {student}: {note}" for student, note in sorted(self.notes.items())]
         if self.generated:
-            lines.append(f"generated but not released through the exchange for {len(self.generated)} (hand it to "
-                         f"them yourself):")
+            lines.append(
+                f"generated but not released through the exchange for {len(self.generated)} (hand it to them yourself):"
+            )
             lines += [f"  {student}: {why}" for student, why in sorted(self.generated.items())]
         if self.held:
             lines.append(f"no feedback for {len(self.held)}:")
@@ -45,8 +50,11 @@ class Released:
 
 def _last_error(result: dict) -> str:
     text = "\n".join(filter(None, [result.get("error", ""), result.get("log", "")]))
-    errors = [line.split("]", 1)[-1].strip() for line in text.splitlines()
-              if "ERROR" in line or "Error" in line or "error" in line]
+    errors = [
+        line.split("]", 1)[-1].strip()
+        for line in text.splitlines()
+        if "ERROR" in line or "Error" in line or "error" in line
+    ]
     return (errors[-1] if errors else " ".join(text.split())[-200:] or "no reason given")[:300]
 
 
@@ -69,16 +77,20 @@ def _unmatchable(aid: str, student: str, root: Path) -> str | None:
     try:
         secret = read_regular(autograded / "submission_secret.txt")
     except FileNotFoundError:
-        return (f"no submission_secret.txt in {submitted} (nbgrader submit writes it; a folder placed by hand has "
-                f"none), and the exchange finds a student's feedback by it")
+        return (
+            f"no submission_secret.txt in {submitted} (nbgrader submit writes it; a folder placed by hand has "
+            f"none), and the exchange finds a student's feedback by it"
+        )
     except (NotRegularFile, OSError) as err:
         return f"submission_secret.txt of {submitted} is unreadable ({err}), and the exchange finds a student's feedback by it"
     try:
         if not secret.decode("utf-8").strip():
             return f"submission_secret.txt in {submitted} is empty, and the exchange finds a student's feedback by it"
     except UnicodeDecodeError as err:
-        return (f"submission_secret.txt in {submitted} is not text (byte {err.start}: {err.reason}), and the exchange "
-                f"finds a student's feedback by it")
+        return (
+            f"submission_secret.txt in {submitted} is not text (byte {err.start}: {err.reason}), and the exchange "
+            f"finds a student's feedback by it"
+        )
     return None
 
 
@@ -99,8 +111,10 @@ def _arrival(aid: str, student: str, root: Path) -> str | None:
     stamp = when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     (feedback / "timestamp.txt").unlink(missing_ok=True)
     (feedback / "timestamp.txt").write_text(stamp)
-    return (f"its timestamp.txt in grader/submitted/{student}/{aid}/ is missing or unreadable: released under the "
-            f"time its notebook reached grader/submitted/, {stamp}")
+    return (
+        f"its timestamp.txt in grader/submitted/{student}/{aid}/ is missing or unreadable: released under the "
+        f"time its notebook reached grader/submitted/, {stamp}"
+    )
 
 
 def release_feedback(aid: str, *, root: Path = ROOT, db: str | None = None) -> Released:
@@ -138,8 +152,10 @@ def release_feedback(aid: str, *, root: Path = ROOT, db: str | None = None) -> R
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 released = api.release_feedback(aid, student)
             if not released.get("success"):
-                result.held[student] = (f"nbgrader could not release the feedback to the exchange: "
-                                        f"{_last_error(released)}; it is in grader/feedback/{student}/{aid}/")
+                result.held[student] = (
+                    f"nbgrader could not release the feedback to the exchange: "
+                    f"{_last_error(released)}; it is in grader/feedback/{student}/{aid}/"
+                )
                 continue
             result.released.append(student)
             if note:

@@ -12,6 +12,7 @@ Only the instructor's process writes the gradebook, one submission per transacti
 (they get an assignment-only SQLite `snapshot` to run nbgrader in). Credentials never live in a file of the course:
 a PostgreSQL URL names the user and host, and libpq finds the password in `PGPASSWORD` or `~/.pgpass`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,12 +32,38 @@ from typing import Iterator
 from twoprim.config import COURSE_ID
 from twoprim.core.errors import CourseError
 from twoprim.grading.nbgrader_cli import generate_assignment, in_process_alembic
-from twoprim.grading.submitted import NotRegularFile, read_regular, read_submission, submission_files, submitted_students
+from twoprim.grading.submitted import (
+    NotRegularFile,
+    read_regular,
+    read_submission,
+    submission_files,
+    submitted_students,
+)
 
-__all__ = ["DB_ENV", "GradebookUnavailable", "database_url", "display_url", "gradebook", "init_db",
-           "gradebook_path", "released_notebooks", "submitted_students", "submission_files", "read_submission",
-           "read_regular", "NotRegularFile", "digest", "snapshot",
-           "committed", "statuses", "merge", "scratch_gradebooks", "create_db", "record_not_graded", "not_graded"]
+__all__ = [
+    "DB_ENV",
+    "GradebookUnavailable",
+    "database_url",
+    "display_url",
+    "gradebook",
+    "init_db",
+    "gradebook_path",
+    "released_notebooks",
+    "submitted_students",
+    "submission_files",
+    "read_submission",
+    "read_regular",
+    "NotRegularFile",
+    "digest",
+    "snapshot",
+    "committed",
+    "statuses",
+    "merge",
+    "scratch_gradebooks",
+    "create_db",
+    "record_not_graded",
+    "not_graded",
+]
 
 DB_ENV = "TWOPRIM_DB"
 TABLE = "twoprim_autograde"
@@ -49,7 +76,7 @@ class GradebookUnavailable(CourseError):
     """The database cannot be reached (or went away); the message names it and what to do."""
 
 
-_SCRATCH: list[str] = []   # folders whose SQLite gradebooks are thrown away after the run
+_SCRATCH: list[str] = []  # folders whose SQLite gradebooks are thrown away after the run
 
 
 def _no_waiting_for_the_disk(connection, _record) -> None:
@@ -101,9 +128,11 @@ def database_url(root: Path, db: str | None = None) -> str:
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if scheme == "sqlite":
         return url
-    raise CourseError(f"the gradebook URL {display_url(url)!r} is neither SQLite nor PostgreSQL: pass "
-                      f"--db postgresql://USER@HOST:5432/DBNAME (the password from PGPASSWORD or ~/.pgpass) or "
-                      f"sqlite:///PATH, or unset {DB_ENV} to use grader/gradebook.db")
+    raise CourseError(
+        f"the gradebook URL {display_url(url)!r} is neither SQLite nor PostgreSQL: pass "
+        f"--db postgresql://USER@HOST:5432/DBNAME (the password from PGPASSWORD or ~/.pgpass) or "
+        f"sqlite:///PATH, or unset {DB_ENV} to use grader/gradebook.db"
+    )
 
 
 def display_url(url: str) -> str:
@@ -115,8 +144,11 @@ def _createdb_command(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     u = make_url(url)
-    return (f"createdb -h {u.host or 'localhost'} -p {u.port or 5432}" + (f" -U {u.username}" if u.username else "")
-            + f" {u.database}")
+    return (
+        f"createdb -h {u.host or 'localhost'} -p {u.port or 5432}"
+        + (f" -U {u.username}" if u.username else "")
+        + f" {u.database}"
+    )
 
 
 def _explain(url: str, err: Exception) -> GradebookUnavailable:
@@ -124,13 +156,17 @@ def _explain(url: str, err: Exception) -> GradebookUnavailable:
     if re.search(r'database ".*" does not exist', detail):
         from sqlalchemy.engine import make_url
 
-        return GradebookUnavailable(f"the gradebook's database {make_url(url).database!r} does not exist on "
-                                    f"{display_url(url)} ({detail}). `./course db-init --db URL` creates it when the "
-                                    f"URL's user may create databases; otherwise the server's administrator creates "
-                                    f"it: {_createdb_command(url)}")
-    return GradebookUnavailable(f"the gradebook at {display_url(url)} cannot be reached ({type(err).__name__}: "
-                                f"{detail}). Start the database or check the URL; for PostgreSQL the password comes "
-                                f"from PGPASSWORD or ~/.pgpass, and `./course db-init --db URL` creates the tables")
+        return GradebookUnavailable(
+            f"the gradebook's database {make_url(url).database!r} does not exist on "
+            f"{display_url(url)} ({detail}). `./course db-init --db URL` creates it when the "
+            f"URL's user may create databases; otherwise the server's administrator creates "
+            f"it: {_createdb_command(url)}"
+        )
+    return GradebookUnavailable(
+        f"the gradebook at {display_url(url)} cannot be reached ({type(err).__name__}: "
+        f"{detail}). Start the database or check the URL; for PostgreSQL the password comes "
+        f"from PGPASSWORD or ~/.pgpass, and `./course db-init --db URL` creates the tables"
+    )
 
 
 @contextlib.contextmanager
@@ -163,20 +199,37 @@ def _tables():
     from sqlalchemy import Column, Float, MetaData, String, Table, Text
 
     metadata = MetaData()
-    autograde = Table(TABLE, metadata,
-                      Column("assignment", String(128), primary_key=True),
-                      Column("student", String(128), primary_key=True),
-                      Column("digest", String(64), nullable=False), Column("status", String(16), nullable=False),
-                      Column("reason", Text, nullable=False), Column("score", Float), Column("max_score", Float),
-                      Column("seconds", Float), Column("worker", String(256)), Column("graded_at", String(32)))
-    extension = Table(EXTENSIONS, metadata,
-                      Column("assignment", String(128), primary_key=True),
-                      Column("student", String(128), primary_key=True),
-                      Column("until", String(32), nullable=False), Column("granted_at", String(32), nullable=False))
-    Table(NOT_GRADED_TABLE, metadata,  # a submission the grader could not grade (its fault): why, and when
-          Column("assignment", String(128), primary_key=True), Column("student", String(128), primary_key=True),
-          Column("digest", String(64), nullable=False), Column("reason", Text, nullable=False),
-          Column("at", String(32), nullable=False))
+    autograde = Table(
+        TABLE,
+        metadata,
+        Column("assignment", String(128), primary_key=True),
+        Column("student", String(128), primary_key=True),
+        Column("digest", String(64), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("score", Float),
+        Column("max_score", Float),
+        Column("seconds", Float),
+        Column("worker", String(256)),
+        Column("graded_at", String(32)),
+    )
+    extension = Table(
+        EXTENSIONS,
+        metadata,
+        Column("assignment", String(128), primary_key=True),
+        Column("student", String(128), primary_key=True),
+        Column("until", String(32), nullable=False),
+        Column("granted_at", String(32), nullable=False),
+    )
+    Table(
+        NOT_GRADED_TABLE,
+        metadata,  # a submission the grader could not grade (its fault): why, and when
+        Column("assignment", String(128), primary_key=True),
+        Column("student", String(128), primary_key=True),
+        Column("digest", String(64), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("at", String(32), nullable=False),
+    )
     return autograde, extension
 
 
@@ -198,8 +251,15 @@ def record_not_graded(aid: str, student: str, reason: str, url: str, *, digest_o
     with gradebook(url) as gb:
         table.metadata.create_all(gb.engine, tables=[table])
         gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == student))
-        gb.db.execute(table.insert().values(assignment=aid, student=student, digest=digest_of, reason=reason,
-                                            at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        gb.db.execute(
+            table.insert().values(
+                assignment=aid,
+                student=student,
+                digest=digest_of,
+                reason=reason,
+                at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
+        )
         gb.db.commit()
 
 
@@ -241,10 +301,12 @@ def create_db(url: str) -> bool:
     except (OperationalError, DBAPIError) as err:
         detail = " ".join(str(getattr(err, "orig", None) or err).split())[:300]
         if "permission denied" in detail.lower():
-            raise GradebookUnavailable(f"{u.username or 'this user'} may not create the database {u.database!r} on "
-                                       f"{display_url(url)} ({detail}); the server's administrator creates it, "
-                                       f"owned by {u.username or 'you'}: {_createdb_command(url)} -O "
-                                       f"{u.username or 'USER'}; then run ./course db-init again") from err
+            raise GradebookUnavailable(
+                f"{u.username or 'this user'} may not create the database {u.database!r} on "
+                f"{display_url(url)} ({detail}); the server's administrator creates it, "
+                f"owned by {u.username or 'you'}: {_createdb_command(url)} -O "
+                f"{u.username or 'USER'}; then run ./course db-init again"
+            ) from err
         raise _explain(url, err) from err
     finally:
         engine.dispose()
@@ -310,8 +372,9 @@ def committed(aid: str, url: str) -> dict[str, str]:
     init_db(url)
     table = _table()
     with gradebook(url) as gb:
-        rows = gb.db.execute(select(table.c.student, table.c.digest, table.c.status)
-                             .where(table.c.assignment == aid)).all()
+        rows = gb.db.execute(
+            select(table.c.student, table.c.digest, table.c.status).where(table.c.assignment == aid)
+        ).all()
     return {student: d for student, d, status in rows if status != "flagged"}
 
 
@@ -393,8 +456,7 @@ def due_date(aid: str, url: str) -> datetime.datetime | None:
         return _due(gb, aid)
 
 
-def grant_extension(aid: str, student: str, until: datetime.datetime | None, root: Path,
-                    url: str) -> datetime.datetime:
+def grant_extension(aid: str, student: str, until: datetime.datetime | None, root: Path, url: str) -> datetime.datetime:
     """Let `student` submit `aid` until `until` (naive UTC; None takes the extension back) and return the due date.
     Refused without a due date, or for an `until` not after it. A grade already written gets its late penalty again
     at once; one graded later gets it when merged."""
@@ -406,15 +468,25 @@ def grant_extension(aid: str, student: str, until: datetime.datetime | None, roo
     with gradebook(url) as gb:
         due = _due(gb, aid)
         if due is None:
-            raise CourseError(f"{aid} has no due date, so there is nothing to extend: give it one with "
-                              f"./course release {aid} --due 'YYYY-MM-DD HH:MM ZONE'")
+            raise CourseError(
+                f"{aid} has no due date, so there is nothing to extend: give it one with "
+                f"./course release {aid} --due 'YYYY-MM-DD HH:MM ZONE'"
+            )
         if until is not None and until <= due:
-            raise CourseError(f"{until:%Y-%m-%d %H:%M} UTC is not after {aid}'s due date, {due:%Y-%m-%d %H:%M} UTC: "
-                              f"an extension gives more time")
+            raise CourseError(
+                f"{until:%Y-%m-%d %H:%M} UTC is not after {aid}'s due date, {due:%Y-%m-%d %H:%M} UTC: "
+                f"an extension gives more time"
+            )
         gb.db.execute(delete(table).where(table.c.assignment == aid, table.c.student == student))
         if until is not None:
-            gb.db.execute(table.insert().values(assignment=aid, student=student, until=until.strftime(UNTIL),
-                                                granted_at=time.strftime(UNTIL, time.gmtime())))
+            gb.db.execute(
+                table.insert().values(
+                    assignment=aid,
+                    student=student,
+                    until=until.strftime(UNTIL),
+                    granted_at=time.strftime(UNTIL, time.gmtime()),
+                )
+            )
         try:
             sub = gb.find_submission(aid, student)
         except MissingEntry:
@@ -474,10 +546,20 @@ def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: s
         if gb.engine.dialect.has_table(gb.db.connection(), NOT_GRADED_TABLE):
             pending = _not_graded_table()
             gb.db.execute(_delete(pending).where(pending.c.assignment == aid, pending.c.student == outcome.student))
-        gb.db.execute(table.insert().values(
-            assignment=aid, student=outcome.student, digest=digest_of, status=outcome.status,
-            reason=outcome.reason, score=outcome.score, max_score=outcome.max_score, seconds=outcome.seconds,
-            worker=outcome.worker, graded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        gb.db.execute(
+            table.insert().values(
+                assignment=aid,
+                student=outcome.student,
+                digest=digest_of,
+                status=outcome.status,
+                reason=outcome.reason,
+                score=outcome.score,
+                max_score=outcome.max_score,
+                seconds=outcome.seconds,
+                worker=outcome.worker,
+                graded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
+        )
         gb.db.commit()
 
 

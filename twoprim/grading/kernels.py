@@ -1,6 +1,7 @@
 """A grading worker's kernels: its scratch folder, the kernelspec it grades with, its warm forkserver
 (`twoprim.grading.forkserver`), the watchdog that stops a submission past its wall-clock limit, and the profile
 of where a submission's time went. State of the worker process, kept between the tasks it runs."""
+
 from __future__ import annotations
 
 import atexit
@@ -17,12 +18,32 @@ from pathlib import Path
 from twoprim.grading import forkserver, sandbox
 from twoprim.core.catalog import checks_modules
 
-__all__ = ["WARM_MODULES", "worker_name", "scratch", "kernelspec_name", "warm_forkserver", "stop_forkservers",
-           "Watchdog", "timings"]
+__all__ = [
+    "WARM_MODULES",
+    "worker_name",
+    "scratch",
+    "kernelspec_name",
+    "warm_forkserver",
+    "stop_forkservers",
+    "Watchdog",
+    "timings",
+]
 
 # What every graded kernel imports, imported once per worker by its forkserver (plus the assignment's checks).
-WARM_MODULES = ("numpy", "torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
-                "ipywidgets", "twoprim.core.record", "twoprim.core.checks", "twoprim.core.verdicts", "twoprim.core.guards", "twoprim.learner.hints")
+WARM_MODULES = (
+    "numpy",
+    "torch",
+    "torch._dynamo",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.debugger",
+    "ipywidgets",
+    "twoprim.core.record",
+    "twoprim.core.checks",
+    "twoprim.core.verdicts",
+    "twoprim.core.guards",
+    "twoprim.learner.hints",
+)
 
 
 def worker_name() -> str:
@@ -58,8 +79,9 @@ def kernelspec_name(unisolated: bool) -> str | None:
         spec = folder / "kernels" / name
         spec.mkdir(parents=True, exist_ok=True)
         argv = sandbox.limits() + [sandbox.python(), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)",
-                                                      "language": "python"}))
+        (spec / "kernel.json").write_text(
+            json.dumps({"argv": argv, "display_name": "Python 3 (grading, limited)", "language": "python"})
+        )
     paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
     if str(folder) not in paths:
         os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(folder), *paths]))
@@ -112,8 +134,11 @@ def timings(log: Path, start: float, stop: float) -> dict:
         return {"nbgrader": stop - start}
     cells = [(s, label) for s, e, label in events if e == "cell"]
     durations = {label: (cells[i + 1][0] if i + 1 < len(cells) else end) - s for i, (s, label) in enumerate(cells)}
-    return {"kernel start": ready - start, "cells": durations, "nbgrader bookkeeping": (stop - start) - (end - start)
-            + (cells[0][0] - ready if cells else 0.0)}
+    return {
+        "kernel start": ready - start,
+        "cells": durations,
+        "nbgrader bookkeeping": (stop - start) - (end - start) + (cells[0][0] - ready if cells else 0.0),
+    }
 
 
 class Watchdog:

@@ -1,5 +1,6 @@
 """A learner grading their own notebook exactly as an instructor's autograde would, hidden checks included, in a
 throw-away course; the result is saved for `./course progress` and the feedback HTML kept."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,6 +30,7 @@ __all__ = ["SelfGrade", "selfgrade", "require_hidden_checks", "graded_tests", "s
 @dataclass
 class SelfGrade:
     """A learner's self-grade of one notebook: the outcome, and the feedback HTML written for it."""
+
     assignment: str
     outcome: Outcome
     feedback: Path | None
@@ -39,13 +41,17 @@ class SelfGrade:
             return f"{self.assignment}: could not be graded: {o.reason}"
         notes = [n for n in (o.reason or "").split("; ") if n and n != "all cells ran"]
         errors = [n for n in notes if n.startswith("error in ")]
-        lines = [f"{self.assignment}: {number(o.score)} / {number(o.max_score)} points, hidden checks included "
-                 f"(the score an instructor's autograde gives this notebook)"]
+        lines = [
+            f"{self.assignment}: {number(o.score)} / {number(o.max_score)} points, hidden checks included "
+            f"(the score an instructor's autograde gives this notebook)"
+        ]
         for note in errors:  # what every later check failed because of: said first, in the words of the error
             lines.append(f"  ✘ {note}")
         if errors:
-            lines.append("    fix this first: the checks that need what that cell defines fail because of it, not "
-                         "because of your answers (\"no result came back\" below)")
+            lines.append(
+                "    fix this first: the checks that need what that cell defines fail because of it, not "
+                'because of your answers ("no result came back" below)'
+            )
         for (_, gid), score in sorted(o.grades.items()):
             if not gid.endswith("-solution"):
                 lines.append(f"  {'✔' if score else '✘'} {gid}: {number(score or 0)}")
@@ -59,11 +65,16 @@ class SelfGrade:
     def save(self, path: Path, notebook: Path) -> None:
         """grader/selfgrade/<aid>.json: the last self-grade of `notebook` (read by `./course progress`)."""
         o = self.outcome
-        record = {"assignment": self.assignment, "notebook": str(notebook), "status": o.status, "reason": o.reason,
-                  "score": o.score, "max_score": o.max_score,
-                  "graded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "tests": {gid: score for (_, gid), score in sorted(o.grades.items())
-                            if not gid.endswith("-solution")}}
+        record = {
+            "assignment": self.assignment,
+            "notebook": str(notebook),
+            "status": o.status,
+            "reason": o.reason,
+            "score": o.score,
+            "max_score": o.max_score,
+            "graded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tests": {gid: score for (_, gid), score in sorted(o.grades.items()) if not gid.endswith("-solution")},
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1) + "\n")
 
@@ -119,8 +130,11 @@ def _prepare(aid: str, root: Path, course: Path, url: str) -> tuple[dict, bytes]
         released = released_notebooks(aid, course, url)
         with tempfile.TemporaryDirectory(prefix="selfgrade-snap-") as tmp:
             snap = snapshot(aid, course, url, Path(tmp)).read_bytes()
-        _PREPARED[key] = ({n: nbformat.writes(nb) for n, nb in released.items()}, snap,
-                          (course / "grader" / "gradebook.db").read_bytes())
+        _PREPARED[key] = (
+            {n: nbformat.writes(nb) for n, nb in released.items()},
+            snap,
+            (course / "grader" / "gradebook.db").read_bytes(),
+        )
     released, snap, db = _PREPARED[key]
     (course / "grader" / "gradebook.db").write_bytes(db)
     return {n: nbformat.reads(t, as_version=4) for n, t in released.items()}, snap
@@ -139,8 +153,9 @@ def _course(aid: str, notebook: Path, root: Path, course: Path) -> None:
     (target / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()))
 
 
-def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT, on_cell=None,
-              on_result=None, dry: bool = False) -> SelfGrade:
+def selfgrade(
+    aid: str, *, notebook: Path | None = None, root: Path = ROOT, on_cell=None, on_result=None, dry: bool = False
+) -> SelfGrade:
     """Grade a learner's own notebook of `aid` exactly as autograde grades a submission (the same task,
     `grade_task`, sandboxed, verdicts judged here), hidden checks included, in a throw-away course; write the
     feedback HTML to grader/selfgrade/<aid>.html. `on_cell(cell, "start" | "end")` is told of every cell nbgrader
@@ -163,8 +178,16 @@ def selfgrade(aid: str, *, notebook: Path | None = None, root: Path = ROOT, on_c
                 nbformat.write(nb, str(course / "grader" / "submitted" / "learner" / aid / f"{name}.ipynb"))
         files, refused = read_submission(aid, "learner", course)
         # the learner's own code: isolated where possible, never held by the audit
-        task = make_task(aid, "learner", files, root=course, released=released, trusted=True,
-                         unisolated=sandbox.missing() is not None, refused=refused)
+        task = make_task(
+            aid,
+            "learner",
+            files,
+            root=course,
+            released=released,
+            trusted=True,
+            unisolated=sandbox.missing() is not None,
+            refused=refused,
+        )
         with watching_cells(on_cell):
             for _ in range(MAX_ATTEMPTS):  # a fault of the grader is tried again, as autograde does
                 outcome = grade_task(task, snap)

@@ -2,6 +2,7 @@
 first on PATH (nbgrader shells out to `alembic`), failing early with the command to run when a tool is missing.
 Shared by the course commands (`course`) and grading (`grading`), neither of which imports the other for it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,8 +15,16 @@ from pathlib import Path
 from twoprim.config import COURSE_ID, ROOT
 from twoprim.core.errors import CourseError
 
-__all__ = ["COURSE_ID", "environment", "preflight", "nbgrader", "in_process_alembic", "checked_schema_once",
-           "generate_assignment", "generate_feedback"]
+__all__ = [
+    "COURSE_ID",
+    "environment",
+    "preflight",
+    "nbgrader",
+    "in_process_alembic",
+    "checked_schema_once",
+    "generate_assignment",
+    "generate_feedback",
+]
 
 
 def environment() -> dict[str, str]:
@@ -33,11 +42,13 @@ def preflight(env: dict[str, str]) -> None:
         if shutil.which(tool, path=env["PATH"]) is None:
             raise CourseError(
                 f"`{tool}` is not installed in {bin_dir} (nbgrader needs it to create and migrate the gradebook). "
-                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command.")
+                f"Run `make setup` in {ROOT} to build the course environment, then rerun this command."
+            )
 
 
-def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False,
-             timeout: float | None = None) -> subprocess.CompletedProcess:
+def nbgrader(
+    args: list[str], *, root: Path = ROOT, check: bool = True, capture: bool = False, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """Run `nbgrader ARGS` from `root`/grader, where its configuration lives; `timeout` None only for `./course
     nbgrader ARGS`, the instructor's own command, which runs as long as they let it (Ctrl-C)."""
     grader = root / "grader"
@@ -46,8 +57,7 @@ def nbgrader(args: list[str], *, root: Path = ROOT, check: bool = True, capture:
     env = environment()
     preflight(env)
     exe = shutil.which("nbgrader", path=env["PATH"])
-    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True,
-                          capture_output=capture, timeout=timeout)
+    proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True, capture_output=capture, timeout=timeout)
     if check and proc.returncode != 0:
         detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
         raise CourseError(f"`nbgrader {' '.join(args)}` failed with exit code {proc.returncode}.{detail}")
@@ -130,19 +140,29 @@ def _call_api(root: Path, doing: str, call, *, db_url: str | None = None, releas
     finally:
         os.chdir(cwd)
     if not result.get("success"):
-        raise CourseError(f"nbgrader could not {doing}: "
-                          f"{(result.get('error') or result.get('log') or '').strip()[-600:]}")
+        raise CourseError(
+            f"nbgrader could not {doing}: {(result.get('error') or result.get('log') or '').strip()[-600:]}"
+        )
 
 
 def generate_assignment(aid: str, *, root: Path = ROOT, release: Path | None = None, db_url: str | None = None) -> None:
     """nbgrader generate_assignment `aid` in this process (nbgrader imported once, not a process per assignment):
     the student version into `release` (default: the course's exercises/), registered in the gradebook at `db_url`
     (default: the course's)."""
-    _call_api(root, f"generate {aid} from solutions/{aid}",
-              lambda api: api.generate_assignment(aid, force=True, create=True), db_url=db_url, release=release)
+    _call_api(
+        root,
+        f"generate {aid} from solutions/{aid}",
+        lambda api: api.generate_assignment(aid, force=True, create=True),
+        db_url=db_url,
+        release=release,
+    )
 
 
 def generate_feedback(aid: str, student: str, *, root: Path = ROOT, db_url: str | None = None) -> None:
     """nbgrader generate_feedback for one student of `aid`, in this process: grader/feedback/<student>/<aid>/."""
-    _call_api(root, f"write the feedback of {student} for {aid}",
-              lambda api: api.generate_feedback(aid, student, force=True), db_url=db_url)
+    _call_api(
+        root,
+        f"write the feedback of {student} for {aid}",
+        lambda api: api.generate_feedback(aid, student, force=True),
+        db_url=db_url,
+    )

@@ -10,6 +10,7 @@
 
 Every cell has the same time limit, `DEFAULT_CELL_TIMEOUT` unless the grader passes another (`--cell-timeout`).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,18 +19,27 @@ import time
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
-__all__ = ["DEFAULT_CELL_TIMEOUT", "MAX_OUTPUT_CHARS", "grade_id", "record_cell_start", "record_kernel_ready",
-           "StderrIsNotFailure", "KERNEL_UID_ENV", "CPU_LIMIT_LOG_ENV",
-           "HideHiddenTestSource", "TruncateOutputs"]
+__all__ = [
+    "DEFAULT_CELL_TIMEOUT",
+    "MAX_OUTPUT_CHARS",
+    "grade_id",
+    "record_cell_start",
+    "record_kernel_ready",
+    "StderrIsNotFailure",
+    "KERNEL_UID_ENV",
+    "CPU_LIMIT_LOG_ENV",
+    "HideHiddenTestSource",
+    "TruncateOutputs",
+]
 
 # Cold imports of torch and a first Dynamo trace are the slowest legitimate cells (a few seconds on 2 cores).
 DEFAULT_CELL_TIMEOUT = 60
-MAX_OUTPUT_CHARS = 20_000           # per output in the autograded notebook and the feedback
-CELL_LOG_ENV = "TWOPRIM_CELL_LOG"   # where `record_cell_start` writes (set by the grader around each run)
-TIMING_ENV = "TWOPRIM_TIMING_LOG"   # where the hooks note when the kernel was ready and each cell started
-KERNEL_UID_ENV = "TWOPRIM_KERNEL_UID"    # the uid the graded kernel runs as (set by the grader), for its CPU time
+MAX_OUTPUT_CHARS = 20_000  # per output in the autograded notebook and the feedback
+CELL_LOG_ENV = "TWOPRIM_CELL_LOG"  # where `record_cell_start` writes (set by the grader around each run)
+TIMING_ENV = "TWOPRIM_TIMING_LOG"  # where the hooks note when the kernel was ready and each cell started
+KERNEL_UID_ENV = "TWOPRIM_KERNEL_UID"  # the uid the graded kernel runs as (set by the grader), for its CPU time
 CPU_LIMIT_LOG_ENV = "TWOPRIM_CPU_LIMIT_LOG"  # where CpuTimedExecute notes how it judged each cell that timed out
-STRETCH = 4                          # a starved cell may run this many times its limit in wall-clock time
+STRETCH = 4  # a starved cell may run this many times its limit in wall-clock time
 
 
 def grade_id(cell) -> str | None:
@@ -58,8 +68,6 @@ def record_cell_start(cell, cell_index, **_):
 def record_kernel_ready(**_):
     """nbclient's on_notebook_start hook (the kernel answers): for the grading profile."""
     _timing("ready")
-
-
 
 
 class StderrIsNotFailure(Preprocessor):
@@ -114,4 +122,3 @@ def _cut(text: str) -> str:
     if len(text) <= MAX_OUTPUT_CHARS:
         return text
     return text[:MAX_OUTPUT_CHARS] + f"\n[... {len(text) - MAX_OUTPUT_CHARS:,} more characters cut by the grader]\n"
-

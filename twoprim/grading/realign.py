@@ -5,6 +5,7 @@ matched to the released ones and repaired; every matched cell gets the release's
 points, graded or not, answer or not, locked, checksum), its cell type, and, unless it is an answer cell, its code or
 text; what was changed is said in words. Only a notebook with nothing of the assignment in it is refused
 (`NotTheAssignment`)."""
+
 from __future__ import annotations
 
 import copy
@@ -17,7 +18,7 @@ from twoprim.grading.preprocessors import grade_id
 
 __all__ = ["realign", "NotTheAssignment"]
 
-MOST_NAMED = 6   # cells named in one note; the rest are counted
+MOST_NAMED = 6  # cells named in one note; the rest are counted
 
 
 class NotTheAssignment(ValueError):
@@ -58,7 +59,7 @@ def realign(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> t
     _restore_cells(cells, by_id, is_answer, notes)
     order = {gid: i for i, gid in enumerate(by_id)}
     unanswered, deleted = [], []
-    for gid in [g for g in by_id if g not in seen]:                        # put the rest back where they were
+    for gid in [g for g in by_id if g not in seen]:  # put the rest back where they were
         before = [i for i, c in enumerate(cells) if grade_id(c) in order and order[grade_id(c)] < order[gid]]
         cells.insert(before[-1] + 1 if before else 0, copy.deepcopy(by_id[gid]))
         if is_answer[gid]:
@@ -89,8 +90,10 @@ def _unmatched(student: nbformat.NotebookNode, by_id: dict, graded: set[str]) ->
     theirs = [g for g in (grade_id(c) for c in student.cells) if isinstance(g, str) and g]
     named = f"; its grade ids are {_names(theirs)}: another assignment's notebook?" if theirs else ""
     wanted = next(g for g in by_id if g in graded)
-    return (f"none of the notebook's {len(student.cells)} cells is one of the assignment's answer or test cells (by "
-            f"grade id, by the test's code or by the function an answer defines, e.g. {wanted}){named}")
+    return (
+        f"none of the notebook's {len(student.cells)} cells is one of the assignment's answer or test cells (by "
+        f"grade id, by the test's code or by the function an answer defines, e.g. {wanted}){named}"
+    )
 
 
 def _drop_metadata_without_id(cells: list, notes: list[str]) -> None:
@@ -98,13 +101,16 @@ def _drop_metadata_without_id(cells: list, notes: list[str]) -> None:
     dropped = 0
     for cell in cells:
         meta = cell.get("metadata", {})
-        if "nbgrader" in meta and not (isinstance(meta["nbgrader"], dict) and isinstance(grade_id(cell), str)
-                                       and grade_id(cell)):
+        if "nbgrader" in meta and not (
+            isinstance(meta["nbgrader"], dict) and isinstance(grade_id(cell), str) and grade_id(cell)
+        ):
             meta.pop("nbgrader")
             dropped += 1
     if dropped:
-        notes.append(f"{dropped} cell(s) had nbgrader metadata without a grade id (not the assignment's); they ran "
-                     f"as the student's own code")
+        notes.append(
+            f"{dropped} cell(s) had nbgrader metadata without a grade id (not the assignment's); they ran "
+            f"as the student's own code"
+        )
 
 
 def _match_by_grade_id(cells: list, by_id: dict, is_answer: dict, seen: set[str], notes: list[str]) -> list:
@@ -134,14 +140,16 @@ def _match_by_grade_id(cells: list, by_id: dict, is_answer: dict, seen: set[str]
             fixed = copy.deepcopy(by_id[gid])
             fixed.source = cell.source if is_answer[gid] else by_id[gid].source
             cell = fixed
-            notes.append(f"{gid} was turned into {'markdown' if by_id[gid].cell_type == 'code' else 'code'}; "
-                         f"restored")
+            notes.append(f"{gid} was turned into {'markdown' if by_id[gid].cell_type == 'code' else 'code'}; restored")
         kept.append(cell)
     if len(unknown) == 1:
         notes.insert(0, f"a cell with the unknown grade id {unknown[0]} was graded as the student's own code")
     elif unknown:
-        notes.insert(0, f"{len(unknown)} cells with grade ids the assignment does not have were graded as the "
-                        f"student's own code: {_names(unknown)}")
+        notes.insert(
+            0,
+            f"{len(unknown)} cells with grade ids the assignment does not have were graded as the "
+            f"student's own code: {_names(unknown)}",
+        )
     return kept
 
 
@@ -155,13 +163,16 @@ def _recognise_stripped(cells: list, by_id: dict, is_answer: dict, seen: set[str
         seen.add(gid)
         recognised.append(gid)
 
-    for gid in [g for g in by_id if g not in seen and not is_answer[g]]:      # by identical source
+    for gid in [g for g in by_id if g not in seen and not is_answer[g]]:  # by identical source
         for cell in cells:
-            if grade_id(cell) is None and cell.cell_type == by_id[gid].cell_type and \
-                    cell.source.strip() == by_id[gid].source.strip():
+            if (
+                grade_id(cell) is None
+                and cell.cell_type == by_id[gid].cell_type
+                and cell.source.strip() == by_id[gid].source.strip()
+            ):
                 restore(cell, gid)
                 break
-    for gid in [g for g in by_id if g not in seen and is_answer[g]]:          # by the function it defines
+    for gid in [g for g in by_id if g not in seen and is_answer[g]]:  # by the function it defines
         name = _signature(by_id[gid].source)
         for cell in cells:
             if name and grade_id(cell) is None and cell.cell_type == "code" and _signature(cell.source) == name:
@@ -170,8 +181,10 @@ def _recognise_stripped(cells: list, by_id: dict, is_answer: dict, seen: set[str
     if len(recognised) == 1:
         notes.append(f"{recognised[0]} had lost its nbgrader metadata; recognised it")
     elif recognised:
-        notes.append(f"{len(recognised)} cells had lost their nbgrader metadata; recognised them by their source "
-                     f"and the functions they define")
+        notes.append(
+            f"{len(recognised)} cells had lost their nbgrader metadata; recognised them by their source "
+            f"and the functions they define"
+        )
 
 
 def _changed_fields(theirs, ours: dict) -> list[str]:
@@ -181,14 +194,16 @@ def _changed_fields(theirs, ours: dict) -> list[str]:
     changed = []
     for key in sorted(set(theirs) | set(ours)):
         if theirs.get(key) != ours.get(key):
-            changed.append(key if key == "checksum" else
-                           f"{key} {_shown(ours, key)} → {_shown(theirs, key)}")
+            changed.append(key if key == "checksum" else f"{key} {_shown(ours, key)} → {_shown(theirs, key)}")
     return changed
 
 
 def _shown(meta: dict, key: str) -> str:
-    return repr(meta[key]).lower() if key in meta and isinstance(meta[key], bool) else \
-        (repr(meta[key]) if key in meta else "absent")
+    return (
+        repr(meta[key]).lower()
+        if key in meta and isinstance(meta[key], bool)
+        else (repr(meta[key]) if key in meta else "absent")
+    )
 
 
 def _restore_cells(cells: list, by_id: dict, is_answer: dict, notes: list[str]) -> None:
@@ -213,5 +228,6 @@ def _restore_cells(cells: list, by_id: dict, is_answer: dict, notes: list[str]) 
     if len(edited) == 1:
         notes.append(f"restored the assignment's version of {edited[0]}, which the submission had edited")
     elif edited:
-        notes.append(f"restored the assignment's version of {len(edited)} cells the submission had edited: "
-                     f"{_names(edited)}")
+        notes.append(
+            f"restored the assignment's version of {len(edited)} cells the submission had edited: {_names(edited)}"
+        )

@@ -1,6 +1,7 @@
 """Reports an instructor can act on: grader/reports/<aid>.csv (one row per student with status, reason and
 lateness), a per-test chart <aid>_tests.png and a one-screen summary, all read from the gradebook (nbgrader's scores
 and late penalties, and the course's `twoprim_autograde` row of each submission: its status, reason and worker)."""
+
 from __future__ import annotations
 
 import csv
@@ -12,7 +13,7 @@ from twoprim.grading.gradebook import database_url, gradebook, not_graded, statu
 
 __all__ = ["write_reports", "summary", "format_summary", "number", "problems", "format_problems", "NOT_GRADED"]
 
-NOT_GRADED = "not graded"   # `submission.NOT_GRADED` (not imported: that module imports torch)
+NOT_GRADED = "not graded"  # `submission.NOT_GRADED` (not imported: that module imports torch)
 
 # score: after the late penalty (nbgrader export's `score`); seconds_late and late_penalty from the due date, if any
 REPORT_FIELDS = ["student", "score", "max_score", "status", "reason", "seconds_late", "late_penalty"]
@@ -35,20 +36,38 @@ def write_reports(aid: str, *, root: Path = ROOT, url: str | None = None, run: l
             st = known.get(sub.student.id, {"status": "graded", "reason": ""})
             penalty = sub.late_submission_penalty or 0.0
             max_score = number(sub.max_score)
-            row = {"student": sub.student.id, "score": number(max(0.0, sub.score - penalty)),
-                   "max_score": max_score, "status": st["status"], "reason": st["reason"],
-                   "seconds_late": number(sub.total_seconds_late), "late_penalty": number(penalty)}
+            row = {
+                "student": sub.student.id,
+                "score": number(max(0.0, sub.score - penalty)),
+                "max_score": max_score,
+                "status": st["status"],
+                "reason": st["reason"],
+                "seconds_late": number(sub.total_seconds_late),
+                "late_penalty": number(penalty),
+            }
             late = pending.pop(sub.student.id, None)
             if late is not None and late["digest"] != st.get("digest"):
-                row.update(status=NOT_GRADED, reason=f"{late['reason']}; the score is the earlier grade's, kept "
-                                                     f"(graded {st.get('graded_at') or 'before'})")
+                row.update(
+                    status=NOT_GRADED,
+                    reason=f"{late['reason']}; the score is the earlier grade's, kept "
+                    f"(graded {st.get('graded_at') or 'before'})",
+                )
             rows.append(row)
             for nb in sub.notebooks:
                 for grade in nb.grades:
                     per_test.setdefault(grade.name, []).append((grade.score, grade.max_score))
     for student, late in pending.items():  # never graded before: no score at all, never a 0
-        rows.append({"student": student, "score": "", "max_score": max_score if max_score is not None else "",
-                     "status": NOT_GRADED, "reason": late["reason"], "seconds_late": "", "late_penalty": ""})
+        rows.append(
+            {
+                "student": student,
+                "score": "",
+                "max_score": max_score if max_score is not None else "",
+                "status": NOT_GRADED,
+                "reason": late["reason"],
+                "seconds_late": "",
+                "late_penalty": "",
+            }
+        )
     rows.sort(key=lambda r: r["student"])
     with open(reports / f"{aid}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=REPORT_FIELDS)
@@ -90,13 +109,18 @@ def summary(aid: str, rows: list[dict]) -> dict:
     """Counts that add up: every row is graded, failed, flagged (held for review) or not graded."""
     graded = [r for r in rows if r["status"] == "graded"]
     scores = [float(r["score"]) for r in graded]
-    return {"assignment": aid, "submissions": len(rows), "graded": len(graded),
-            "failed": sum(r["status"] == "failed" for r in rows),
-            "flagged": sum(r["status"] == "flagged" for r in rows),
-            "not_graded": sum(r["status"] == NOT_GRADED for r in rows),
-            "late": sum(float(r.get("seconds_late") or 0) > 0 for r in rows),
-            "mean": statistics.mean(scores) if scores else None, "median": statistics.median(scores) if scores else None,
-            "max_score": next((r["max_score"] for r in rows if r["max_score"] != ""), None)}
+    return {
+        "assignment": aid,
+        "submissions": len(rows),
+        "graded": len(graded),
+        "failed": sum(r["status"] == "failed" for r in rows),
+        "flagged": sum(r["status"] == "flagged" for r in rows),
+        "not_graded": sum(r["status"] == NOT_GRADED for r in rows),
+        "late": sum(float(r.get("seconds_late") or 0) > 0 for r in rows),
+        "mean": statistics.mean(scores) if scores else None,
+        "median": statistics.median(scores) if scores else None,
+        "max_score": next((r["max_score"] for r in rows if r["max_score"] != ""), None),
+    }
 
 
 def format_summary(s: dict, root: Path = ROOT) -> str:
@@ -108,12 +132,17 @@ def format_summary(s: dict, root: Path = ROOT) -> str:
     held += f", {s['not_graded']} not graded (a fault of the grader, not the students')" if s.get("not_graded") else ""
     held += f"; {s['late']} late (scores after the late penalty)" if s.get("late") else ""
     workers = s.get("workers") or {}
-    by = (f"\nthis run was graded by {len(workers)} workers: " + ", ".join(f"{w} ({n})" for w, n in
-                                                                          sorted(workers.items()))
-          if len(workers) > 1 else "")
-    return (f"{s['assignment']}: {s['submissions']} submissions, {s['graded']} graded, {s['failed']} failed{held}; "
-            f"mean {mean}, median {median} of {s['max_score']}{by}\n"
-            f"reports: {reports}/{s['assignment']}.csv, {reports}/{s['assignment']}_tests.png")
+    by = (
+        f"\nthis run was graded by {len(workers)} workers: "
+        + ", ".join(f"{w} ({n})" for w, n in sorted(workers.items()))
+        if len(workers) > 1
+        else ""
+    )
+    return (
+        f"{s['assignment']}: {s['submissions']} submissions, {s['graded']} graded, {s['failed']} failed{held}; "
+        f"mean {mean}, median {median} of {s['max_score']}{by}\n"
+        f"reports: {reports}/{s['assignment']}.csv, {reports}/{s['assignment']}_tests.png"
+    )
 
 
 def problems(rows: list[dict]) -> list[tuple[str, str, str]]:
@@ -128,8 +157,10 @@ def format_problems(s: dict, width: int = 160) -> str:
     lines = []
     for status, student, reason in s.get("problems") or []:
         line = f"  {label[status]:10s} {student}: {' '.join(str(reason).split())}"
-        lines.append(line if len(line) <= width else line[:width - 1] + "…")
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
     if s.get("not_graded"):
-        lines.append(f"{s['not_graded']} submission(s) not graded through a fault of the grader (no grade written "
-                     f"or changed): run the same command again, without --force, to grade them")
+        lines.append(
+            f"{s['not_graded']} submission(s) not graded through a fault of the grader (no grade written "
+            f"or changed): run the same command again, without --force, to grade them"
+        )
     return "\n".join(lines)

@@ -22,6 +22,7 @@ asks it for one kernel per submission, each with its own box, uid (`claimed_uid`
 isolation is impossible (not Linux, bubblewrap missing, user namespaces disabled), `missing()` says what is missing
 and what to install.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,43 +42,52 @@ from pathlib import Path
 from typing import Callable, Iterator
 from twoprim.config import PACKAGE, ROOT
 
-ENV_BOX = "TWOPRIM_SANDBOX_BOX"      # the submission's writable box (set by the grader per submission)
-ENV_UID = "TWOPRIM_SANDBOX_UID"      # the uid the kernel runs as when the grader is root
+ENV_BOX = "TWOPRIM_SANDBOX_BOX"  # the submission's writable box (set by the grader per submission)
+ENV_UID = "TWOPRIM_SANDBOX_UID"  # the uid the kernel runs as when the grader is root
 BASE_UID = 61000
 UIDS = range(BASE_UID, BASE_UID + 1000)  # the uids sandboxed kernels run as when the grader is root
 KERNEL_NAME = "twoprim-sandbox"
-PROBE_S = 60                         # bubblewrap running `true` in an empty sandbox (well under a second when it works)
+PROBE_S = 60  # bubblewrap running `true` in an empty sandbox (well under a second when it works)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
-MEMORY_LIMIT_BYTES = 8 * 2**30       # address space: torch's import alone reserves ~1 GiB
+MEMORY_LIMIT_BYTES = 8 * 2**30  # address space: torch's import alone reserves ~1 GiB
 CPU_LIMIT_SECONDS = 600
 FILE_SIZE_LIMIT_BYTES = 256 * 2**20
-PROCESS_LIMIT = 256                  # processes and threads of the sandbox's uid
+PROCESS_LIMIT = 256  # processes and threads of the sandbox's uid
 
-INSTALL = ("install bubblewrap and util-linux: `sudo apt-get install bubblewrap util-linux` (Debian, Ubuntu), "
-           "`sudo dnf install bubblewrap util-linux` (Fedora)")
+INSTALL = (
+    "install bubblewrap and util-linux: `sudo apt-get install bubblewrap util-linux` (Debian, Ubuntu), "
+    "`sudo dnf install bubblewrap util-linux` (Fedora)"
+)
 
 
 @cache
 def missing() -> str | None:
     """None when submissions can be isolated here; else what is missing and what to do."""
     if sys.platform != "linux":
-        return (f"isolating submissions needs Linux namespaces (bubblewrap); this is {sys.platform}. Grade on a "
-                f"Linux machine, or pass --unisolated to run students' code as yourself, without isolation")
+        return (
+            f"isolating submissions needs Linux namespaces (bubblewrap); this is {sys.platform}. Grade on a "
+            f"Linux machine, or pass --unisolated to run students' code as yourself, without isolation"
+        )
     tools = ["bwrap"]
     absent = [t for t in tools if shutil.which(t) is None]
     if absent:
         return f"{', '.join(absent)} not found: {INSTALL}; or pass --unisolated to grade without isolation"
     try:
-        probe = subprocess.run(_bwrap_args([], Path("/"), probe=True) + ["true"], capture_output=True, text=True,
-                               timeout=PROBE_S)
+        probe = subprocess.run(
+            _bwrap_args([], Path("/"), probe=True) + ["true"], capture_output=True, text=True, timeout=PROBE_S
+        )
     except subprocess.TimeoutExpired:
-        return (f"bubblewrap did not run `true` in an empty sandbox within {PROBE_S} s; or pass --unisolated to "
-                f"grade without isolation")
+        return (
+            f"bubblewrap did not run `true` in an empty sandbox within {PROBE_S} s; or pass --unisolated to "
+            f"grade without isolation"
+        )
     if probe.returncode != 0:
-        return (f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:200]}); enable unprivileged user "
-                f"namespaces (sysctl kernel.unprivileged_userns_clone=1) or run the grader as root; or pass "
-                f"--unisolated to grade without isolation")
+        return (
+            f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:200]}); enable unprivileged user "
+            f"namespaces (sysctl kernel.unprivileged_userns_clone=1) or run the grader as root; or pass "
+            f"--unisolated to grade without isolation"
+        )
     return None
 
 
@@ -152,8 +162,10 @@ def claimed_uid() -> Iterator[int | None]:
             _kill_uid(uid)
             os.close(fd)  # releases the lock
         return
-    raise RuntimeError(f"all {len(UIDS)} sandbox uids ({UIDS.start}-{UIDS.stop - 1}) are held by running grading "
-                       f"kernels; wait for a grading run to finish")
+    raise RuntimeError(
+        f"all {len(UIDS)} sandbox uids ({UIDS.start}-{UIDS.stop - 1}) are held by running grading "
+        f"kernels; wait for a grading run to finish"
+    )
 
 
 def kernelspec(folder: Path) -> str:
@@ -163,8 +175,16 @@ def kernelspec(folder: Path) -> str:
     spec.mkdir(parents=True, exist_ok=True)
     argv = [python(), "-I", "-m", "twoprim.grading.forkserver", "launch", "{connection_file}"]
     # interrupts go as messages: the kernel is in a session of its own, out of reach of the grader's signals
-    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (graded, sandboxed)",
-                                                  "language": "python", "interrupt_mode": "message"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "display_name": "Python 3 (graded, sandboxed)",
+                "language": "python",
+                "interrupt_mode": "message",
+            }
+        )
+    )
     return KERNEL_NAME
 
 
@@ -189,14 +209,38 @@ def _ancestors(path: Path) -> list[Path]:
 
 def _bwrap_args(binds: list[tuple[str, Path]], box: Path, *, probe: bool = False) -> list[str]:
     """bubblewrap's argv: namespaces, then the read-only system, the binds ("ro" | "rw", path), the box."""
-    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    args = [
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+    ]
     if os.geteuid() == 0:  # only for the forkserver, whose kernels drop them all with their uid
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
         args += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
-    args += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--tmpfs", "/tmp"]  # a private /tmp anyone in the sandbox may write (MLX caches there)
+    args += [
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]  # a private /tmp anyone in the sandbox may write (MLX caches there)
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         top = Path("/") / name
         if top.is_symlink():
@@ -250,24 +294,41 @@ def _process_limit() -> int:
 
 def rlimits() -> dict[str, tuple[int, int]]:
     """The limits of a submission's processes, by `resource` name (set in each forked kernel)."""
-    return {"RLIMIT_AS": (MEMORY_LIMIT_BYTES,) * 2, "RLIMIT_CPU": (CPU_LIMIT_SECONDS,) * 2,
-            "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES,) * 2, "RLIMIT_NPROC": (_process_limit(),) * 2,
-            "RLIMIT_CORE": (0, 0)}
+    return {
+        "RLIMIT_AS": (MEMORY_LIMIT_BYTES,) * 2,
+        "RLIMIT_CPU": (CPU_LIMIT_SECONDS,) * 2,
+        "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES,) * 2,
+        "RLIMIT_NPROC": (_process_limit(),) * 2,
+        "RLIMIT_CORE": (0, 0),
+    }
 
 
 def limits() -> list[str]:
     """The same limits as a `prlimit` argv prefix (for `--unisolated` grading, which has no forkserver)."""
-    return ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", f"--cpu={CPU_LIMIT_SECONDS}", f"--fsize={FILE_SIZE_LIMIT_BYTES}",
-            f"--nproc={_process_limit()}", "--core=0", "--"]
+    return [
+        "prlimit",
+        f"--as={MEMORY_LIMIT_BYTES}",
+        f"--cpu={CPU_LIMIT_SECONDS}",
+        f"--fsize={FILE_SIZE_LIMIT_BYTES}",
+        f"--nproc={_process_limit()}",
+        "--core=0",
+        "--",
+    ]
 
 
 def kernel_env(box: Path) -> dict[str, str]:
     """The environment of a submission's kernel: its box as home, nothing of the grader's."""
     env = {
-        "HOME": box / "home", "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
-        "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "TMPDIR": "/tmp",
-        "IPYTHONDIR": box / "home" / ".ipython", "MPLCONFIGDIR": box / "home" / ".matplotlib",
-        "TWOPRIM_INDUCTOR_CACHE": box / "home" / ".cache" / "inductor", "PYTHONDONTWRITEBYTECODE": "1",
+        "HOME": box / "home",
+        "USER": "student",
+        "LOGNAME": "student",
+        "LANG": "C.UTF-8",
+        "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin",
+        "TMPDIR": "/tmp",
+        "IPYTHONDIR": box / "home" / ".ipython",
+        "MPLCONFIGDIR": box / "home" / ".matplotlib",
+        "TWOPRIM_INDUCTOR_CACHE": box / "home" / ".cache" / "inductor",
+        "PYTHONDONTWRITEBYTECODE": "1",
         "TWOPRIM_CAPTURE_DIR": box / "capture",
     }
     for name in THREAD_VARIABLES:
@@ -280,8 +341,14 @@ def forkserver_command(boxes: Path, control: Path, modules: list[str]) -> list[s
     """The argv that starts a forkserver inside the sandbox: it sees what a kernel may read, `boxes` (where each
     submission's box is made) and `control` (its socket; 0700, out of its kernels' reach when the grader is root),
     imports `modules` and waits for the launcher's requests."""
-    env = {"LANG": "C.UTF-8", "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "TMPDIR": "/tmp",
-           "HOME": str(boxes), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "agg"}
+    env = {
+        "LANG": "C.UTF-8",
+        "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin",
+        "TMPDIR": "/tmp",
+        "HOME": str(boxes),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "agg",
+    }
     for name in THREAD_VARIABLES:
         if name in os.environ:
             env[name] = os.environ[name]

@@ -3,14 +3,24 @@ following a link or blocking on a pipe (`read_submission`, `read_regular`), and 
 not a gradable notebook, in words (`notebook_text`, `missing_reason`): not there, renamed, a folder, a link, a FIFO,
 empty, binary, another encoding (with the byte), a UTF-8 byte-order mark (dropped: the notebook is valid), broken
 JSON, a notebook format nbformat cannot upgrade (versions 1-3 are upgraded to 4, as Jupyter does)."""
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 
-__all__ = ["BOM", "NotRegularFile", "read_regular", "read_submission", "submission_files", "submitted_students",
-           "notebook_text", "upgraded_from", "missing_reason"]
+__all__ = [
+    "BOM",
+    "NotRegularFile",
+    "read_regular",
+    "read_submission",
+    "submission_files",
+    "submitted_students",
+    "notebook_text",
+    "upgraded_from",
+    "missing_reason",
+]
 
 BOM = b"\xef\xbb\xbf"
 
@@ -36,8 +46,13 @@ def _what_it_is(mode: int, path: Path) -> str:
             return f"a symbolic link (to {os.readlink(path)})"
         except OSError:
             return "a symbolic link"
-    return {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
-            stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
+    return {
+        stat.S_IFDIR: "a folder",
+        stat.S_IFIFO: "a named pipe (FIFO)",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+    }.get(stat.S_IFMT(mode), "not a file")
 
 
 def read_regular(path: Path) -> bytes:
@@ -99,36 +114,46 @@ def notebook_text(name: str, data: bytes) -> tuple[str | None, str | None]:
     if not data.strip():
         return None, f"{name} is empty ({len(data)} bytes)"
     if data.startswith(BOM):
-        data = data[len(BOM):]
+        data = data[len(BOM) :]
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return None, (f"{name} is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the file was "
-                      f"re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON")
+        return None, (
+            f"{name} is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: the file was "
+            f"re-saved in another encoding; a notebook saved by Jupyter is UTF-8 JSON"
+        )
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as err:
         binary = b"\0" in data[:4096]
-        return None, (f"{name} is {'a binary file' if binary else 'not UTF-8 text'} (byte {err.start}: "
-                      f"{data[err.start:err.start + 4].hex(' ')}, {err.reason}); a notebook saved by Jupyter is "
-                      f"UTF-8 JSON{'' if binary else ': the file was re-saved in another encoding'}")
+        return None, (
+            f"{name} is {'a binary file' if binary else 'not UTF-8 text'} (byte {err.start}: "
+            f"{data[err.start : err.start + 4].hex(' ')}, {err.reason}); a notebook saved by Jupyter is "
+            f"UTF-8 JSON{'' if binary else ': the file was re-saved in another encoding'}"
+        )
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as err:
-        return None, (f"{name} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the file is "
-                      f"truncated or was not saved from Jupyter")
+        return None, (
+            f"{name} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the file is "
+            f"truncated or was not saved from Jupyter"
+        )
     if not isinstance(parsed, dict) or not isinstance(parsed.get("cells", parsed.get("worksheets")), list):
         return None, f"{name} is JSON but not a notebook (no list of cells)"
     major = parsed.get("nbformat")
     if not isinstance(major, int) or isinstance(major, bool) or not 1 <= major <= 4:
-        return None, (f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today) nor an "
-                      f"older one nbformat upgrades: opened in JupyterLab and saved, it becomes one")
+        return None, (
+            f"{name} is a notebook of format version {major!r}, not 4 (what Jupyter writes today) nor an "
+            f"older one nbformat upgrades: opened in JupyterLab and saved, it becomes one"
+        )
     import nbformat
 
     try:
         upgraded = nbformat.reads(raw, as_version=4)  # versions 1-3 are upgraded, as Jupyter does on opening them
     except Exception as err:  # noqa: BLE001
         if major != 4:
-            return None, (f"{name} says it is a notebook of format version {major}, but nbformat cannot read it as one "
-                          f"to upgrade it to version 4 ({type(err).__name__}: {' '.join(str(err).split())[:200]})")
+            return None, (
+                f"{name} says it is a notebook of format version {major}, but nbformat cannot read it as one "
+                f"to upgrade it to version 4 ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+            )
         return None, f"{name} is JSON but not a notebook ({type(err).__name__}: {str(err)[:200]})"
     return (raw if major == 4 else nbformat.writes(upgraded)), None
 
@@ -149,12 +174,16 @@ def missing_reason(task: dict, missing: list[str], present: list[str]) -> str:
     if ".." in refused or "." in refused:
         which = ".." if ".." in refused else "."
         place = f"grader/submitted/{student}/" if which == ".." else where
-        return (f"{place} is {refused[which]}, not a folder: refused, nothing was read through it; collect the "
-                f"submission again (grading reads only regular files)")
+        return (
+            f"{place} is {refused[which]}, not a folder: refused, nothing was read through it; collect the "
+            f"submission again (grading reads only regular files)"
+        )
     in_place = [f"{m} is {refused[m]}" for m in missing if m in refused]
     if in_place:
-        return (f"{'; '.join(in_place)} in {where}, not a file: refused, nothing was read through it (grading reads "
-                f"only regular files); ask the student to submit {', '.join(missing)}")
+        return (
+            f"{'; '.join(in_place)} in {where}, not a file: refused, nothing was read through it (grading reads "
+            f"only regular files); ask the student to submit {', '.join(missing)}"
+        )
     others = [p for p in present if p.endswith(".ipynb")]
     found = ", ".join(present + [f"{n} ({what})" for n, what in refused.items()]) or "nothing"
     wanted = ", ".join(missing)

@@ -12,6 +12,7 @@ The client reads them from Dask's configuration (`distributed.comm.tls.*` in ~/.
 the environment variables in `CLIENT_ENV`); `client_security(address)` checks that a `tls://` address has them
 before anything is graded.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -24,14 +25,18 @@ __all__ = ["cluster_certs", "issue", "client_security", "CLIENT_ENV", "FILES"]
 
 FILES = {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"}
 # Dask's configuration keys as environment variables (read when dask is imported)
-CLIENT_ENV = {"ca": "DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "cert": "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT",
-              "key": "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"}
+CLIENT_ENV = {
+    "ca": "DASK_DISTRIBUTED__COMM__TLS__CA_FILE",
+    "cert": "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT",
+    "key": "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY",
+}
 REQUIRE_ENV = "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"
 SUBJECT = "Two Primitives grading cluster"
 
 
-def issue(common_name: str, *, dns_names: tuple[str, ...] = (), days: int = 365,
-          start: datetime.datetime | None = None) -> dict[str, bytes]:
+def issue(
+    common_name: str, *, dns_names: tuple[str, ...] = (), days: int = 365, start: datetime.datetime | None = None
+) -> dict[str, bytes]:
     """A CA of its own and one certificate it signed, for `common_name` and `dns_names` (server and client use), valid
     from `start` (default: 5 minutes ago) for `days`: {"ca", "cert", "key"} as PEM. The CA's key is dropped."""
     from cryptography import x509
@@ -43,31 +48,58 @@ def issue(common_name: str, *, dns_names: tuple[str, ...] = (), days: int = 365,
     end = start + datetime.timedelta(days=days, minutes=5)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name} CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-               .issuer_name(ca_name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                     ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                              critical=False))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
     if dns_names:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
-                                        critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False
+        )
     cert = builder.sign(ca_key, hashes.SHA256())
     pem = serialization.Encoding.PEM
-    return {"ca": ca.public_bytes(pem), "cert": cert.public_bytes(pem),
-            "key": key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())}
+    return {
+        "ca": ca.public_bytes(pem),
+        "cert": cert.public_bytes(pem),
+        "key": key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    }
 
 
 def cluster_certs(folder: Path, *, days: int = 365) -> dict[str, Path]:
@@ -79,8 +111,10 @@ def cluster_certs(folder: Path, *, days: int = 365) -> dict[str, Path]:
     paths = {role: folder / name for role, name in FILES.items()}
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing:
-        raise CourseError(f"{', '.join(existing)} already exist(s): certificates are never overwritten. Write new "
-                          f"ones into an empty folder, or move these away first")
+        raise CourseError(
+            f"{', '.join(existing)} already exist(s): certificates are never overwritten. Write new "
+            f"ones into an empty folder, or move these away first"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     issued = issue(SUBJECT, days=days)
     contents = {"ca": (issued["ca"], 0o644), "cert": (issued["cert"], 0o644), "key": (issued["key"], 0o600)}
@@ -103,10 +137,12 @@ def start_commands(paths: dict[str, Path], scheduler: str = "tls://SCHEDULER-HOS
     """How to run a cluster and the client with the certificates at `paths` (printed by `./course cluster-certs`)."""
     flags = f"--tls-ca-file {paths['ca']} --tls-cert {paths['cert']} --tls-key {paths['key']}"
     env = "\n".join(f"export {CLIENT_ENV[role]}={paths[role]}" for role in ("ca", "cert", "key"))
-    return (f"Copy the three files to every grading machine (key.pem stays private: mode 0600), then:\n"
-            f"  dask scheduler --protocol tls --port 8786 {flags}\n"
-            f"  dask worker {scheduler} --nthreads 1 --nworkers 4 {flags}\n"
-            f"and, where you run ./course autograde --scheduler {scheduler}:\n{env}\nexport {REQUIRE_ENV}=True")
+    return (
+        f"Copy the three files to every grading machine (key.pem stays private: mode 0600), then:\n"
+        f"  dask scheduler --protocol tls --port 8786 {flags}\n"
+        f"  dask worker {scheduler} --nthreads 1 --nworkers 4 {flags}\n"
+        f"and, where you run ./course autograde --scheduler {scheduler}:\n{env}\nexport {REQUIRE_ENV}=True"
+    )
 
 
 def client_security(address: str):
@@ -118,17 +154,27 @@ def client_security(address: str):
     security = Security()
     tls = address.startswith("tls://")
     if tls and not (security.tls_ca_file and security.tls_client_cert):
-        missing = [CLIENT_ENV[role] for role, value in (("ca", security.tls_ca_file),
-                                                        ("cert", security.tls_client_cert)) if not value]
-        raise CourseError(f"the Dask scheduler at {address} speaks TLS, but Dask's configuration has no "
-                          f"{' and no '.join(missing)}; nothing was graded or written. Export "
-                          f"{', '.join(CLIENT_ENV.values())} with the files `./course cluster-certs` wrote (or set "
-                          f"distributed.comm.tls in ~/.config/dask/distributed.yaml)")
+        missing = [
+            CLIENT_ENV[role]
+            for role, value in (("ca", security.tls_ca_file), ("cert", security.tls_client_cert))
+            if not value
+        ]
+        raise CourseError(
+            f"the Dask scheduler at {address} speaks TLS, but Dask's configuration has no "
+            f"{' and no '.join(missing)}; nothing was graded or written. Export "
+            f"{', '.join(CLIENT_ENV.values())} with the files `./course cluster-certs` wrote (or set "
+            f"distributed.comm.tls in ~/.config/dask/distributed.yaml)"
+        )
     if not tls and security.require_encryption:
-        raise CourseError(f"Dask's configuration requires TLS ({REQUIRE_ENV}), but {address} is not a tls:// "
-                          f"address; nothing was graded or written. Use the scheduler's tls:// address")
-    for role, path in (("ca", security.tls_ca_file), ("cert", security.tls_client_cert),
-                       ("key", security.tls_client_key)):
+        raise CourseError(
+            f"Dask's configuration requires TLS ({REQUIRE_ENV}), but {address} is not a tls:// "
+            f"address; nothing was graded or written. Use the scheduler's tls:// address"
+        )
+    for role, path in (
+        ("ca", security.tls_ca_file),
+        ("cert", security.tls_client_cert),
+        ("key", security.tls_client_key),
+    ):
         if tls and path and not path.lstrip().startswith("-----BEGIN") and not Path(path).is_file():
             raise CourseError(f"{CLIENT_ENV[role]} names {path}, which is not a file; nothing was graded or written")
     return security

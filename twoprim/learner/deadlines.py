@@ -8,6 +8,7 @@ and a student's progress (lesson 00's progress cell, `./course progress` on the 
 left. The gradebook stays the authority for grading: lateness and penalties are computed from it
 (`grading.gradebook.late_penalties`).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -72,7 +73,7 @@ def span(seconds: float, *, exact: bool = False) -> str:
         units = [(days, " day" + ("s" if days != 1 else "")), (hours, " h"), (rest // 60, " min"), (rest % 60, " s")]
         first = next((i for i, (n, _) in enumerate(units) if n), 3)  # the largest unit present to the smallest,
         last = max((i for i, (n, _) in enumerate(units) if n), default=3)  # none skipped between them
-        return " ".join(f"{n}{unit}" for n, unit in units[first:last + 1])
+        return " ".join(f"{n}{unit}" for n, unit in units[first : last + 1])
     if days:
         return f"{days} day{'s' if days > 1 else ''}" + (f" {hours} h" if hours else "")
     if hours:

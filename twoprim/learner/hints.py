@@ -5,6 +5,7 @@ Revealing a hint never changes a grade; the count is kept in `.twoprim-progress.
 workspace (the course folder; on the classroom hub, the student's home: `twoprim.learner.state.workspace`), read by
 `./course progress`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -45,6 +46,7 @@ def used(root: Path | None = None) -> dict[str, int]:
 
 def _record(gid: str, number: int, root: Path) -> str | None:
     """Remember that hint `number` of `gid` was revealed; never raises (a hint is worth more than its count)."""
+
     def change(data: dict) -> None:
         data["hints"][gid] = max(int(data["hints"].get(gid, 0)), number)
 
@@ -72,8 +74,10 @@ def hint(name: str, number: int | None = None, *, root: Path | None = None) -> N
     note = _record(gid, number, root) or note
     print(_format(gid, number))
     if number == total:
-        print(f"That is the last hint. hint({name!r}, 1) shows the first again; the lesson named at the top of the "
-              f"assignment covers the rest.")
+        print(
+            f"That is the last hint. hint({name!r}, 1) shows the first again; the lesson named at the top of the "
+            f"assignment covers the rest."
+        )
     if note:
         print(f"note: {note}")
 
@@ -96,8 +100,11 @@ def hints(*names: str, root: Path | None = None):
     boxes = []
     for gid in gids:
         total = len(HINTS[gid])
-        button = widgets.Button(description=f"Show hint 1 of {total}", tooltip=f"hints for {gid}; grades unchanged",
-                                layout=widgets.Layout(width="auto"))
+        button = widgets.Button(
+            description=f"Show hint 1 of {total}",
+            tooltip=f"hints for {gid}; grades unchanged",
+            layout=widgets.Layout(width="auto"),
+        )
         shown = widgets.HTML()
         state = {"n": 0}
 

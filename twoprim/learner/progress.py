@@ -14,6 +14,7 @@ last submitted (nbgrader's own record of it), and the next step is to fetch or s
 Why this module is long: one report built from four sources (saved lessons, executed copies of the assignments,
 self-grades, hints) and shown two ways (a table and a chart); each part is one section.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,28 +47,30 @@ from twoprim.learner.state import STATE_FILE, in_classroom, load_state, update_s
 
 __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
 
-CELL_TIMEOUT = 60     # seconds per cell of a learner's notebook; an infinite loop ends there
-WORKERS = 2           # notebooks executed at once (each kernel then runs one thread)
+CELL_TIMEOUT = 60  # seconds per cell of a learner's notebook; an infinite loop ends there
+WORKERS = 2  # notebooks executed at once (each kernel then runs one thread)
 
 PASS, FAIL, TODO, NOT_RUN = "pass", "fail", "todo", "not run"
 # A check that read only the form of an answer (it printed ANSWERED_TEXT): answered, not passing; its value is
 # graded by the hidden check, so only a self-grade can say it is right.
 ANSWERED = "answered"
 DONE = (PASS, ANSWERED)  # nothing left to do in the notebook for this check
-ANALYSIS_VERSION = 2     # part of every cache key: results cached by an older analyse() are judged again
+ANALYSIS_VERSION = 2  # part of every cache key: results cached by an older analyse() are judged again
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Lessons: judged from the saved notebook
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class LessonStatus:
     """One lesson's state in the learner's progress: run to the end or not, and why."""
-    name: str          # "01_dot_product"
+
+    name: str  # "01_dot_product"
     path: Path
     done: bool
-    detail: str        # "run to the end", "not run yet", ...
+    detail: str  # "run to the end", "not run yet", ...
 
 
 def _first_line(source: str) -> str:
@@ -96,21 +99,24 @@ def lesson_status(path: Path) -> LessonStatus:
     for i, cell in code:
         if _errors(cell):
             err = _errors(cell)[0]
-            return LessonStatus(name, path, False, f"stopped with {err.get('ename', 'an error')} in "
-                                                   f"{_cell_label(cell, i)}")
+            return LessonStatus(
+                name, path, False, f"stopped with {err.get('ename', 'an error')} in {_cell_label(cell, i)}"
+            )
     not_run = [(i, c) for i, c in code if c.execution_count is None]
     if not not_run:
         return LessonStatus(name, path, True, "run to the end")
     if len(not_run) == len(code):
         return LessonStatus(name, path, False, "not run yet")
     i, cell = not_run[0]
-    return LessonStatus(name, path, False, f"{len(code) - len(not_run)} of {len(code)} code cells run; "
-                                           f"{_cell_label(cell, i)} has not")
+    return LessonStatus(
+        name, path, False, f"{len(code) - len(not_run)} of {len(code)} code cells run; {_cell_label(cell, i)} has not"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Assignments: a copy of the learner's notebook, executed
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
@@ -133,8 +139,11 @@ def cache_key(nb: nbformat.NotebookNode, aid: str) -> str:
     for cell in nb.cells:
         if cell.cell_type == "code":
             h.update(json.dumps([_meta(cell).get("grade_id"), cell.source]).encode())
-    for path in (*(PACKAGE / "assignments").glob(f"{aid}.py"), PACKAGE / "core" / "checks.py",
-                 PACKAGE / "core" / "failures.py"):
+    for path in (
+        *(PACKAGE / "assignments").glob(f"{aid}.py"),
+        PACKAGE / "core" / "checks.py",
+        PACKAGE / "core" / "failures.py",
+    ):
         if path.is_file():
             h.update(path.read_bytes())
     return h.hexdigest()
@@ -142,8 +151,11 @@ def cache_key(nb: nbformat.NotebookNode, aid: str) -> str:
 
 def _answered_only(cell) -> bool:
     """The check cell ran without error and printed that it read only the form of the answer."""
-    text = "".join(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
-                   for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    text = "".join(
+        o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream"
+    )
     return ANSWERED_TEXT in text
 
 
@@ -155,8 +167,9 @@ def untouched(nb: nbformat.NotebookNode) -> bool:
     return bool(answers) and all(_meta(c).get("checksum") == compute_checksum(c) for c in answers)
 
 
-def analyse(nb: nbformat.NotebookNode, aid: str, stopped: tuple[str, int] | None = None,
-            timeout: int = CELL_TIMEOUT) -> dict:
+def analyse(
+    nb: nbformat.NotebookNode, aid: str, stopped: tuple[str, int] | None = None, timeout: int = CELL_TIMEOUT
+) -> dict:
     """The result of an executed notebook: each visible check passed, failed, still a stub or did not run, and
     what stopped the notebook (`stopped` = (kind, cell index) for a kernel that died or a cell that timed out)."""
     checks, where = {}, visible_checks(nb, aid)
@@ -173,17 +186,32 @@ def analyse(nb: nbformat.NotebookNode, aid: str, stopped: tuple[str, int] | None
             checks[fn] = TODO if errors[0].get("ename") == "NotImplementedError" else FAIL
     status, problem = "ran", None
     if not where:
-        status, problem = "error", ("it has no check cells with nbgrader metadata (were they stripped?); paste your "
-                                    "answers into a fresh copy of the assignment")
+        status, problem = (
+            "error",
+            (
+                "it has no check cells with nbgrader metadata (were they stripped?); paste your "
+                "answers into a fresh copy of the assignment"
+            ),
+        )
     elif stopped:
         kind, index = stopped
         label = _cell_label(nb.cells[index], index)
         if kind == "crashed":
-            status, problem = kind, (f"the kernel died in {label} (a crash, os._exit() or running out of memory); "
-                                     f"the cells after it did not run")
+            status, problem = (
+                kind,
+                (
+                    f"the kernel died in {label} (a crash, os._exit() or running out of memory); "
+                    f"the cells after it did not run"
+                ),
+            )
         else:
-            status, problem = kind, (f"{label} ran past the {timeout} s limit (an infinite loop?) and was stopped; "
-                                     f"the cells after it did not run")
+            status, problem = (
+                kind,
+                (
+                    f"{label} ran past the {timeout} s limit (an infinite loop?) and was stopped; "
+                    f"the cells after it did not run"
+                ),
+            )
     else:
         for i, cell in enumerate(nb.cells):
             if i in where.values() or cell.cell_type != "code":
@@ -220,9 +248,15 @@ def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_threa
         env = dict(os.environ)
         if one_thread:  # two kernels on two cores: one thread each, no spinning thread pools
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                interrupt_on_timeout=False, on_cell_start=on_cell_start,
-                                resources={"metadata": {"path": tmp}})
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            interrupt_on_timeout=False,
+            on_cell_start=on_cell_start,
+            resources={"metadata": {"path": tmp}},
+        )
         stopped = None
         try:
             # asyncio.run, not client.execute(): it cancels the output pollers a timeout leaves pending
@@ -240,16 +274,18 @@ def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_threa
 # The report
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class AssignmentStatus:
     """One assignment's state: its visible checks, self-grade, submission and any problem."""
+
     aid: str
     path: Path
-    status: str                     # not started | ran | error | crashed | timed out | missing | unreadable
-    checks: dict = field(default_factory=dict)     # function -> pass | fail | todo | not run
+    status: str  # not started | ran | error | crashed | timed out | missing | unreadable
+    checks: dict = field(default_factory=dict)  # function -> pass | fail | todo | not run
     problem: str | None = None
-    selfgrade: dict | None = None   # {"score", "max_score", "stale": why it is out of date or "", "failing"}
-    submitted: dict | None = None   # on the classroom hub: {"at": nbgrader's timestamp, "stale": "" or why}
+    selfgrade: dict | None = None  # {"score", "max_score", "stale": why it is out of date or "", "failing"}
+    submitted: dict | None = None  # on the classroom hub: {"at": nbgrader's timestamp, "stale": "" or why}
     due: datetime.datetime | None = None  # on the classroom hub: its due date, naive UTC (`twoprim.learner.deadlines`)
     hints_used: int = 0
     hints_total: int = 0
@@ -273,6 +309,7 @@ class AssignmentStatus:
 @dataclass
 class Report:
     """Everything `course progress` shows: lessons, assignments, notes and the next step."""
+
     root: Path
     lessons: list[LessonStatus]
     assignments: list[AssignmentStatus]
@@ -287,12 +324,21 @@ class Report:
     def text(self) -> str:
         """The report as plain text for a terminal, each table's columns as wide as their widest cell."""
         out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + [""]
-        out += _columns([["", "lesson", "status"]]
-                        + [["✔" if l.done else "·", l.name, l.detail] for l in self.lessons])
+        out += _columns([["", "lesson", "status"]] + [["✔" if l.done else "·", l.name, l.detail] for l in self.lessons])
         out += [""] + _columns(
             [["", "assignment", "visible checks", self.graded_column, "hints", "notebook"]]
-            + [["✔" if _complete(a) else "·", a.aid, _checks_cell(a), _selfgrade_cell(a),
-                f"{a.hints_used} of {a.hints_total}", _notebook_cell(a)] for a in self.assignments])
+            + [
+                [
+                    "✔" if _complete(a) else "·",
+                    a.aid,
+                    _checks_cell(a),
+                    _selfgrade_cell(a),
+                    f"{a.hints_used} of {a.hints_total}",
+                    _notebook_cell(a),
+                ]
+                for a in self.assignments
+            ]
+        )
         out += ["", f"next: {self.next_step}"]
         return "\n".join(out)
 
@@ -301,22 +347,32 @@ class Report:
         e = html.escape
         style = "text-align:left;padding:2px 10px;vertical-align:top"
         nowrap = style + ";white-space:nowrap"
-        rows = "".join(f"<tr><td style='{style}'>{'✔' if l.done else '·'}</td><td style='{style}'><code>{e(l.name)}"
-                       f"</code></td><td style='{style}'>{e(l.detail)}</td></tr>" for l in self.lessons)
-        lessons_html = (f"<table><tr><th></th><th style='{style}'>lesson</th><th style='{style}'>status</th></tr>"
-                        f"{rows}</table>")
+        rows = "".join(
+            f"<tr><td style='{style}'>{'✔' if l.done else '·'}</td><td style='{style}'><code>{e(l.name)}"
+            f"</code></td><td style='{style}'>{e(l.detail)}</td></tr>"
+            for l in self.lessons
+        )
+        lessons_html = (
+            f"<table><tr><th></th><th style='{style}'>lesson</th><th style='{style}'>status</th></tr>{rows}</table>"
+        )
         rows = "".join(
             f"<tr><td style='{style}'>{'✔' if _complete(a) else '·'}</td><td style='{style}'><code>{e(a.aid)}</code>"
             f"</td><td style='{nowrap}'>{e(_checks_cell(a))}</td><td style='{nowrap}'>{e(_selfgrade_cell(a))}</td>"
             f"<td style='{nowrap}'>{a.hints_used} of {a.hints_total}</td><td style='{style}'>{e(_notebook_cell(a))}"
-            f"</td></tr>" for a in self.assignments)
-        heads = "".join(f"<th style='{style}'>{h}</th>" for h in
-                        ("", "assignment", "visible checks", self.graded_column, "hints", "notebook"))
+            f"</td></tr>"
+            for a in self.assignments
+        )
+        heads = "".join(
+            f"<th style='{style}'>{h}</th>"
+            for h in ("", "assignment", "visible checks", self.graded_column, "hints", "notebook")
+        )
         assignments_html = f"<table><tr>{heads}</tr>{rows}</table>"
         notes = "".join(f"<p><b>note:</b> {e(n)}</p>" for n in self.notes)
         png = base64.b64encode(chart_png(self)).decode()
-        return (f"{notes}{lessons_html}{assignments_html}<p><b>Next:</b> {e(self.next_step)}</p>"
-                f"<img alt='progress chart' src='data:image/png;base64,{png}'/>")
+        return (
+            f"{notes}{lessons_html}{assignments_html}<p><b>Next:</b> {e(self.next_step)}</p>"
+            f"<img alt='progress chart' src='data:image/png;base64,{png}'/>"
+        )
 
 
 def _columns(rows: list[list[str]]) -> list[str]:
@@ -346,8 +402,7 @@ def _selfgrade_cell(a: AssignmentStatus) -> str:
     if a.submitted is not None:
         if not a.submitted["at"]:
             return "-"
-        return (a.submitted["at"][:16] + (" (old)" if a.submitted["stale"] else "")
-                + (" (late)" if _late(a) else ""))
+        return a.submitted["at"][:16] + (" (old)" if a.submitted["stale"] else "") + (" (late)" if _late(a) else "")
     sg = a.selfgrade
     if sg is None:
         return "-"
@@ -391,8 +446,13 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
         score, max_score = float(rec["score"]), float(rec["max_score"])
         tests = dict(rec.get("tests", {}))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return {"unreadable": f"{path.name}: {type(err).__name__}", "stale": f"{path.name} is unreadable",
-                "score": 0, "max_score": 0, "failing": []}
+        return {
+            "unreadable": f"{path.name}: {type(err).__name__}",
+            "stale": f"{path.name} is unreadable",
+            "score": 0,
+            "max_score": 0,
+            "failing": [],
+        }
     if Path(rec.get("notebook") or "?").resolve() != notebook.resolve():
         return None  # a self-grade of another notebook (--notebook, a scratch copy) says nothing about this one
     if notebook.stat().st_mtime > graded + 1:  # graded_at is rounded down to the second
@@ -446,11 +506,12 @@ def _classroom(notes: list[str]) -> Classroom | None:
     try:
         listing, mine = get(f"assignments/{COURSE_ID}"), get(f"submissions/{COURSE_ID}")
     except (OSError, ValueError, urllib.error.URLError) as err:
-        notes.append(f"the classroom's exchange service did not answer ({err}): released assignments, due dates "
-                     f"and submissions may be missing below")
+        notes.append(
+            f"the classroom's exchange service did not answer ({err}): released assignments, due dates "
+            f"and submissions may be missing below"
+        )
         return None
-    due = {e["assignment_id"]: datetime.datetime.strptime(e["due"], deadlines.FORMAT)
-           for e in listing if e.get("due")}
+    due = {e["assignment_id"]: datetime.datetime.strptime(e["due"], deadlines.FORMAT) for e in listing if e.get("due")}
     room = Classroom({e["assignment_id"] for e in listing}, due, {})
     for record in mine:  # oldest first: the newest of each assignment wins
         at = record["timestamp"]
@@ -506,8 +567,9 @@ def _read_submission(aid: str, notebook: Path) -> dict:
     return {"at": latest[0], "stale": "you saved the notebook after submitting it" if saved_after else ""}
 
 
-def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus],
-               classroom: bool = False) -> str:
+def _next_step(
+    root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus], classroom: bool = False
+) -> str:
     """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
     (README.md's lesson table: lesson 09 comes with ex09_triton), else the assignment with the lesson's number."""
     by_aid = {a.aid: a for a in work}
@@ -526,13 +588,17 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
         if isinstance(step, LessonStatus):
             if not step.done:
                 where = step.path.relative_to(root)
-                return (f"run {where} to the end (Kernel → Restart Kernel and Run All Cells) and save it; "
-                        f"now: {step.detail}.")
+                return (
+                    f"run {where} to the end (Kernel → Restart Kernel and Run All Cells) and save it; "
+                    f"now: {step.detail}."
+                )
             continue
         a, where = step, step.path.relative_to(root)
         if a.status == "missing" and classroom:
-            return (f"fetch {a.aid} from the Assignments tab (Nbgrader → Assignments){_due(a)}: it lands in "
-                    f"{where.parent}/.")
+            return (
+                f"fetch {a.aid} from the Assignments tab (Nbgrader → Assignments){_due(a)}: it lands in "
+                f"{where.parent}/."
+            )
         if a.status == "missing":
             return f"{where} is missing: restore it from the course (`git restore {where}`)."
         if not a.runs:
@@ -540,39 +606,60 @@ def _next_step(root: Path, lesson_list: list[LessonStatus], work: list[Assignmen
             return f"fix {where}: {a.problem}; then run {again} again."
         todo = [fn for fn, v in a.checks.items() if v not in DONE]
         if todo:
-            return (f"make `{todo[0]}` pass its check in {where} (stuck? the hint cell under it reveals hints "
-                    f"one at a time).")
+            return (
+                f"make `{todo[0]}` pass its check in {where} (stuck? the hint cell under it reveals hints "
+                f"one at a time)."
+            )
         if classroom:
             sub = a.submitted or {"at": "", "stale": ""}
             if sub["at"] and not sub["stale"]:
                 continue
-            answers = (f" and the values of your {a.answered} short answer{'s' if a.answered > 1 else ''}"
-                       if a.answered else "")
+            answers = (
+                f" and the values of your {a.answered} short answer{'s' if a.answered > 1 else ''}"
+                if a.answered
+                else ""
+            )
             again = f" again ({sub['stale']})" if sub["stale"] else ""
-            return (f"submit {a.aid} from the Assignments tab{again}{_due(a)}: your instructor's grading adds the "
-                    f"hidden checks{answers}, and its feedback comes back there.")
+            return (
+                f"submit {a.aid} from the Assignments tab{again}{_due(a)}: your instructor's grading adds the "
+                f"hidden checks{answers}, and its feedback comes back there."
+            )
         sg = a.selfgrade
         if sg is None or sg["stale"]:
             again = "" if sg is None else f" again ({sg['stale']})"
             answers = ""
             if a.answered:
-                answers = (f" and checks the values of your {a.answered} short answer{'s' if a.answered > 1 else ''} "
-                           f"(the notebook checks only their form)")
+                answers = (
+                    f" and checks the values of your {a.answered} short answer{'s' if a.answered > 1 else ''} "
+                    f"(the notebook checks only their form)"
+                )
             return f"run `./course selfgrade {a.aid}`{again}: it adds the hidden checks grading runs{answers}."
         if sg["score"] < sg["max_score"]:
             names = ", ".join(sg["failing"]) or "some checks"
-            return (f"hidden checks of {a.aid} fail ({names}): read grader/selfgrade/{a.aid}.html for what they "
-                    f"tried, fix, then run `./course selfgrade {a.aid}` again.")
+            return (
+                f"hidden checks of {a.aid} fail ({names}): read grader/selfgrade/{a.aid}.html for what they "
+                f"tried, fix, then run `./course selfgrade {a.aid}` again."
+            )
     if classroom:
-        return ("done: every lesson is run to the end, and every assignment released so far passes its visible checks "
-                "and is submitted; its feedback comes back in the Assignments tab. The further reading at the end "
-                "of each lesson goes deeper.")
-    return ("done: every lesson is run to the end and every assignment passes all its checks, hidden ones included. "
-            "The further reading at the end of each lesson goes deeper.")
+        return (
+            "done: every lesson is run to the end, and every assignment released so far passes its visible checks "
+            "and is submitted; its feedback comes back in the Assignments tab. The further reading at the end "
+            "of each lesson goes deeper."
+        )
+    return (
+        "done: every lesson is run to the end and every assignment passes all its checks, hidden ones included. "
+        "The further reading at the end of each lesson goes deeper."
+    )
 
 
-def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: int = WORKERS,
-           log: Callable[[str], None] | None = None, classroom: bool | None = None) -> Report:
+def report(
+    root: Path | None = None,
+    *,
+    timeout: int = CELL_TIMEOUT,
+    workers: int = WORKERS,
+    log: Callable[[str], None] | None = None,
+    classroom: bool | None = None,
+) -> Report:
     """Build the progress report of the learner's copy of the course at `root` (default: `state.workspace()`;
     executes changed assignment notebooks). `classroom`: a student on the classroom hub (default:
     `state.in_classroom()`)."""
@@ -598,16 +685,21 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
             a.submitted = room.submission(aid, path) if room.submitted is not None else _read_submission(aid, path)
             a.due = room.due.get(aid)
         if not path.is_file():
-            a.problem = ("not fetched yet: fetch it from the Assignments tab" if classroom
-                         else f"{path.relative_to(root)} does not exist")
+            a.problem = (
+                "not fetched yet: fetch it from the Assignments tab"
+                if classroom
+                else f"{path.relative_to(root)} does not exist"
+            )
             continue
         if not classroom:
             a.selfgrade = _read_selfgrade(root, aid, path)
         try:
             nb = nbformat.read(str(path), as_version=4)
         except Exception as err:  # noqa: BLE001 - a broken file is reported, the report goes on
-            a.status, a.problem = "unreadable", (f"{type(err).__name__}: {str(err)[:200]}; the file is not a "
-                                                 f"notebook Jupyter saved")
+            a.status, a.problem = (
+                "unreadable",
+                (f"{type(err).__name__}: {str(err)[:200]}; the file is not a notebook Jupyter saved"),
+            )
             continue
         if untouched(nb):
             a.status, a.checks = "not started", {fn: TODO for fn in visible_checks(nb, aid)}
@@ -624,8 +716,12 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
 
     def remember(data: dict) -> None:
         for aid, (key, result) in results.items():
-            data["runs"][aid] = {"key": key, "result": result, "timeout": timeout,
-                                 "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            data["runs"][aid] = {
+                "key": key,
+                "result": result,
+                "timeout": timeout,
+                "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
 
     if results:
         try:
@@ -636,8 +732,9 @@ def report(root: Path | None = None, *, timeout: int = CELL_TIMEOUT, workers: in
     return Report(root, lesson_list, work, _next_step(root, lesson_list, work, classroom), notes, classroom)
 
 
-def _run_copies(todo: list[tuple[AssignmentStatus, str]], root: Path, *, timeout: int, workers: int,
-                log: Callable[[str], None]) -> dict[str, tuple[str, dict]]:
+def _run_copies(
+    todo: list[tuple[AssignmentStatus, str]], root: Path, *, timeout: int, workers: int, log: Callable[[str], None]
+) -> dict[str, tuple[str, dict]]:
     """Run a copy of each assignment notebook of `todo` in a fresh kernel (`workers` at once) and fill in its
     status; returns what to cache: aid -> (its cache key, the result)."""
     results: dict[str, tuple[str, dict]] = {}
@@ -650,8 +747,12 @@ def _run_copies(todo: list[tuple[AssignmentStatus, str]], root: Path, *, timeout
         try:
             result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1)
         except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
-            result = {"status": "error", "checks": {}, "problem": f"could not run it: {type(err).__name__}: "
-                                                                 f"{str(err)[:200]}", "seconds": 0.0}
+            result = {
+                "status": "error",
+                "checks": {},
+                "problem": f"could not run it: {type(err).__name__}: {str(err)[:200]}",
+                "seconds": 0.0,
+            }
             key = None  # a kernel that would not start says nothing about the notebook: not cached
         log(f"{a.aid}: {result['status']} in {result.get('seconds', 0):.1f} s")
         return a, key, result
@@ -673,6 +774,7 @@ def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
 # Chart and entry points
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def chart(r: Report):
     """Per assignment: the fraction of visible checks that pass (then, lighter, the answered ones) and the
     self-graded fraction; returns the figure."""
@@ -681,15 +783,23 @@ def chart(r: Report):
     names = [a.aid for a in r.assignments]
     visible = [a.passed / len(a.checks) if a.checks else 0.0 for a in r.assignments]
     answered = [a.answered / len(a.checks) if a.checks else 0.0 for a in r.assignments]
-    graded = [a.selfgrade["score"] / a.selfgrade["max_score"] if a.selfgrade and a.selfgrade["max_score"] else 0.0
-              for a in r.assignments]
+    graded = [
+        a.selfgrade["score"] / a.selfgrade["max_score"] if a.selfgrade and a.selfgrade["max_score"] else 0.0
+        for a in r.assignments
+    ]
     fig = Figure(figsize=(6.0, 0.35 * len(names) + 1.8))
     ax = fig.subplots()
     ys = range(len(names))
     ax.barh([y - 0.2 for y in ys], visible, height=0.4, label="visible checks passing", color="#4c72b0")
     if any(answered):
-        ax.barh([y - 0.2 for y in ys], answered, left=visible, height=0.4, color="#a6bddb",
-                label="answered, graded " + ("from your submission" if r.classroom else "when you self-grade"))
+        ax.barh(
+            [y - 0.2 for y in ys],
+            answered,
+            left=visible,
+            height=0.4,
+            color="#a6bddb",
+            label="answered, graded " + ("from your submission" if r.classroom else "when you self-grade"),
+        )
     if not r.classroom:
         ax.barh([y + 0.2 for y in ys], graded, height=0.4, label="self-graded (hidden included)", color="#55a868")
     ax.set_yticks(list(ys), names)

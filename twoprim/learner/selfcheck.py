@@ -2,6 +2,7 @@
 
 Lessons ship with `...` as every answer, so they run top to bottom; a self-check never raises.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,10 @@ def ask(question_id: str, answer: Any, expected: Any, *, why: str, rel: float = 
     elif _matches(answer, expected, rel):
         print(f"✔ {question_id}: right. {why}")
     else:
-        print(f"✘ {question_id}: you answered {answer!r}, which is not it. Think again and rerun the cell, or call "
-              f"twoprim.learner.selfcheck.reveal({question_id!r}) in a new cell to see the answer.")
+        print(
+            f"✘ {question_id}: you answered {answer!r}, which is not it. Think again and rerun the cell, or call "
+            f"twoprim.learner.selfcheck.reveal({question_id!r}) in a new cell to see the answer."
+        )
 
 
 def reveal(question_id: str) -> None:

@@ -6,6 +6,7 @@ The workspace (`workspace()`) is the learner's own copy of the course: the cours
 checkout of their own; on the classroom hub (`./course hub`), each student's home, where their lessons/ and the
 exercises/ they fetched are, since the course folder is the instructor's and students cannot write to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ def load_state(root: Path = ROOT) -> tuple[dict, str | None]:
         where = f"it was moved to {aside.name}"
     except OSError as err:
         where = f"it could not be moved aside ({err}); move or delete it by hand"
-    return _fresh_state(), (f"{path} could not be read ({problem}); {where} and progress starts afresh. Only "
-                            f"history is lost: cached check results and hint counts.")
+    return _fresh_state(), (
+        f"{path} could not be read ({problem}); {where} and progress starts afresh. Only "
+        f"history is lost: cached check results and hint counts."
+    )
 
 
 def _save_state(root: Path, data: dict) -> None:

@@ -11,6 +11,7 @@
 `attention_spec` and `two_gemm_attention` are ex05_attention's ground truth: they count their calls (`uses`), so a
 check can tell when an answer calls them instead of doing the work.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,14 +25,32 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim.core.checks import counted
-from twoprim.core.record import GEMM_ATEN, Allocation, FlopRule, count_other_flops, peak_memory, record_allocations, track_memory
+from twoprim.core.record import (
+    GEMM_ATEN,
+    Allocation,
+    FlopRule,
+    count_other_flops,
+    peak_memory,
+    record_allocations,
+    track_memory,
+)
 
 if TYPE_CHECKING:  # the explorer's widget layer is imported when an explorer is made
     from twoprim.topics.explorers import Explorer
 
 __all__ = [
-    "attention_spec", "two_gemm_attention", "count_flops", "gemm_and_other", "record_allocations", "Allocation",
-    "track_memory", "peak_memory", "scores_bytes", "heatmap", "share_bars", "uses",
+    "attention_spec",
+    "two_gemm_attention",
+    "count_flops",
+    "gemm_and_other",
+    "record_allocations",
+    "Allocation",
+    "track_memory",
+    "peak_memory",
+    "scores_bytes",
+    "heatmap",
+    "share_bars",
+    "uses",
 ]
 
 _USES: Counter = Counter()
@@ -46,6 +65,7 @@ def uses() -> Counter:
 # The spec and the textbook form
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _additive(mask: torch.Tensor | None, shape: tuple[int, ...]) -> list | None:
     """The mask as nested lists of additive floats (0 or -inf for a boolean mask), broadcast to `shape`."""
     if mask is None:
@@ -56,8 +76,9 @@ def _additive(mask: torch.Tensor | None, shape: tuple[int, ...]) -> list | None:
     return full.double().tolist()
 
 
-def attention_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                   causal: bool = False) -> torch.Tensor:
+def attention_spec(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False
+) -> torch.Tensor:
     """softmax(q·kᵀ/√D + mask)·v, one dot product per score and one Python float at a time.
 
     q, k, v: (B, H, S, D). `mask` broadcasts to (B, H, S, S): boolean (True = keep) or additive floats. `causal`
@@ -89,25 +110,26 @@ def attention_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return torch.tensor(out, dtype=q.dtype)
 
 
-def two_gemm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                       causal: bool = False) -> torch.Tensor:
+def two_gemm_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False
+) -> torch.Tensor:
     """softmax(q·kᵀ/√D + mask)·v op by op: GEMM, scale, mask, max, subtract, exp, sum, divide, GEMM.
 
     The textbook form whose FLOPs and memory the lesson counts. It builds the (B, H, S, S) scores. Rows whose keys
     are all masked come out as NaN here (0/0); `F.scaled_dot_product_attention` returns zeros for them.
     """
     D, S = q.shape[-1], q.shape[-2]
-    scores = q @ k.transpose(-2, -1)            # (B, H, S, D) @ (B, H, D, S) -> (B, H, S, S)
-    scores = scores * (1.0 / math.sqrt(D))      # (B, H, S, S)
+    scores = q @ k.transpose(-2, -1)  # (B, H, S, D) @ (B, H, D, S) -> (B, H, S, S)
+    scores = scores * (1.0 / math.sqrt(D))  # (B, H, S, S)
     if causal:
         keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril()  # (S, S): key j <= query i
         scores = scores.masked_fill(~keep, -math.inf)
     if mask is not None:
         scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
-    top = scores.amax(dim=-1, keepdim=True)     # (B, H, S, 1)
-    e = (scores - top).exp()                    # (B, H, S, S)
-    p = e / e.sum(dim=-1, keepdim=True)         # (B, H, S, S), rows sum to 1
-    return p @ v                                # (B, H, S, S) @ (B, H, S, D) -> (B, H, S, D)
+    top = scores.amax(dim=-1, keepdim=True)  # (B, H, S, 1)
+    e = (scores - top).exp()  # (B, H, S, S)
+    p = e / e.sum(dim=-1, keepdim=True)  # (B, H, S, S), rows sum to 1
+    return p @ v  # (B, H, S, S) @ (B, H, S, D) -> (B, H, S, D)
 
 
 attention_spec = counted(attention_spec, _USES)
@@ -121,14 +143,70 @@ two_gemm_attention = counted(two_gemm_attention, _USES)
 # The rule lesson 05 and ex05's `attention_flops` count by: one FLOP per output element of element-wise math, one
 # per input element of a reduction, softmax as its five parts and layer norm as seven; in-place `add_` as `add`.
 FLOP_RULE = FlopRule(
-    elementwise=frozenset({
-        "add", "sub", "rsub", "mul", "div", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
-        "reciprocal", "pow", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "maximum", "minimum",
-        "fmax", "fmin", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "addcmul", "addcdiv", "lerp",
-        "nan_to_num", "sign", "floor", "ceil", "round", "trunc",
-    }),
-    reductions=frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "logsumexp", "var", "std",
-                          "var_mean", "std_mean", "norm", "linalg_vector_norm"}),
+    elementwise=frozenset(
+        {
+            "add",
+            "sub",
+            "rsub",
+            "mul",
+            "div",
+            "neg",
+            "exp",
+            "exp2",
+            "expm1",
+            "log",
+            "log2",
+            "log1p",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "pow",
+            "square",
+            "abs",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "gelu",
+            "silu",
+            "erf",
+            "maximum",
+            "minimum",
+            "fmax",
+            "fmin",
+            "clamp",
+            "clamp_min",
+            "clamp_max",
+            "where",
+            "masked_fill",
+            "addcmul",
+            "addcdiv",
+            "lerp",
+            "nan_to_num",
+            "sign",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+        }
+    ),
+    reductions=frozenset(
+        {
+            "sum",
+            "mean",
+            "amax",
+            "amin",
+            "max",
+            "min",
+            "prod",
+            "logsumexp",
+            "var",
+            "std",
+            "var_mean",
+            "std_mean",
+            "norm",
+            "linalg_vector_norm",
+        }
+    ),
     fused={"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 7},
     inplace_as_out_of_place=True,
 )
@@ -144,8 +222,12 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Counter:
     """
     with FlopCounterMode(display=False) as gemm_counter, count_other_flops(FLOP_RULE) as other:
         fn(*args, **kwargs)
-    counts = Counter({getattr(op, "__name__", str(op)).split(".")[-1]: int(n)
-                      for op, n in gemm_counter.get_flop_counts().get("Global", {}).items()})
+    counts = Counter(
+        {
+            getattr(op, "__name__", str(op)).split(".")[-1]: int(n)
+            for op, n in gemm_counter.get_flop_counts().get("Global", {}).items()
+        }
+    )
     counts.update(other.flops)
     return counts
 
@@ -165,8 +247,15 @@ def scores_bytes(B: int, H: int, S: int, dtype: torch.dtype = torch.float32) -> 
 # Plots for the lesson
 # ----------------------------------------------------------------------------------------------------------------
 
-def heatmap(panels: Mapping[str, torch.Tensor], *, labels: Sequence[str] | None = None, title: str = "",
-            annotate: bool = True, note: str | None = None):
+
+def heatmap(
+    panels: Mapping[str, torch.Tensor],
+    *,
+    labels: Sequence[str] | None = None,
+    title: str = "",
+    annotate: bool = True,
+    note: str | None = None,
+):
     """One heatmap per panel of attention weights (S_q, S_k): row i is query i, column j is key j. Returns the figure.
 
     `labels` names the tokens (queries and keys are the same tokens in self-attention); `annotate` writes each
@@ -176,8 +265,9 @@ def heatmap(panels: Mapping[str, torch.Tensor], *, labels: Sequence[str] | None 
     first = next(iter(panels.values()))
     S_q, S_k = first.shape
     size = max(3.0, 0.38 * S_k + 1.0)
-    fig, axes = plt.subplots(1, n, figsize=(size * n + 1.2, size * S_q / S_k + 1.0), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, n, figsize=(size * n + 1.2, size * S_q / S_k + 1.0), squeeze=False, layout="constrained"
+    )
     image = None
     for c, (ax, (name, weights)) in enumerate(zip(axes[0], panels.items())):
         w = weights.detach().double().cpu()
@@ -195,8 +285,15 @@ def heatmap(panels: Mapping[str, torch.Tensor], *, labels: Sequence[str] | None 
                 for j in range(S_k):
                     value = float(w[i, j])
                     if value >= 0.05:
-                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                                color="black" if value > 0.6 else "white")
+                        ax.text(
+                            j,
+                            i,
+                            f"{value:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="black" if value > 0.6 else "white",
+                        )
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)
@@ -249,12 +346,12 @@ class AttentionView:
     causal: bool
     temperature: float
     query: int
-    q: torch.Tensor        # (S, D)
-    k: torch.Tensor        # (S, D)
-    v: torch.Tensor        # (S, D)
-    scores: torch.Tensor   # (S, S)
+    q: torch.Tensor  # (S, D)
+    k: torch.Tensor  # (S, D)
+    v: torch.Tensor  # (S, D)
+    scores: torch.Tensor  # (S, S)
     weights: torch.Tensor  # (S, S), rows sum to 1
-    out: torch.Tensor      # (S, D) = weights @ v
+    out: torch.Tensor  # (S, D) = weights @ v
 
 
 def _head_qkv(head: str, tokens: Sequence[str], D: int = 16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -263,26 +360,33 @@ def _head_qkv(head: str, tokens: Sequence[str], D: int = 16) -> tuple[torch.Tens
     S, words = len(tokens), sorted(set(tokens))
     if not 1 <= S <= D:
         raise ValueError(f"the explorer's heads take 1 to {D} tokens (one orthonormal position vector each), got {S}")
-    position = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0][:S]      # (S, D)
-    word_basis = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0]        # (D, D)
-    word = torch.stack([word_basis[words.index(t)] for t in tokens])                              # (S, D)
+    position = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0][:S]  # (S, D)
+    word_basis = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))[0]  # (D, D)
+    word = torch.stack([word_basis[words.index(t)] for t in tokens])  # (S, D)
     sharp = 5 * math.sqrt(D)  # a matching pair scores 5 after the 1/√D scale
-    if head == "previous token":   # query of token i = position of token i − 1
+    if head == "previous token":  # query of token i = position of token i − 1
         q, k = torch.cat([position[:1], position[:-1]]) * sharp, position
-    elif head == "same word":      # query = its own word: every token looks at the copies of its word
+    elif head == "same word":  # query = its own word: every token looks at the copies of its word
         q, k = word * sharp, word
-    elif head == "average":        # a zero query scores every key the same: a plain average of the values
+    elif head == "average":  # a zero query scores every key the same: a plain average of the values
         q, k = torch.zeros(S, D, dtype=torch.float64), word + position
     elif head == "random (untrained)":
-        q, k = torch.randn(S, D, dtype=torch.float64, generator=gen), torch.randn(S, D, dtype=torch.float64,
-                                                                                   generator=gen)
+        q, k = (
+            torch.randn(S, D, dtype=torch.float64, generator=gen),
+            torch.randn(S, D, dtype=torch.float64, generator=gen),
+        )
     else:
         raise ValueError(f"head must be one of {', '.join(map(repr, HEADS))}, got {head!r}")
     return q, k, word  # values: the word vectors, so an output says which words it averaged
 
 
-def attention_view(head: str = "previous token", causal: bool = True, temperature: float = 1.0, query: int = 7,
-                   tokens: Sequence[str] = SENTENCE) -> AttentionView:
+def attention_view(
+    head: str = "previous token",
+    causal: bool = True,
+    temperature: float = 1.0,
+    query: int = 7,
+    tokens: Sequence[str] = SENTENCE,
+) -> AttentionView:
     """weights = softmax(q·kᵀ / (√D·T) + mask) for one head over `tokens`; out = weights @ v."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive (it divides the scores), got {temperature}")
@@ -290,13 +394,14 @@ def attention_view(head: str = "previous token", causal: bool = True, temperatur
         raise ValueError(f"query must be a token index from 0 to {len(tokens) - 1}, got {query}")
     q, k, v = _head_qkv(head, tokens)
     S, D = q.shape
-    scores = q @ k.T / (math.sqrt(D) * temperature)                       # (S, D) @ (D, S) -> (S, S)
+    scores = q @ k.T / (math.sqrt(D) * temperature)  # (S, D) @ (D, S) -> (S, S)
     if causal:
-        keep = torch.ones(S, S, dtype=torch.bool).tril()                  # key j <= query i
+        keep = torch.ones(S, S, dtype=torch.bool).tril()  # key j <= query i
         scores = scores.masked_fill(~keep, -math.inf)
-    weights = torch.softmax(scores, dim=-1)                               # (S, S)
-    return AttentionView(tuple(tokens), head, causal, float(temperature), query, q, k, v, scores, weights,
-                         weights @ v)                                     # (S, S) @ (S, D) -> (S, D)
+    weights = torch.softmax(scores, dim=-1)  # (S, S)
+    return AttentionView(
+        tuple(tokens), head, causal, float(temperature), query, q, k, v, scores, weights, weights @ v
+    )  # (S, S) @ (S, D) -> (S, D)
 
 
 def attention_figure(view: AttentionView):
@@ -306,8 +411,10 @@ def attention_figure(view: AttentionView):
     finite = view.scores[torch.isfinite(view.scores)]
     bound = max(float(finite.abs().max()) if finite.numel() else 1.0, 1e-9)
     hidden = ~torch.isfinite(view.scores)  # (S, S): masked keys, score -inf and weight 0
-    panels = [(axes[0], view.scores, "coolwarm", (-bound, bound), "scores q·kᵀ / (√D·T)", "{:.1f}", 0.0),
-              (axes[1], view.weights, "viridis", (0.0, 1.0), "weights = softmax(scores)", "{:.2f}", 0.05)]
+    panels = [
+        (axes[0], view.scores, "coolwarm", (-bound, bound), "scores q·kᵀ / (√D·T)", "{:.1f}", 0.0),
+        (axes[1], view.weights, "viridis", (0.0, 1.0), "weights = softmax(scores)", "{:.2f}", 0.05),
+    ]
     for ax, values, cmap, (lo, hi), title, fmt, smallest in panels:
         shown = values.masked_fill(hidden, float("nan"))
         image = ax.imshow(shown.numpy(), cmap=plt.get_cmap(cmap).with_extremes(bad="0.88"), vmin=lo, vmax=hi)
@@ -320,13 +427,21 @@ def attention_figure(view: AttentionView):
                 value = float(values[i, j])
                 if not hidden[i, j] and abs(value) >= smallest:
                     dark = cmap == "viridis" and value < 0.6
-                    ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=6,
-                            color="white" if dark else "black")
+                    ax.text(
+                        j,
+                        i,
+                        fmt.format(value),
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if dark else "black",
+                    )
         ax.add_patch(Rectangle((-0.5, view.query - 0.5), S, 1, fill=False, edgecolor="tab:red", linewidth=2))
         fig.colorbar(image, ax=ax, shrink=0.8)
     mask = "causal mask" if view.causal else "no mask"
-    fig.suptitle(f"head: {view.head}, {mask}, temperature {view.temperature:.2g}: row i is where token i looks",
-                 fontsize=10)
+    fig.suptitle(
+        f"head: {view.head}, {mask}, temperature {view.temperature:.2g}: row i is where token i looks", fontsize=10
+    )
     return fig
 
 
@@ -335,13 +450,16 @@ def _attention_text(view: AttentionView) -> str:
     order = sorted(range(len(row)), key=lambda j: -float(row[j]))
     top = ", ".join(f"'{view.tokens[j]}' ({j}) {float(row[j]):.2f}" for j in order[:3] if float(row[j]) > 0)
     hidden = int((row == 0).sum()) if view.causal else 0
-    return (f"query {view.query} '{view.tokens[view.query]}' looks at: {top}\n"
-            f"its weights sum to {float(row.sum()):.4f}; {hidden} later keys hidden by the mask get weight 0\n"
-            f"temperature T divides the scores: T < 1 sharpens the softmax towards one key, T > 1 flattens it")
+    return (
+        f"query {view.query} '{view.tokens[view.query]}' looks at: {top}\n"
+        f"its weights sum to {float(row.sum()):.4f}; {hidden} later keys hidden by the mask get weight 0\n"
+        f"temperature T divides the scores: T < 1 sharpens the softmax towards one key, T > 1 flattens it"
+    )
 
 
-def attention_explorer(head: str = "previous token", causal: bool = True, temperature: float = 1.0,
-                       query: int = 7) -> Explorer:
+def attention_explorer(
+    head: str = "previous token", causal: bool = True, temperature: float = 1.0, query: int = 7
+) -> Explorer:
     """Head, causal mask, temperature and a query: the score heatmap and the softmax weights."""
     import ipywidgets as widgets
 
@@ -351,8 +469,16 @@ def attention_explorer(head: str = "previous token", causal: bool = True, temper
     controls = {
         "head": widgets.Dropdown(options=HEADS, value=head, description="head", style=style),
         "causal": widgets.Checkbox(value=causal, description="causal mask", style=style),
-        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=1, step=0.1,
-                                              description="temperature", style=style, continuous_update=False),
+        "temperature": widgets.FloatLogSlider(
+            value=temperature,
+            base=10,
+            min=-1,
+            max=1,
+            step=0.1,
+            description="temperature",
+            style=style,
+            continuous_update=False,
+        ),
         "query": int_slider("query token", query, 0, len(SENTENCE) - 1),
     }
 

@@ -9,6 +9,7 @@ K = C/groups·kh·kw and N' = N·Hout·Wout.
 `im2col_spec`, `conv2d_im2col` and `recorded_gemms` are ex04_conv's ground truth: each counts its calls (`uses`), so
 a check can tell when an answer calls them instead of doing the work.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,9 +28,22 @@ if TYPE_CHECKING:  # the explorer's widget layer (and pyplot) is imported when a
     from twoprim.topics.explorers import Explorer
 
 __all__ = [
-    "pair", "out_size", "conv2d_spec", "im2col_spec", "conv2d_im2col", "conv_flops", "recorded_gemms", "LAYERS",
-    "allocations", "receptive_field_figure", "h200_conv_fact",
-    "IM2COL_X", "Im2colView", "im2col_view", "im2col_explorer", "uses",
+    "pair",
+    "out_size",
+    "conv2d_spec",
+    "im2col_spec",
+    "conv2d_im2col",
+    "conv_flops",
+    "recorded_gemms",
+    "LAYERS",
+    "allocations",
+    "receptive_field_figure",
+    "h200_conv_fact",
+    "IM2COL_X",
+    "Im2colView",
+    "im2col_view",
+    "im2col_explorer",
+    "uses",
 ]
 
 _USES: Counter = Counter()
@@ -56,8 +70,16 @@ def out_size(size: int, kernel: int, stride: int = 1, padding: int = 0, dilation
 # The specs: slow, obviously correct loops
 # ----------------------------------------------------------------------------------------------------------------
 
-def conv2d_spec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
-                dilation=1, groups: int = 1) -> torch.Tensor:
+
+def conv2d_spec(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+) -> torch.Tensor:
     """out[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q]·x[n, g·Cg + c, sh·i + dh·p − ph, sw·j + dw·q − pw], 0 outside x."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     N, C, H, W = x.shape
@@ -106,8 +128,16 @@ def im2col_spec(x: torch.Tensor, kernel_size, stride=1, padding=0, dilation=1) -
 # The reference: im2col (torch's F.unfold) and one GEMM per group
 # ----------------------------------------------------------------------------------------------------------------
 
-def conv2d_im2col(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
-                  dilation=1, groups: int = 1) -> torch.Tensor:
+
+def conv2d_im2col(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+) -> torch.Tensor:
     """F.conv2d as out_g = W_g (O/groups × K) @ cols_g (K × N·Hout·Wout), K = C/groups·kh·kw, one mm per group."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     N, C, H, W = x.shape
@@ -116,9 +146,9 @@ def conv2d_im2col(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     M, K, L = O // groups, Cg * kh * kw, Hout * Wout
     cols = F.unfold(x, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # (N, C·kh·kw, L)
     cols = cols.reshape(N, groups, K, L).permute(1, 2, 0, 3).reshape(groups, K, N * L)  # (groups, K, N·L)
-    w = weight.reshape(groups, M, K)                                                      # (groups, M, K)
+    w = weight.reshape(groups, M, K)  # (groups, M, K)
     out = torch.stack([torch.mm(w[g], cols[g]) for g in range(groups)])  # groups × (M, K) @ (K, N·L) -> (M, N·L)
-    out = out.reshape(O, N, Hout, Wout).permute(1, 0, 2, 3)             # (N, O, Hout, Wout)
+    out = out.reshape(O, N, Hout, Wout).permute(1, 0, 2, 3)  # (N, O, Hout, Wout)
     return out if bias is None else out + bias[None, :, None, None]
 
 
@@ -162,6 +192,7 @@ LAYERS: dict[str, tuple] = {
 # Memory: the tensors a computation creates
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def allocations(fn: Callable[[], object]) -> dict:
     """Run `fn()` and measure the tensors its torch ops allocated: {"total": bytes, "largest": bytes, "op": name}.
 
@@ -181,8 +212,10 @@ def allocations(fn: Callable[[], object]) -> dict:
 # The figure: a receptive field beside the column it becomes
 # ----------------------------------------------------------------------------------------------------------------
 
-def receptive_field_figure(x: torch.Tensor, kernel_size, *, stride=1, padding=0, dilation=1,
-                           position: tuple[int, int] = (0, 0)):
+
+def receptive_field_figure(
+    x: torch.Tensor, kernel_size, *, stride=1, padding=0, dilation=1, position: tuple[int, int] = (0, 0)
+):
     """Input channels (padding in grey) with the receptive field of output `position` outlined, beside
     cols = F.unfold(x) (C·kh·kw × Hout·Wout) with the column it becomes outlined. x is (C, H, W) or (1, C, H, W)."""
     import matplotlib.pyplot as plt
@@ -207,8 +240,16 @@ def receptive_field_figure(x: torch.Tensor, kernel_size, *, stride=1, padding=0,
     grid = fig.add_gridspec(1, C + 1, width_ratios=[W + 2 * pw] * C + [Hout * Wout + 3], wspace=0.35)
 
     def cell_text(ax, r, c, value, bold=False, grey=False):
-        ax.text(c, r, f"{value:g}", ha="center", va="center", fontsize=7,
-                color="0.55" if grey else "black", fontweight="bold" if bold else "normal")
+        ax.text(
+            c,
+            r,
+            f"{value:g}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="0.55" if grey else "black",
+            fontweight="bold" if bold else "normal",
+        )
 
     rows, cols_in_field = [sh * i + dh * p for p in range(kh)], [sw * j + dw * q for q in range(kw)]
     for c in range(C):
@@ -233,20 +274,24 @@ def receptive_field_figure(x: torch.Tensor, kernel_size, *, stride=1, padding=0,
         for s in range(Hout * Wout):
             cell_text(ax, r, s, float(cols[r, s]), bold=(s == col))
     ax.add_patch(Rectangle((col - 0.5, -0.5), 1, C * kh * kw, fill=False, edgecolor=hot, linewidth=2))
-    ax.set_yticks(range(C * kh * kw), [f"c{c} p{p} q{q}" for c in range(C) for p in range(kh) for q in range(kw)],
-                  fontsize=6)
+    ax.set_yticks(
+        range(C * kh * kw), [f"c{c} p{p} q{q}" for c in range(C) for p in range(kh) for q in range(kw)], fontsize=6
+    )
     ax.set_xticks(range(Hout * Wout), [str(s) for s in range(Hout * Wout)], fontsize=6)
     ax.set_xlabel(f"column l = i·Wout + j  (Hout × Wout = {Hout} × {Wout})", fontsize=8)
-    ax.set_title(f"cols (C·kh·kw × L) = ({C * kh * kw} × {Hout * Wout}); column {col} = output ({i}, {j})",
-                 fontsize=9)
-    fig.suptitle(f"kernel {kh}×{kw}, stride ({sh}, {sw}), padding ({ph}, {pw}), dilation ({dh}, {dw}): "
-                 f"the receptive field of output ({i}, {j}) becomes column {col}", fontsize=10)
+    ax.set_title(f"cols (C·kh·kw × L) = ({C * kh * kw} × {Hout * Wout}); column {col} = output ({i}, {j})", fontsize=9)
+    fig.suptitle(
+        f"kernel {kh}×{kw}, stride ({sh}, {sw}), padding ({ph}, {pw}), dilation ({dh}, {dw}): "
+        f"the receptive field of output ({i}, {j}) becomes column {col}",
+        fontsize=10,
+    )
     return fig
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Measured elsewhere
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def h200_conv_fact() -> dict:
     """The im2col-vs-vendor convolution ratio measured for this course on an NVIDIA H200 (`gemm.h200_probe`)."""
@@ -291,8 +336,16 @@ class Im2colView:
     gemm: tuple[int, int, int]
 
 
-def im2col_view(kernel_size=3, stride=1, padding=0, dilation=1, position=(0, 0), *,
-                x: torch.Tensor | None = None, out_channels: int = 4) -> Im2colView:
+def im2col_view(
+    kernel_size=3,
+    stride=1,
+    padding=0,
+    dilation=1,
+    position=(0, 0),
+    *,
+    x: torch.Tensor | None = None,
+    out_channels: int = 4,
+) -> Im2colView:
     """Receptive field of output (i, j): x[c, s·i + d·p − pad, s·j + d·q − pad] for every (c, p, q), 0 outside x,
     which is column i·Wout + j of im2col(x). x is (1, C, H, W); by default the numbers 1, 2, ... in IM2COL_X."""
     x = torch.arange(1.0, math.prod(IM2COL_X) + 1).reshape(IM2COL_X) if x is None else x
@@ -302,20 +355,25 @@ def im2col_view(kernel_size=3, stride=1, padding=0, dilation=1, position=(0, 0),
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (pair(v) for v in (kernel_size, stride, padding, dilation))
     Hout, Wout = out_size(H, kh, sh, ph, dh), out_size(W, kw, sw, pw, dw)
     if Hout < 1 or Wout < 1:
-        raise ValueError(f"a {kh}×{kw} kernel with dilation ({dh}, {dw}) spans {dh * (kh - 1) + 1}×"
-                         f"{dw * (kw - 1) + 1} input numbers, more than the padded input's {H + 2 * ph}×{W + 2 * pw}: "
-                         f"there is no output position. Use a smaller kernel or dilation, or more padding.")
+        raise ValueError(
+            f"a {kh}×{kw} kernel with dilation ({dh}, {dw}) spans {dh * (kh - 1) + 1}×"
+            f"{dw * (kw - 1) + 1} input numbers, more than the padded input's {H + 2 * ph}×{W + 2 * pw}: "
+            f"there is no output position. Use a smaller kernel or dilation, or more padding."
+        )
     i, j = position
     if not (0 <= i < Hout and 0 <= j < Wout):
-        raise ValueError(f"output position ({i}, {j}) is outside the {Hout} × {Wout} output; pick a row below "
-                         f"{Hout} and a column below {Wout}")
+        raise ValueError(
+            f"output position ({i}, {j}) is outside the {Hout} × {Wout} output; pick a row below "
+            f"{Hout} and a column below {Wout}"
+        )
     field = [(c, sh * i + dh * p - ph, sw * j + dw * q - pw) for c in range(C) for p in range(kh) for q in range(kw)]
-    patch = torch.tensor([float(x[0, c, r, s]) if 0 <= r < H and 0 <= s < W else 0.0 for c, r, s in field],
-                         dtype=x.dtype)  # (C·kh·kw,)
-    (_, ((M, K), (_, N))), = recorded_gemms(tuple(x.shape), (out_channels, C, kh, kw), (sh, sw), (ph, pw),
-                                                  (dh, dw))
-    return Im2colView(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (i, j), (Hout, Wout), i * Wout + j, field, patch,
-                      (M, N, K))
+    patch = torch.tensor(
+        [float(x[0, c, r, s]) if 0 <= r < H and 0 <= s < W else 0.0 for c, r, s in field], dtype=x.dtype
+    )  # (C·kh·kw,)
+    ((_, ((M, K), (_, N))),) = recorded_gemms(tuple(x.shape), (out_channels, C, kh, kw), (sh, sw), (ph, pw), (dh, dw))
+    return Im2colView(
+        x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (i, j), (Hout, Wout), i * Wout + j, field, patch, (M, N, K)
+    )
 
 
 def _im2col_text(view: Im2colView) -> str:
@@ -323,33 +381,42 @@ def _im2col_text(view: Im2colView) -> str:
     M, N, K = view.gemm
     _, C, H, W = view.x.shape
     inside = sum(0 <= r < H and 0 <= s < W for _, r, s in view.field)
-    return (f"output ({i}, {j}) of {Hout} × {Wout} -> column {view.column} = {i}·{Wout} + {j} of cols "
-            f"({C * view.kernel_size[0] * view.kernel_size[1]} × {Hout * Wout})\n"
-            f"column {view.column}: {[float(v) for v in view.patch]}\n"
-            f"{inside} of its {len(view.field)} numbers come from x, {len(view.field) - inside} from the "
-            f"zero padding\n"
-            f"GEMM with {M} kernels: (M, K) @ (K, N) = ({M}, {K}) @ ({K}, {N}): M = O = {M}, "
-            f"N = N·Hout·Wout = {N}, K = C·kh·kw = {K}")
+    return (
+        f"output ({i}, {j}) of {Hout} × {Wout} -> column {view.column} = {i}·{Wout} + {j} of cols "
+        f"({C * view.kernel_size[0] * view.kernel_size[1]} × {Hout * Wout})\n"
+        f"column {view.column}: {[float(v) for v in view.patch]}\n"
+        f"{inside} of its {len(view.field)} numbers come from x, {len(view.field) - inside} from the "
+        f"zero padding\n"
+        f"GEMM with {M} kernels: (M, K) @ (K, N) = ({M}, {K}) @ ({K}, {N}): M = O = {M}, "
+        f"N = N·Hout·Wout = {N}, K = C·kh·kw = {K}"
+    )
 
 
 def im2col_explorer(kernel_size: int = 3, stride: int = 1, padding: int = 0, dilation: int = 1) -> Explorer:
     """Kernel size, stride, padding, dilation and the output position; its receptive field beside its column."""
     from twoprim.topics.explorers import Explorer, int_slider
 
-    controls = {"kernel_size": int_slider("kernel size", kernel_size, 1, 4),
-                "stride": int_slider("stride", stride, 1, 3), "padding": int_slider("padding", padding, 0, 2),
-                "dilation": int_slider("dilation", dilation, 1, 3), "i": int_slider("output row i", 0, 0, 0),
-                "j": int_slider("output column j", 0, 0, 0)}
+    controls = {
+        "kernel_size": int_slider("kernel size", kernel_size, 1, 4),
+        "stride": int_slider("stride", stride, 1, 3),
+        "padding": int_slider("padding", padding, 0, 2),
+        "dilation": int_slider("dilation", dilation, 1, 3),
+        "i": int_slider("output row i", 0, 0, 0),
+        "j": int_slider("output column j", 0, 0, 0),
+    }
 
     def render(kernel_size, stride, padding, dilation, i, j):
         view = im2col_view(kernel_size, stride, padding, dilation, (i, j))
-        fig = receptive_field_figure(view.x, kernel_size, stride=stride, padding=padding, dilation=dilation,
-                                          position=(i, j))
+        fig = receptive_field_figure(
+            view.x, kernel_size, stride=stride, padding=padding, dilation=dilation, position=(i, j)
+        )
         return fig, _im2col_text(view)
 
     def limits(kernel_size, stride, padding, dilation, i, j):
         _, _, H, W = IM2COL_X
-        return {"i": max(out_size(H, kernel_size, stride, padding, dilation) - 1, 0),
-                "j": max(out_size(W, kernel_size, stride, padding, dilation) - 1, 0)}
+        return {
+            "i": max(out_size(H, kernel_size, stride, padding, dilation) - 1, 0),
+            "j": max(out_size(W, kernel_size, stride, padding, dilation) - 1, 0),
+        }
 
     return Explorer("im2col: a receptive field becomes a column", controls, render, limits=limits)

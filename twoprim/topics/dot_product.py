@@ -3,6 +3,7 @@
 `dot_spec` is ex01_dot's `dot_loop` itself, so it counts its calls (`uses`): a check can tell when an answer calls it
 instead of writing the loop.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -26,4 +27,3 @@ def dot_spec(x: torch.Tensor, w: torch.Tensor) -> float:
     for xi, wi in zip(x.tolist(), w.tolist()):  # (n,), (n,) -> n Python floats each
         total += xi * wi
     return total
-

@@ -14,6 +14,7 @@ Each explorer is three layers:
 Displayed, an explorer carries the live widget and a PNG of its first state, so a viewer without widgets (nbviewer,
 GitHub, an HTML export) shows a picture instead of a widget placeholder. Nothing needs a network or ipympl.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,8 @@ from typing import Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
-DPI = 80                        # PNGs small enough to redraw at every slider step
-DRAW = threading.Lock()         # pyplot is not thread-safe; the shape explorer draws from a measuring thread
+DPI = 80  # PNGs small enough to redraw at every slider step
+DRAW = threading.Lock()  # pyplot is not thread-safe; the shape explorer draws from a measuring thread
 
 # Released notebooks of lessons 02, 04, 05 and 08 call `explorers.tiling_explorer()` and the like: those names moved
 # to their lessons' topic modules and still resolve here, imported on first use (so that this shared module imports
@@ -34,10 +35,23 @@ DRAW = threading.Lock()         # pyplot is not thread-safe; the shape explorer 
 MOVED = {
     **dict.fromkeys(["TilingView", "tiling_view", "tiling_figure", "tiling_explorer"], "twoprim.topics.gemm_tiles"),
     **dict.fromkeys(["IM2COL_X", "Im2colView", "im2col_view", "im2col_explorer"], "twoprim.topics.convolution"),
-    **dict.fromkeys(["SENTENCE", "HEADS", "AttentionView", "attention_view", "attention_figure",
-                     "attention_explorer"], "twoprim.topics.attention"),
-    **dict.fromkeys(["Measurement", "measure_gemm", "ShapePoint", "shape_point", "padded", "shape_figure",
-                     "ShapeExplorer", "shape_explorer"], "twoprim.topics.gemm_shapes"),
+    **dict.fromkeys(
+        ["SENTENCE", "HEADS", "AttentionView", "attention_view", "attention_figure", "attention_explorer"],
+        "twoprim.topics.attention",
+    ),
+    **dict.fromkeys(
+        [
+            "Measurement",
+            "measure_gemm",
+            "ShapePoint",
+            "shape_point",
+            "padded",
+            "shape_figure",
+            "ShapeExplorer",
+            "shape_explorer",
+        ],
+        "twoprim.topics.gemm_shapes",
+    ),
 }
 
 __all__ = ["Explorer", "figure_png", "int_slider", "DPI", "DRAW", *MOVED]
@@ -54,6 +68,7 @@ def __getattr__(name: str):
 # The widget layer shared by every explorer
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def figure_png(fig) -> bytes:
     """The figure as PNG bytes; the figure is closed, so the inline backend never shows it a second time."""
     buffer = io.BytesIO()
@@ -66,8 +81,11 @@ def figure_png(fig) -> bytes:
 
 def _display_data(png: bytes, text: str) -> dict:
     """One nbformat display_data output holding a PNG, with `text` for viewers that show no images."""
-    return {"output_type": "display_data", "metadata": {},
-            "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": text}}
+    return {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": text},
+    }
 
 
 class Explorer:
@@ -80,17 +98,26 @@ class Explorer:
     A subclass that computes differently (the shape explorer measures) overrides `refresh` and passes no render.
     """
 
-    def __init__(self, title: str, controls: Mapping[str, object], render: Callable[..., tuple] | None, *,
-                 limits: Callable[..., Mapping[str, int]] | None = None, extra: Sequence[object] = ()):
+    def __init__(
+        self,
+        title: str,
+        controls: Mapping[str, object],
+        render: Callable[..., tuple] | None,
+        *,
+        limits: Callable[..., Mapping[str, int]] | None = None,
+        extra: Sequence[object] = (),
+    ):
         import ipywidgets as widgets
 
         self.title, self.controls, self._render, self._limits = title, dict(controls), render, limits
         self.readout = widgets.HTML()
         self.output = widgets.Output()
-        grid = widgets.GridBox(list(self.controls.values()),
-                               layout=widgets.Layout(grid_template_columns="repeat(3, minmax(240px, 1fr))"))
-        self.widget = widgets.VBox([widgets.HTML(f"<b>{html.escape(title)}</b>"), grid, *extra, self.readout,
-                                    self.output])
+        grid = widgets.GridBox(
+            list(self.controls.values()), layout=widgets.Layout(grid_template_columns="repeat(3, minmax(240px, 1fr))")
+        )
+        self.widget = widgets.VBox(
+            [widgets.HTML(f"<b>{html.escape(title)}</b>"), grid, *extra, self.readout, self.output]
+        )
         self.text, self.png = "", b""
         self._adjusting = False
         for control in self.controls.values():
@@ -127,8 +154,10 @@ class Explorer:
     def say(self, text: str, *, error: bool = False) -> None:
         """Put `text` in the readout (red for an error)."""
         colour = "#b00020" if error else "inherit"
-        self.readout.value = (f'<pre class="twoprim-readout" style="margin: 4px 0; color: {colour}; '
-                              f'white-space: pre-wrap">{html.escape(text)}</pre>')
+        self.readout.value = (
+            f'<pre class="twoprim-readout" style="margin: 4px 0; color: {colour}; '
+            f'white-space: pre-wrap">{html.escape(text)}</pre>'
+        )
 
     def show(self, png: bytes | None, text: str, *, error: bool = False) -> None:
         """Put `text` in the readout and `png` (None: nothing) in the output."""
@@ -150,5 +179,12 @@ def int_slider(description: str, value: int, low: int, high: int, **kwargs):
     """An integer slider that updates when released, its label 110 px wide (every explorer's style)."""
     import ipywidgets as widgets
 
-    return widgets.IntSlider(value=value, min=low, max=high, description=description,
-                             style={"description_width": "110px"}, continuous_update=False, **kwargs)
+    return widgets.IntSlider(
+        value=value,
+        min=low,
+        max=high,
+        description=description,
+        style={"description_width": "110px"},
+        continuous_update=False,
+        **kwargs,
+    )

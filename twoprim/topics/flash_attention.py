@@ -12,6 +12,7 @@ attention kernel holds in its loop over key blocks (read from `triton_compile`'s
   block to the next, the tensor-core work of one pass through it in the PTX, and every global load and store with
   the kernel argument it addresses.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["reference", "tolerance", "traffic", "flops", "max_growths", "causal_tiles", "LoopEvidence",
-           "loop_evidence"]
+__all__ = ["reference", "tolerance", "traffic", "flops", "max_growths", "causal_tiles", "LoopEvidence", "loop_evidence"]
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -56,14 +56,16 @@ def tolerance(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float,
 # What it saves, counted
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def flops(B: int, H: int, S: int, D: int, causal: bool = False) -> int:
     """FLOPs of attention's two GEMMs, q·kᵀ and p·v: 2·D per score each. Causal: only the S(S+1)/2 visible scores."""
     scores = S * (S + 1) // 2 if causal else S * S
     return 4 * B * H * scores * D
 
 
-def traffic(B: int, H: int, S: int, D: int, itemsize: int = 2, *, block_m: int = 128,
-            causal: bool = False) -> dict[str, int]:
+def traffic(
+    B: int, H: int, S: int, D: int, itemsize: int = 2, *, block_m: int = 128, causal: bool = False
+) -> dict[str, int]:
     """Bytes attention moves between the GPU's memory and its chip, three ways:
 
     - "unfused": three kernels at their best: q·kᵀ writes the (B, H, S, S) scores, one softmax reads them and writes
@@ -80,9 +82,11 @@ def traffic(B: int, H: int, S: int, D: int, itemsize: int = 2, *, block_m: int =
         streamed = sum(min((i + 1) * block_m, S) for i in range(n))
     else:
         streamed = n * S
-    return {"unfused": itemsize * (once + 4 * B * H * S * S),
-            "fused, K and V once per query block": itemsize * (2 * B * H * S * D + 2 * B * H * streamed * D),
-            "fused, each tensor once": itemsize * once}
+    return {
+        "unfused": itemsize * (once + 4 * B * H * S * S),
+        "fused, K and V once per query block": itemsize * (2 * B * H * S * D + 2 * B * H * streamed * D),
+        "fused, each tensor once": itemsize * once,
+    }
 
 
 def max_growths(q: torch.Tensor, k: torch.Tensor, block_n: int, causal: bool = False) -> torch.Tensor:
@@ -95,7 +99,7 @@ def max_growths(q: torch.Tensor, k: torch.Tensor, block_n: int, causal: bool = F
     m = torch.full(s.shape[:-1], -math.inf, dtype=torch.float64)
     grew = torch.zeros(s.shape[:-1], dtype=torch.int64)
     for j0 in range(0, S, block_n):
-        block = s[..., j0:j0 + block_n].amax(-1)
+        block = s[..., j0 : j0 + block_n].amax(-1)
         grew += ((block > m) & (m > -math.inf)).long()
         m = torch.maximum(m, block)
     return grew
@@ -123,6 +127,7 @@ def causal_tiles(S: int, block_m: int, block_n: int) -> dict[str, int]:
 # The compiled kernel's loop over key blocks
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class LoopEvidence:
     """What one compiled attention kernel (`triton_compile.Compiled`) does in its loop over key blocks: the scf.for
@@ -131,17 +136,17 @@ class LoopEvidence:
     store and load (with the kernel argument each addresses)."""
 
     target: str
-    loop: int | None                       # which scf.for (None: no tt.dot inside a loop)
-    dots: list = field(default_factory=list)          # triton_compile.Dot, in the loop
-    other_dots: list = field(default_factory=list)    # tt.dots outside that loop
+    loop: int | None  # which scf.for (None: no tt.dot inside a loop)
+    dots: list = field(default_factory=list)  # triton_compile.Dot, in the loop
+    other_dots: list = field(default_factory=list)  # tt.dots outside that loop
     carried: list[str] = field(default_factory=list)  # its loop-carried types
-    reductions: list = field(default_factory=list)    # triton_compile.Reduction, in the loop
-    stores: list = field(default_factory=list)        # triton_compile.MemoryOp
+    reductions: list = field(default_factory=list)  # triton_compile.Reduction, in the loop
+    stores: list = field(default_factory=list)  # triton_compile.MemoryOp
     loads: list = field(default_factory=list)
-    macs: int = 0                          # tensor-core multiply-adds in one pass through the busiest PTX loop
-    wgmma_groups: int = 0                  # and the wgmma groups it commits (sm_90 with 64-row tiles)
-    counts: dict = field(default_factory=dict)        # its tensor-core instructions
-    unrolled: bool = False                 # no PTX loop does tensor-core work: the counts are the whole kernel's
+    macs: int = 0  # tensor-core multiply-adds in one pass through the busiest PTX loop
+    wgmma_groups: int = 0  # and the wgmma groups it commits (sm_90 with 64-row tiles)
+    counts: dict = field(default_factory=dict)  # its tensor-core instructions
+    unrolled: bool = False  # no PTX loop does tensor-core work: the counts are the whole kernel's
 
     @property
     def needed(self) -> int:
@@ -151,8 +156,15 @@ class LoopEvidence:
     def state(self) -> dict[str, list[str]]:
         """The loop's floating-point state: {"rows": (BLOCK_M,) values (m, l), "tiles": 2-D values (the
         accumulator)}, as tensor types."""
-        tensors = [t for t in self.carried if t.startswith("tensor<") and "ptr" not in t and not t.endswith("i32>")
-                   and not t.endswith("i1>") and not t.endswith("i64>")]
+        tensors = [
+            t
+            for t in self.carried
+            if t.startswith("tensor<")
+            and "ptr" not in t
+            and not t.endswith("i32>")
+            and not t.endswith("i1>")
+            and not t.endswith("i64>")
+        ]
         rows = [t for t in tensors if re.fullmatch(r"tensor<\d+x[a-z]+\d*>", t)]
         return {"rows": rows, "tiles": [t for t in tensors if t not in rows]}
 
@@ -166,25 +178,36 @@ class LoopEvidence:
         if self.loop is None:
             out.append(f"TTIR: no tt.dot inside a loop ({len(self.other_dots)} outside any)")
         else:
-            dots = ", ".join(f"{d.a}·{d.b} -> {d.acc} ({d.shape.replace('x', '×')}, sums over {d.k}"
-                             + (f", line {d.line}" if d.line else "") + ")" for d in self.dots)
+            dots = ", ".join(
+                f"{d.a}·{d.b} -> {d.acc} ({d.shape.replace('x', '×')}, sums over {d.k}"
+                + (f", line {d.line}" if d.line else "")
+                + ")"
+                for d in self.dots
+            )
             out.append(f"TTIR: {len(self.dots)} tt.dot inside scf.for #{self.loop}: {dots}")
             state = self.state()
-            out.append(f"      the loop carries {', '.join(state['rows']) or 'no (BLOCK_M,) value'} (m, l) and "
-                       f"{', '.join(state['tiles']) or 'no tile'} (the accumulator) from one key block to the next")
+            out.append(
+                f"      the loop carries {', '.join(state['rows']) or 'no (BLOCK_M,) value'} (m, l) and "
+                f"{', '.join(state['tiles']) or 'no tile'} (the accumulator) from one key block to the next"
+            )
         for s in self.stores:
             where = "inside the loop" if s.in_loop else "after the loop"
-            out.append(f"      tt.store of a {'×'.join(map(str, s.shape)) or 'scalar'} {s.element} tile to "
-                       f"{', '.join(s.arguments) or 'a computed address'} {where}" + (f" (line {s.line})" if s.line
-                                                                                       else ""))
+            out.append(
+                f"      tt.store of a {'×'.join(map(str, s.shape)) or 'scalar'} {s.element} tile to "
+                f"{', '.join(s.arguments) or 'a computed address'} {where}" + (f" (line {s.line})" if s.line else "")
+            )
         tc = ", ".join(f"{n} {name}" for name, n in self.counts.items() if n) or "no tensor-core instruction"
         groups = f" in {self.wgmma_groups} wgmma groups" if self.wgmma_groups else ""
-        where = ("the whole kernel (this launch's loop runs once: the compiler left no loop)" if self.unrolled
-                 else "one pass through the loop")
-        out.append(f"PTX:  {where}: {tc}{groups}, {self.macs:,} multiply-adds on the tensor cores (its dots need "
-                   f"{self.needed:,})")
+        where = (
+            "the whole kernel (this launch's loop runs once: the compiler left no loop)"
+            if self.unrolled
+            else "one pass through the loop"
+        )
+        out.append(
+            f"PTX:  {where}: {tc}{groups}, {self.macs:,} multiply-adds on the tensor cores (its dots need "
+            f"{self.needed:,})"
+        )
         return out
-
 
 
 def loop_evidence(compiled) -> LoopEvidence:
@@ -196,12 +219,15 @@ def loop_evidence(compiled) -> LoopEvidence:
     ops = compiled.memory_ops()
     busiest = max(compiled.ptx_loops(), key=lambda p: p.macs, default=None)
     evidence = LoopEvidence(
-        target=compiled.target, loop=loop,
+        target=compiled.target,
+        loop=loop,
         dots=[d for d in dots if loop is not None and d.loop == loop],
         other_dots=[d for d in dots if loop is None or d.loop != loop],
         carried=carried[loop] if loop is not None and loop < len(carried) else [],
         reductions=[r for r in compiled.reductions() if loop is not None and r.loop == loop],
-        stores=[o for o in ops if o.kind == "store"], loads=[o for o in ops if o.kind == "load"])
+        stores=[o for o in ops if o.kind == "store"],
+        loads=[o for o in ops if o.kind == "load"],
+    )
     if busiest is not None and busiest.macs:
         evidence.macs, evidence.wgmma_groups, evidence.counts = busiest.macs, busiest.wgmma_groups, dict(busiest.counts)
     else:  # a launch whose loop runs once (S compiled in as 1): no PTX loop is left, the whole kernel is one pass

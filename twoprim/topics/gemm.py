@@ -8,6 +8,7 @@ estimate always says which factor came from where. `matmul_spec` and the Python 
 Why this module is long: lesson 02's measured speed ladder needs its loop kernels, the compiled C loop orders, the
 peak estimate and the roofline together; each is one section.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,11 +38,27 @@ from twoprim.config import ROOT
 
 __all__ = [
     "matmul_cases",
-    "matmul_spec", "ORDERS", "INNER_LOOP_WALKS", "inner_walk", "loop_source", "python_loop_order",
-    "compiled_loop_orders", "order_bars", "cpu_flags",
-    "PeakEstimate", "peak_estimate", "warn_if_busy", "bandwidth", "gemm_intensity",
-    "gemv_intensity", "elementwise_intensity",
-    "ladder_plot", "roofline", "H200_PROBE", "h200_probe", "uses",
+    "matmul_spec",
+    "ORDERS",
+    "INNER_LOOP_WALKS",
+    "inner_walk",
+    "loop_source",
+    "python_loop_order",
+    "compiled_loop_orders",
+    "order_bars",
+    "cpu_flags",
+    "PeakEstimate",
+    "peak_estimate",
+    "warn_if_busy",
+    "bandwidth",
+    "gemm_intensity",
+    "gemv_intensity",
+    "elementwise_intensity",
+    "ladder_plot",
+    "roofline",
+    "H200_PROBE",
+    "h200_probe",
+    "uses",
 ]
 
 H200_PROBE = ROOT / "data" / "h200_gemm_probe_2026-11-30.json"
@@ -58,6 +75,7 @@ def uses() -> Counter:
 # ----------------------------------------------------------------------------------------------------------------
 # The spec: three plain loops
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def matmul_spec(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """C[i, j] = Σₖ A[i, k]·B[k, j], three Python loops over Python floats; returns A's dtype."""
@@ -99,8 +117,10 @@ def loop_source(order: str, language: str = "python") -> str:
         lines.append("    " * 4 + "c[i][j] += a[i][k] * b[k][j]")
         return "\n".join(lines) + "\n"
     if language == "c":
-        lines = [f"void matmul_{order}(int M, int N, int K, const float *restrict A, const float *restrict B, "
-                 f"float *restrict C) {{"]
+        lines = [
+            f"void matmul_{order}(int M, int N, int K, const float *restrict A, const float *restrict B, "
+            f"float *restrict C) {{"
+        ]
         for depth, v in enumerate(order, start=1):
             lines.append("    " * depth + f"for (long {v} = 0; {v} < {_BOUND[v]}; {v}++)")
         lines.append("    " * 4 + "C[i * N + j] += A[i * K + k] * B[k * N + j];  /* row-major */")
@@ -168,9 +188,12 @@ def compiled_loop_orders(flags: Sequence[str] = ("-O2",)) -> CompiledOrders:
     source = "\n".join(loop_source(o, "c") for o in ORDERS)
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
-        result = CompiledOrders(None, "no C compiler found (`cc` is not on PATH); install one (Xcode command line "
-                                      "tools on macOS, build-essential on Debian/Ubuntu) to run this measurement.",
-                                source)
+        result = CompiledOrders(
+            None,
+            "no C compiler found (`cc` is not on PATH); install one (Xcode command line "
+            "tools on macOS, build-essential on Debian/Ubuntu) to run this measurement.",
+            source,
+        )
         _COMPILED[key] = result
         return result
     build = Path(tempfile.mkdtemp(prefix="twoprim-loops-"))
@@ -216,6 +239,7 @@ def compiled_loop_orders(flags: Sequence[str] = ("-O2",)) -> CompiledOrders:
 # Peak: cores × SIMD lanes × 2 FLOPs per FMA × FMA units × clock, from what the platform reports
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PeakEstimate:
     """An estimate of the machine's peak FLOP/s for one dtype, with every factor and where it came from.
@@ -245,8 +269,11 @@ class PeakEstimate:
             return f"peak ({self.dtype}): cannot tell on this machine: {self.reason}"
         rows = [
             ("cores", f"{self.cores}", self.sources.get("cores", "")),
-            ("SIMD lanes", f"{self.lanes} ({self.simd_bits}-bit registers / {self.dtype})",
-             self.sources.get("simd", "")),
+            (
+                "SIMD lanes",
+                f"{self.lanes} ({self.simd_bits}-bit registers / {self.dtype})",
+                self.sources.get("simd", ""),
+            ),
             ("FLOPs per FMA", "2 (one multiply + one add)", "definition"),
             ("FMA units per core", f"{self.fma_units}", self.sources.get("fma", "")),
             ("clock", f"{self.ghz:.2f} GHz", self.sources.get("clock", "")),
@@ -284,8 +311,14 @@ def _field(cpuinfo: str, name: str) -> str | None:
 _FROM_THIS_MACHINE = object()
 
 
-def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = None, cpuinfo: str | None = None,
-                  max_khz=_FROM_THIS_MACHINE, usable_cpus=_FROM_THIS_MACHINE) -> PeakEstimate:
+def peak_estimate(
+    dtype: torch.dtype = torch.float32,
+    *,
+    system: str | None = None,
+    cpuinfo: str | None = None,
+    max_khz=_FROM_THIS_MACHINE,
+    usable_cpus=_FROM_THIS_MACHINE,
+) -> PeakEstimate:
     """Estimate peak GFLOP/s = cores × SIMD lanes × 2 × FMA units × GHz from what the platform reports.
 
     Linux x86: SIMD width from the `avx512f` / `avx2` / `avx` flags, FMA from the `fma` flag, the clock from
@@ -300,8 +333,12 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
         raise ValueError(f"peak_estimate covers float32 and float64, got {dtype}")
     system = system or platform.system()
     if system != "Linux":
-        return PeakEstimate(name, None, reason=f"{system} does not report SIMD width, FMA units and clock in "
-                                              f"/proc/cpuinfo; this lesson shows measured speeds only")
+        return PeakEstimate(
+            name,
+            None,
+            reason=f"{system} does not report SIMD width, FMA units and clock in "
+            f"/proc/cpuinfo; this lesson shows measured speeds only",
+        )
     cpuinfo = cpuinfo if cpuinfo is not None else (_read("/proc/cpuinfo") or "")
     flags = set((_field(cpuinfo, "flags") or _field(cpuinfo, "Features") or "").split())
     sources: dict[str, str] = {}
@@ -329,13 +366,18 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
     elif "sse2" in flags:
         simd, sources["simd"] = 128, "flag sse2"
     else:
-        return PeakEstimate(name, None, cores=cores, sources=sources,
-                            reason="/proc/cpuinfo lists no SIMD flag this course knows "
-                                   "(avx512f, avx2, avx, asimd, sse2)")
+        return PeakEstimate(
+            name,
+            None,
+            cores=cores,
+            sources=sources,
+            reason="/proc/cpuinfo lists no SIMD flag this course knows (avx512f, avx2, avx, asimd, sse2)",
+        )
     has_fma = "fma" in flags or "asimd" in flags  # NEON always has fused multiply-add
     fma_units = 2
-    sources["fma"] = ("ASSUMED: no platform reports it; 2 on most current cores"
-                      + ("" if has_fma else "; no `fma` flag, so counting a multiply port and an add port instead"))
+    sources["fma"] = "ASSUMED: no platform reports it; 2 on most current cores" + (
+        "" if has_fma else "; no `fma` flag, so counting a multiply port and an add port instead"
+    )
 
     if max_khz is _FROM_THIS_MACHINE:
         freqs = [_read(str(p)) for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/cpuinfo_max_freq")]
@@ -347,8 +389,15 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
     else:
         mhz = _field(cpuinfo, "cpu MHz")
         if mhz is None:
-            return PeakEstimate(name, None, cores=cores, simd_bits=simd, fma_units=fma_units, sources=sources,
-                                reason="the clock is not reported (no cpufreq and no `cpu MHz` in /proc/cpuinfo)")
+            return PeakEstimate(
+                name,
+                None,
+                cores=cores,
+                simd_bits=simd,
+                fma_units=fma_units,
+                sources=sources,
+                reason="the clock is not reported (no cpufreq and no `cpu MHz` in /proc/cpuinfo)",
+            )
         ghz = float(mhz) / 1e3
         sources["clock"] = "`cpu MHz` in /proc/cpuinfo: the clock when read (a VM reports its host's base clock)"
     estimate = PeakEstimate(name, None, cores, simd, fma_units, ghz, sources)
@@ -360,6 +409,7 @@ def peak_estimate(dtype: torch.dtype = torch.float32, *, system: str | None = No
 # Bandwidth and arithmetic intensity
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def bandwidth(nbytes: int = 64 * 2**20, *, min_run_time: float = 0.1) -> dict[str, float]:
     """Memory bandwidth in GB/s, measured on `nbytes` of float32 (larger than most caches), two ways.
 
@@ -370,10 +420,14 @@ def bandwidth(nbytes: int = 64 * 2**20, *, min_run_time: float = 0.1) -> dict[st
     src = torch.rand(nbytes // 4)
     dst = torch.empty_like(src)
     src_np, dst_np = src.numpy(), dst.numpy()  # the same memory, for NumPy's single-threaded loops
-    copy = min(timing.fastest(lambda: dst.copy_(src), budget=min_run_time).seconds,
-               timing.fastest(lambda: np.copyto(dst_np, src_np), budget=min_run_time).seconds)
-    read = min(timing.fastest(lambda: src.sum(), budget=min_run_time).seconds,
-               timing.fastest(lambda: src_np.sum(), budget=min_run_time).seconds)
+    copy = min(
+        timing.fastest(lambda: dst.copy_(src), budget=min_run_time).seconds,
+        timing.fastest(lambda: np.copyto(dst_np, src_np), budget=min_run_time).seconds,
+    )
+    read = min(
+        timing.fastest(lambda: src.sum(), budget=min_run_time).seconds,
+        timing.fastest(lambda: src_np.sum(), budget=min_run_time).seconds,
+    )
     return {"copy": 2 * nbytes / copy / 1e9, "read": nbytes / read / 1e9}
 
 
@@ -396,11 +450,25 @@ def elementwise_intensity(flops_per_element: int = 1, operands: int = 3, itemsiz
 # Plots
 # ----------------------------------------------------------------------------------------------------------------
 
-def ladder_plot(sizes: Sequence[int], gflops: Mapping[str, Sequence[float]], *, peak: float | None = None,
-                note: str | None = None, title: str = "GEMM speed ladder (float32, N×N×N)"):
+
+def ladder_plot(
+    sizes: Sequence[int],
+    gflops: Mapping[str, Sequence[float]],
+    *,
+    peak: float | None = None,
+    note: str | None = None,
+    title: str = "GEMM speed ladder (float32, N×N×N)",
+):
     """GFLOP/s of every rung against N on log axes, with the estimated peak as a dashed line when there is one."""
-    fig = plots.lines(sizes, gflops, xlabel="N (A, B and C are N×N)", ylabel="GFLOP/s (log scale)", title=title,
-                      note=note, legend_outside=True)
+    fig = plots.lines(
+        sizes,
+        gflops,
+        xlabel="N (A, B and C are N×N)",
+        ylabel="GFLOP/s (log scale)",
+        title=title,
+        note=note,
+        legend_outside=True,
+    )
     if peak:
         ax = fig.axes[0]
         ax.axhline(peak, color="black", linestyle="--", linewidth=1)
@@ -409,8 +477,16 @@ def ladder_plot(sizes: Sequence[int], gflops: Mapping[str, Sequence[float]], *, 
     return fig
 
 
-def roofline(peak: float | None, bandwidth_gbs: float, points: Mapping[str, tuple[float, float]], *, title: str,
-             peak_label: str = "estimated peak", note: str | None = None, unit: str = "GFLOP/s"):
+def roofline(
+    peak: float | None,
+    bandwidth_gbs: float,
+    points: Mapping[str, tuple[float, float]],
+    *,
+    title: str,
+    peak_label: str = "estimated peak",
+    note: str | None = None,
+    unit: str = "GFLOP/s",
+):
     """Attainable FLOP/s = min(peak, bandwidth × intensity) on log axes, with measured (intensity, FLOP/s) points.
 
     `peak` is in `unit` ("GFLOP/s" or "TFLOP/s") and `bandwidth_gbs` in the matching GB/s or TB/s. Without a peak,
@@ -428,8 +504,15 @@ def roofline(peak: float | None, bandwidth_gbs: float, points: Mapping[str, tupl
     ridge = roof / bandwidth_gbs
     bottom = min(y for _, y in points.values()) / 5
     ax.axvline(ridge, color="gray", linestyle="--", linewidth=0.8)
-    ax.text(ridge * 1.1, bottom * 1.5, f"ridge point: {ridge:.3g} FLOP/byte", fontsize=8, color="gray", rotation=90,
-            va="bottom")
+    ax.text(
+        ridge * 1.1,
+        bottom * 1.5,
+        f"ridge point: {ridge:.3g} FLOP/byte",
+        fontsize=8,
+        color="gray",
+        rotation=90,
+        va="bottom",
+    )
     ax.text(lo * 1.3, roof * 1.15, f"{label}: {roof:,.4g} {unit}", fontsize=8)
     x_text = max(lo * 1.5, ridge / 300)
     ax.text(x_text, bandwidth_gbs * x_text * 2.5, f"memory: {bandwidth_gbs:,.4g} {bw_unit} × intensity", fontsize=8)
@@ -479,6 +562,7 @@ def cpu_flags() -> set[str]:
 # Figures measured for this course on an NVIDIA H200
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def h200_probe() -> dict:
     """The GEMM figures measured for this course on an NVIDIA H200 (torch 2.11, cuBLAS), from data/."""
     return json.loads(H200_PROBE.read_text())
@@ -486,7 +570,7 @@ def h200_probe() -> dict:
 
 # ---- (A, B) cases: seeded shapes, dtypes and memory layouts (ex02_gemm's and ex09_triton's checks)
 
-LAYOUT_NOTES = {   # what a case's label adds for each memory layout of A and B
+LAYOUT_NOTES = {  # what a case's label adds for each memory layout of A and B
     "contiguous": "",
     "transposed": ", A and B transposed views (non-contiguous)",
     "strided": ", A and B every-other-column views (non-contiguous)",
@@ -498,8 +582,13 @@ def shape_label(M: int, N: int, K: int) -> str:
     return f"M={M}, N={N}, K={K} (A {M}×{K}, B {K}×{N})"
 
 
-def matmul_cases(shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
-                 *, layout: str = "contiguous", seed: int = 0) -> list[Case]:
+def matmul_cases(
+    shapes: Sequence[tuple[int, int, int]],
+    dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
+    *,
+    layout: str = "contiguous",
+    seed: int = 0,
+) -> list[Case]:
     """(A, B) with A (M, K) and B (K, N) for every (M, N, K) × dtype."""
     gen = torch.Generator().manual_seed(seed)
     cases = []

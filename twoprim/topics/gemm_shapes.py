@@ -3,6 +3,7 @@ across shapes (`gemm_sweep`, `device_tflops`), mantissa rounding (TF32, bfloat16
 measured shape on this machine's roofline (`shape_explorer`). `padded` is ex08_shapes' `padded` itself, so it counts
 its calls (`uses`): a check can tell when an answer calls it.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,15 +21,28 @@ from twoprim.topics import gemm
 from twoprim.topics.explorers import DRAW, Explorer, figure_png, int_slider
 
 __all__ = [
-    "h200", "arithmetic_intensity", "device_tflops", "gemm_sweep", "round_mantissa", "relative_error",
-    "Measurement", "measure_gemm", "ShapePoint", "shape_point", "padded", "shape_figure", "ShapeExplorer",
-    "shape_explorer", "uses",
+    "h200",
+    "arithmetic_intensity",
+    "device_tflops",
+    "gemm_sweep",
+    "round_mantissa",
+    "relative_error",
+    "Measurement",
+    "measure_gemm",
+    "ShapePoint",
+    "shape_point",
+    "padded",
+    "shape_figure",
+    "ShapeExplorer",
+    "shape_explorer",
+    "uses",
 ]
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Figures measured for this course on an NVIDIA H200, and GEMM speed measured here
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def h200() -> dict:
     """The H200 GEMM probe (`gemm.h200_probe`), read for tables: {"label", "gemm": {(dtype, M, N, K): TFLOP/s},
@@ -49,8 +63,17 @@ def arithmetic_intensity(M: int, N: int, K: int, bytes_per_element: int) -> floa
     return 2 * M * N * K / (bytes_per_element * (M * K + K * N + M * N))
 
 
-def device_tflops(M: int, N: int, K: int, dtype: torch.dtype, *, device: str = "cuda",
-                  fp32_precision: str = "highest", min_run_time: float = 0.2, seed: int = 0) -> float:
+def device_tflops(
+    M: int,
+    N: int,
+    K: int,
+    dtype: torch.dtype,
+    *,
+    device: str = "cuda",
+    fp32_precision: str = "highest",
+    min_run_time: float = 0.2,
+    seed: int = 0,
+) -> float:
     """TFLOP/s of A (M, K) @ B (K, N) on `device`. fp32_precision "high" lets float32 GEMMs use TF32 on CUDA
     (torch.set_float32_matmul_precision); the previous setting is restored afterwards."""
     previous = torch.get_float32_matmul_precision()
@@ -65,8 +88,14 @@ def device_tflops(M: int, N: int, K: int, dtype: torch.dtype, *, device: str = "
     return 2 * M * N * K / secs / 1e12
 
 
-def gemm_sweep(shapes: Sequence[tuple[int, int, int]], *, dtype: torch.dtype = torch.float32, rounds: int = 3,
-               budget: float = 0.01, seed: int = 0) -> list[float]:
+def gemm_sweep(
+    shapes: Sequence[tuple[int, int, int]],
+    *,
+    dtype: torch.dtype = torch.float32,
+    rounds: int = 3,
+    budget: float = 0.01,
+    seed: int = 0,
+) -> list[float]:
     """GFLOP/s of `A @ B` for each (M, N, K) in `shapes`, from the fastest call over `rounds` interleaved rounds.
 
     Interleaved: every shape once, then every shape again, ..., so a burst of load from another program slows one
@@ -90,6 +119,7 @@ def gemm_sweep(shapes: Sequence[tuple[int, int, int]], *, dtype: torch.dtype = t
 # ----------------------------------------------------------------------------------------------------------------
 # Number formats
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     """Round float32 `x` to `bits` explicit mantissa bits (round to nearest, ties to even), kept in float32.
@@ -123,15 +153,25 @@ def relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
 Measurement = timing.Fastest  # what measure_gemm returns
 
 
-def measure_gemm(M: int, N: int, K: int, *, budget: float = 0.2, min_calls: int = 3, max_calls: int = 200,
-                 stop: threading.Event | None = None, progress: Callable[[int, int], None] | None = None,
-                 dtype: torch.dtype = torch.float32) -> Measurement | None:
+def measure_gemm(
+    M: int,
+    N: int,
+    K: int,
+    *,
+    budget: float = 0.2,
+    min_calls: int = 3,
+    max_calls: int = 200,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Measurement | None:
     """Fastest single call of A (M×K) @ B (K×N), one call per step: `progress(done, planned)` after each, and no
     new call once `stop` is set. Returns None when stopped before any timed call."""
     gen = torch.Generator().manual_seed(0)
     A, B = torch.randn(M, K, generator=gen).to(dtype), torch.randn(K, N, generator=gen).to(dtype)  # (M, K), (K, N)
-    return timing.fastest(lambda: A @ B, budget=budget, min_calls=min_calls, max_calls=max_calls, stop=stop,
-                          progress=progress)  # (M, K) @ (K, N) -> (M, N)
+    return timing.fastest(
+        lambda: A @ B, budget=budget, min_calls=min_calls, max_calls=max_calls, stop=stop, progress=progress
+    )  # (M, K) @ (K, N) -> (M, N)
 
 
 def padded(size: int, multiple: int) -> int:
@@ -185,8 +225,9 @@ class ShapePoint:
         return shape if self.multiple == 1 else f"{shape}, padded to a multiple of {self.multiple}"
 
 
-def shape_point(M: int, N: int, K: int, seconds: float, *, multiple: int = 1, calls: int = 0,
-                stopped: bool = False) -> ShapePoint:
+def shape_point(
+    M: int, N: int, K: int, seconds: float, *, multiple: int = 1, calls: int = 0, stopped: bool = False
+) -> ShapePoint:
     """The roofline point of an M×N×K GEMM run as (M, N, K) padded up to `multiple` and timed at `seconds` a call."""
     for name, value in (("M", M), ("N", N), ("K", K), ("multiple", multiple)):
         if int(value) < 1:
@@ -197,14 +238,21 @@ def shape_point(M: int, N: int, K: int, seconds: float, *, multiple: int = 1, ca
     return ShapePoint(M, N, K, multiple, run, seconds, calls, stopped)
 
 
-def shape_figure(points: Sequence[ShapePoint], *, peak: float | None, bandwidth_gbs: float, peak_label: str,
-                 note: str | None = None):
+def shape_figure(
+    points: Sequence[ShapePoint], *, peak: float | None, bandwidth_gbs: float, peak_label: str, note: str | None = None
+):
     """Lesson 02's roofline of this machine (gemm.roofline) with every measured point, numbered oldest first."""
     marks = {f"{n}. {p.label}": (p.intensity, p.gflops) for n, p in enumerate(points, start=1)}
     with warnings.catch_warnings():  # its first layout can clip the memory slope's label; redone below
         warnings.filterwarnings("ignore", message="Tight layout not applied")
-        fig = gemm.roofline(peak, bandwidth_gbs, marks, title="GEMM shapes on this machine's roofline (float32)",
-                            peak_label=peak_label, note=note)
+        fig = gemm.roofline(
+            peak,
+            bandwidth_gbs,
+            marks,
+            title="GEMM shapes on this machine's roofline (float32)",
+            peak_label=peak_label,
+            note=note,
+        )
     ax = fig.axes[0]
     # gemm.roofline starts the y axis just below the slowest point; with only fast GEMMs that hides the memory
     # slope and its label, so start it where the slope enters the plot.
@@ -225,28 +273,60 @@ class ShapeExplorer(Explorer):
     The first state is measured before the constructor returns, so the static picture shows a measured point.
     """
 
-    def __init__(self, M: int, N: int, K: int, multiple: int, *, peak: float | None, peak_label: str,
-                 bandwidth_gbs: float, budget: float, keep: int = 6, note: str | None = None):
+    def __init__(
+        self,
+        M: int,
+        N: int,
+        K: int,
+        multiple: int,
+        *,
+        peak: float | None,
+        peak_label: str,
+        bandwidth_gbs: float,
+        budget: float,
+        keep: int = 6,
+        note: str | None = None,
+    ):
         import ipywidgets as widgets
 
         self.peak, self.peak_label, self.bandwidth_gbs = peak, peak_label, bandwidth_gbs
         self.budget, self.keep, self.note = budget, keep, note
         self.points: list[ShapePoint] = []
         self._stop, self._thread = threading.Event(), None
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="calls timed",
-                                            style={"description_width": "110px"})
-        self.stop_button = widgets.Button(description="Stop", disabled=True, button_style="warning",
-                                          tooltip="stop after the GEMM call that is running")
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=1, description="calls timed", style={"description_width": "110px"}
+        )
+        self.stop_button = widgets.Button(
+            description="Stop",
+            disabled=True,
+            button_style="warning",
+            tooltip="stop after the GEMM call that is running",
+        )
         self.stop_button.on_click(lambda _: self._stop.set())
         style = {"description_width": "110px"}
-        controls = {"M": int_slider("M", M, 1, 4096), "N": int_slider("N", N, 1, 4096),
-                    "K": int_slider("K", K, 1, 4096),
-                    "multiple": widgets.Dropdown(options=[("none", 1), ("to a multiple of 8", 8),
-                                                          ("to a multiple of 16", 16), ("to a multiple of 64", 64),
-                                                          ("to a multiple of 128", 128)],
-                                                 value=multiple, description="padding", style=style)}
-        super().__init__("GEMM shapes: GFLOP/s measured live, on the roofline", controls, render=None,
-                         extra=[widgets.HBox([self.progress, self.stop_button])])
+        controls = {
+            "M": int_slider("M", M, 1, 4096),
+            "N": int_slider("N", N, 1, 4096),
+            "K": int_slider("K", K, 1, 4096),
+            "multiple": widgets.Dropdown(
+                options=[
+                    ("none", 1),
+                    ("to a multiple of 8", 8),
+                    ("to a multiple of 16", 16),
+                    ("to a multiple of 64", 64),
+                    ("to a multiple of 128", 128),
+                ],
+                value=multiple,
+                description="padding",
+                style=style,
+            ),
+        }
+        super().__init__(
+            "GEMM shapes: GFLOP/s measured live, on the roofline",
+            controls,
+            render=None,
+            extra=[widgets.HBox([self.progress, self.stop_button])],
+        )
 
     def _changed(self, change) -> None:
         self.stop()
@@ -269,14 +349,24 @@ class ShapeExplorer(Explorer):
         """Measure the current shape (and its padded version), then redraw the roofline with the new points."""
         M, N, K, multiple = (self.values[name] for name in ("M", "N", "K", "multiple"))
         new = self._measure(M, N, K, multiple)
-        self.points = (self.points + new)[-self.keep:]
+        self.points = (self.points + new)[-self.keep :]
         if not self.points:
-            self.show(None, "stopped before the first timed call: no point to show. Move a slider to measure "
-                            "again.", error=True)
+            self.show(
+                None,
+                "stopped before the first timed call: no point to show. Move a slider to measure again.",
+                error=True,
+            )
             return
         with DRAW:
-            png = figure_png(shape_figure(self.points, peak=self.peak, bandwidth_gbs=self.bandwidth_gbs,
-                                    peak_label=self.peak_label, note=self.note))
+            png = figure_png(
+                shape_figure(
+                    self.points,
+                    peak=self.peak,
+                    bandwidth_gbs=self.bandwidth_gbs,
+                    peak_label=self.peak_label,
+                    note=self.note,
+                )
+            )
         self.show(png, self._text(new, M, N, K))
 
     def _measure(self, M: int, N: int, K: int, multiple: int) -> list[ShapePoint]:
@@ -288,16 +378,24 @@ class ShapeExplorer(Explorer):
         new: list[ShapePoint] = []
         try:
             for n, mult in enumerate(runs):
+
                 def progress(done: int, planned: int, n: int = n) -> None:
                     self.progress.max = planned * len(runs)
                     self.progress.value = planned * n + done
 
-                result = measure_gemm(padded(M, mult), padded(N, mult), padded(K, mult), budget=self.budget,
-                                      stop=self._stop, progress=progress)
+                result = measure_gemm(
+                    padded(M, mult),
+                    padded(N, mult),
+                    padded(K, mult),
+                    budget=self.budget,
+                    stop=self._stop,
+                    progress=progress,
+                )
                 if result is None:
                     break
-                new.append(shape_point(M, N, K, result.seconds, multiple=mult, calls=result.calls,
-                                       stopped=result.stopped))
+                new.append(
+                    shape_point(M, N, K, result.seconds, multiple=mult, calls=result.calls, stopped=result.stopped)
+                )
                 if result.stopped:
                     break
         finally:
@@ -311,14 +409,20 @@ class ShapeExplorer(Explorer):
         for p in new:
             roof = min(self.peak or math.inf, self.bandwidth_gbs * p.intensity)
             status = f"STOPPED after {p.calls} of the planned calls" if p.stopped else f"fastest of {p.calls} calls"
-            lines.append(f"{p.label}: {p.seconds * 1e3:.3f} ms a call ({status}), {p.gflops:.1f} GFLOP/s of "
-                         f"2·M·N·K; intensity {p.intensity:.1f} FLOP/byte, roof there {roof:,.0f} GFLOP/s")
+            lines.append(
+                f"{p.label}: {p.seconds * 1e3:.3f} ms a call ({status}), {p.gflops:.1f} GFLOP/s of "
+                f"2·M·N·K; intensity {p.intensity:.1f} FLOP/byte, roof there {roof:,.0f} GFLOP/s"
+            )
             if self.peak and p.gflops > self.peak:
-                lines.append("  faster than the estimated peak: one of its factors (most likely the clock) is too "
-                             "low for this machine")
+                lines.append(
+                    "  faster than the estimated peak: one of its factors (most likely the clock) is too "
+                    "low for this machine"
+                )
         if len(new) == 2:
-            lines.append(f"padding adds {new[1].extra_flops:.2%} FLOPs and runs the asked-for product "
-                         f"{new[1].gflops / new[0].gflops:.2f}× as fast (not counting the copy into padded buffers)")
+            lines.append(
+                f"padding adds {new[1].extra_flops:.2%} FLOPs and runs the asked-for product "
+                f"{new[1].gflops / new[0].gflops:.2f}× as fast (not counting the copy into padded buffers)"
+            )
         return "\n".join(lines)
 
 
@@ -331,8 +435,16 @@ def _peak_for_threads(threads: int) -> tuple[float | None, str]:
     return estimate.gflops * cores / estimate.cores, f"estimated peak of {cores} core{'s' if cores > 1 else ''}"
 
 
-def shape_explorer(M: int = 256, N: int = 256, K: int = 256, multiple: int = 1, *, budget: float = 0.2,
-                   bandwidth_gbs: float | None = None, peak: float | None = None) -> ShapeExplorer:
+def shape_explorer(
+    M: int = 256,
+    N: int = 256,
+    K: int = 256,
+    multiple: int = 1,
+    *,
+    budget: float = 0.2,
+    bandwidth_gbs: float | None = None,
+    peak: float | None = None,
+) -> ShapeExplorer:
     """Pick M, N, K and padding; GFLOP/s measured live (torch's current threads) on lesson 02's roofline.
 
     Without `bandwidth_gbs` it is measured here (gemm.bandwidth, about half a second); without `peak` it is
@@ -346,5 +458,6 @@ def shape_explorer(M: int = 256, N: int = 256, K: int = 256, multiple: int = 1, 
     if bandwidth_gbs is None:
         bandwidth_gbs = max(gemm.bandwidth(64 * 2**20, min_run_time=0.05).values())
     note = f"torch {torch.__version__}, {threads} thread{'s' if threads > 1 else ''}; peak estimated, rest measured"
-    return ShapeExplorer(M, N, K, multiple, peak=peak, peak_label=label, bandwidth_gbs=bandwidth_gbs, budget=budget,
-                         note=note)
+    return ShapeExplorer(
+        M, N, K, multiple, peak=peak, peak_label=label, bandwidth_gbs=bandwidth_gbs, budget=budget, note=note
+    )

@@ -2,6 +2,7 @@
 that shows it (`tiling_explorer`). Lesson 02's loop orders, measurements and roofline are `topics.gemm`; the tiles
 are apart only so that neither module passes 500 lines.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,19 +53,38 @@ def tiling_view(M: int, N: int, K: int, tile: int, row: int = 0, col: int = 0) -
             raise ValueError(f"{name} must be a positive integer, got {value}")
     rows, cols, ks = _blocks(M, tile), _blocks(N, tile), _blocks(K, tile)
     if not (0 <= row < len(rows) and 0 <= col < len(cols)):
-        raise ValueError(f"tile ({row}, {col}) is outside C's {len(rows)} × {len(cols)} tiles of {tile}×{tile}; "
-                         f"pick a row below {len(rows)} and a column below {len(cols)}")
+        raise ValueError(
+            f"tile ({row}, {col}) is outside C's {len(rows)} × {len(cols)} tiles of {tile}×{tile}; "
+            f"pick a row below {len(rows)} and a column below {len(cols)}"
+        )
     untiled = 2 * M * N * K
     tiled = M * K * len(cols) + K * N * len(rows)
     loads = {
-        "untiled": untiled, "tiled": tiled,
-        "untiled per C element": untiled / (M * N), "tiled per C element": tiled / (M * N),
-        "A element loaded, untiled": N, "A element loaded, tiled": len(cols),
-        "B element loaded, untiled": M, "B element loaded, tiled": len(rows),
+        "untiled": untiled,
+        "tiled": tiled,
+        "untiled per C element": untiled / (M * N),
+        "tiled per C element": tiled / (M * N),
+        "A element loaded, untiled": N,
+        "A element loaded, tiled": len(cols),
+        "B element loaded, untiled": M,
+        "B element loaded, tiled": len(rows),
         "working set bytes": 3 * tile * tile * 4,  # one A, B and C tile of float32 in fast memory
     }
-    return TilingView(M, N, K, tile, row, col, rows, cols, ks, (rows[row], cols[col]),
-                      [(rows[row], kb) for kb in ks], [(kb, cols[col]) for kb in ks], loads)
+    return TilingView(
+        M,
+        N,
+        K,
+        tile,
+        row,
+        col,
+        rows,
+        cols,
+        ks,
+        (rows[row], cols[col]),
+        [(rows[row], kb) for kb in ks],
+        [(kb, cols[col]) for kb in ks],
+        loads,
+    )
 
 
 def tiling_figure(view: TilingView):
@@ -95,8 +115,14 @@ def tiling_figure(view: TilingView):
 
     board(ax_a, M, K, f"A ({M}×{K})", view.row_blocks, view.k_blocks)
     board(ax_b, K, N, f"B ({K}×{N})", view.k_blocks, view.col_blocks)
-    board(ax_c, M, N, f"C ({M}×{N}): {len(view.row_blocks)} × {len(view.col_blocks)} tiles", view.row_blocks,
-          view.col_blocks)
+    board(
+        ax_c,
+        M,
+        N,
+        f"C ({M}×{N}): {len(view.row_blocks)} × {len(view.col_blocks)} tiles",
+        view.row_blocks,
+        view.col_blocks,
+    )
     for k, (a, b) in enumerate(zip(view.a_tiles, view.b_tiles)):
         colour = colours(k / max(pairs - 1, 1) * 0.85)
         fill(ax_a, *a, colour, f"k{k}")
@@ -104,31 +130,41 @@ def tiling_figure(view: TilingView):
     fill(ax_c, *view.c_tile, "tab:red", f"C{view.row},{view.col}")
     fig.add_subplot(grid[0, 0]).axis("off")
     loads = view.loads
-    fig.suptitle(f"tile {view.tile}: C tile ({view.row}, {view.col}) = Σ of {pairs} products A tile @ B tile\n"
-                 f"loads per element of C: untiled {loads['untiled per C element']:.0f}, "
-                 f"tiled {loads['tiled per C element']:.1f}", fontsize=10)
+    fig.suptitle(
+        f"tile {view.tile}: C tile ({view.row}, {view.col}) = Σ of {pairs} products A tile @ B tile\n"
+        f"loads per element of C: untiled {loads['untiled per C element']:.0f}, "
+        f"tiled {loads['tiled per C element']:.1f}",
+        fontsize=10,
+    )
     return fig
 
 
 def _tiling_text(view: TilingView) -> str:
     loads = view.loads
     (r0, r1), (c0, c1) = view.c_tile
-    return (f"C tile ({view.row}, {view.col}) = C[{r0}:{r1}, {c0}:{c1}] = Σ over k-tiles of "
-            f"A[{r0}:{r1}, k0:k1] @ B[k0:k1, {c0}:{c1}]: {len(view.k_blocks)} tile products\n"
-            f"loads from memory per element of C: untiled {loads['untiled per C element']:.0f} (2K), "
-            f"tiled {loads['tiled per C element']:.2f}  -> {loads['untiled'] / loads['tiled']:.1f}× fewer loads\n"
-            f"each element of A is loaded {loads['A element loaded, untiled']}× untiled, "
-            f"{loads['A element loaded, tiled']}× tiled; each element of B {loads['B element loaded, untiled']}× "
-            f"untiled, {loads['B element loaded, tiled']}× tiled\n"
-            f"fast memory one tile step needs (an A, a B and a C tile, float32): "
-            f"{loads['working set bytes'] / 1024:.1f} KiB")
+    return (
+        f"C tile ({view.row}, {view.col}) = C[{r0}:{r1}, {c0}:{c1}] = Σ over k-tiles of "
+        f"A[{r0}:{r1}, k0:k1] @ B[k0:k1, {c0}:{c1}]: {len(view.k_blocks)} tile products\n"
+        f"loads from memory per element of C: untiled {loads['untiled per C element']:.0f} (2K), "
+        f"tiled {loads['tiled per C element']:.2f}  -> {loads['untiled'] / loads['tiled']:.1f}× fewer loads\n"
+        f"each element of A is loaded {loads['A element loaded, untiled']}× untiled, "
+        f"{loads['A element loaded, tiled']}× tiled; each element of B {loads['B element loaded, untiled']}× "
+        f"untiled, {loads['B element loaded, tiled']}× tiled\n"
+        f"fast memory one tile step needs (an A, a B and a C tile, float32): "
+        f"{loads['working set bytes'] / 1024:.1f} KiB"
+    )
 
 
 def tiling_explorer(M: int = 20, N: int = 24, K: int = 16, tile: int = 8) -> Explorer:
     """Sliders for M, N, K, the tile size and the selected C tile; the tiles that feed it and the loads they save."""
-    controls = {"M": int_slider("M (rows of C)", M, 1, 96), "N": int_slider("N (columns of C)", N, 1, 96),
-                "K": int_slider("K (inner size)", K, 1, 96), "tile": int_slider("tile size", tile, 1, 32),
-                "row": int_slider("C tile row", 0, 0, 0), "col": int_slider("C tile column", 0, 0, 0)}
+    controls = {
+        "M": int_slider("M (rows of C)", M, 1, 96),
+        "N": int_slider("N (columns of C)", N, 1, 96),
+        "K": int_slider("K (inner size)", K, 1, 96),
+        "tile": int_slider("tile size", tile, 1, 32),
+        "row": int_slider("C tile row", 0, 0, 0),
+        "col": int_slider("C tile column", 0, 0, 0),
+    }
 
     def render(**v):
         view = tiling_view(**v)

@@ -21,6 +21,7 @@ This module is the ground truth the ex06_compile checks compare a learner's func
 torch that is installed: no count is written down anywhere. Calls made to it from a learner's code are counted
 (`uses`), so a check can tell when an answer calls the grader instead of doing the work.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,10 +46,31 @@ from twoprim.core.record import FlopRule, count_other_flops
 from twoprim.core.record import target_name
 
 __all__ = [
-    "LEVELS", "GEMM_OPS", "op_name", "target_name", "count_ops", "gemms_in", "gemm_nodes", "Capture",
-    "capture_graphs", "capture", "gemm_count", "skip_guard_profiling", "uses", "inductor_cache",
-    "inductor_output_code", "kernel_calls", "call_lines", "kernel_source", "word_count", "Printed", "captured_output",
-    "run_scripts", "flop_split", "ELEMENTWISE_OPS", "REDUCTION_OPS",
+    "LEVELS",
+    "GEMM_OPS",
+    "op_name",
+    "target_name",
+    "count_ops",
+    "gemms_in",
+    "gemm_nodes",
+    "Capture",
+    "capture_graphs",
+    "capture",
+    "gemm_count",
+    "skip_guard_profiling",
+    "uses",
+    "inductor_cache",
+    "inductor_output_code",
+    "kernel_calls",
+    "call_lines",
+    "kernel_source",
+    "word_count",
+    "Printed",
+    "captured_output",
+    "run_scripts",
+    "flop_split",
+    "ELEMENTWISE_OPS",
+    "REDUCTION_OPS",
 ]
 
 LEVELS = ("dynamo", "aten")
@@ -69,6 +91,7 @@ def uses() -> Counter:
 # ----------------------------------------------------------------------------------------------------------------
 # Counting op nodes
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _op_name(node: torch.fx.Node) -> str | None:
     if node.op == "call_method":
@@ -121,8 +144,9 @@ def gemm_nodes(graph_module: torch.fx.GraphModule) -> list[tuple[str, tuple[tupl
     for node in graph_module.graph.nodes:
         name = _op_name(node)
         if name in GEMM_OPS["aten"] and node.op == "call_function":
-            shapes = tuple(tuple(a.meta["val"].shape) for a in node.args
-                           if isinstance(a, torch.fx.Node) and "val" in a.meta)
+            shapes = tuple(
+                tuple(a.meta["val"].shape) for a in node.args if isinstance(a, torch.fx.Node) and "val" in a.meta
+            )
             out.append((name, shapes, tuple(node.meta["val"].shape) if "val" in node.meta else ()))
     return out
 
@@ -136,6 +160,7 @@ def _level(level: Any) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # Capturing graphs: a Dynamo backend, and AOTAutograd with compilers of our own
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Capture:
@@ -211,6 +236,7 @@ def capture_graphs(model: Callable, x: torch.Tensor, level: str, train: bool = F
     skip_guard_profiling()
     result = Capture(level, bool(train))
     if level == "dynamo":
+
         def backend(gm: torch.fx.GraphModule, example_inputs):
             result.forward.append(gm)
             return gm.forward
@@ -257,6 +283,7 @@ def gemm_count(model: Callable, x: torch.Tensor, level: str, train: bool = False
 # Inductor: the code it writes, from a shared cache
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def inductor_cache(path: str | os.PathLike | None = None) -> Path:
     """Point Inductor at one cache folder shared by every run of the lessons, so a model's C++ is compiled once.
 
@@ -269,8 +296,12 @@ def inductor_cache(path: str | os.PathLike | None = None) -> Path:
 
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     user_set = current and Path(current).resolve() != Path(default_cache_dir()).resolve()
-    chosen = (path or os.environ.get("TWOPRIM_INDUCTOR_CACHE") or (current if user_set else None)
-              or Path.home() / ".cache" / "twoprim" / "inductor")
+    chosen = (
+        path
+        or os.environ.get("TWOPRIM_INDUCTOR_CACHE")
+        or (current if user_set else None)
+        or Path.home() / ".cache" / "twoprim" / "inductor"
+    )
     folder = Path(chosen).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
@@ -339,6 +370,7 @@ def word_count(text: str, word: str) -> int:
 # Logs: everything torch prints, captured as text
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Printed:
     """What was printed inside a `captured_output` block: `logs` (torch's log records and warnings), `stdout`,
@@ -381,8 +413,11 @@ def captured_output(**logs: Any) -> Iterator[Printed]:
             for handler in logging.getLogger(qname).handlers:
                 if torch_logs._is_torch_handler(handler) and type(handler) is logging.StreamHandler:
                     handler.setStream(log_buf)
-        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out_buf), \
-                contextlib.redirect_stderr(err_buf):
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stdout(out_buf),
+            contextlib.redirect_stderr(err_buf),
+        ):
             yield printed
         for w in caught:
             log_buf.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
@@ -398,11 +433,11 @@ def run_scripts(scripts: Mapping[str, tuple[str, Mapping[str, str]]], *, timeout
     """Run Python scripts in fresh interpreters, in parallel: {name: (source, extra environment)} ->
     {name: everything the script printed, stdout then stderr}. TORCH_LOGS is removed from the inherited
     environment unless a script sets it."""
+
     def run(item):
         name, (source, extra) = item
         env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"} | dict(extra)
-        proc = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True, timeout=timeout)
         text = proc.stdout + proc.stderr
         if proc.returncode != 0:
             text += f"\n[exit code {proc.returncode}]"
@@ -417,18 +452,81 @@ def run_scripts(scripts: Mapping[str, tuple[str, Mapping[str, str]]], *, timeout
 # ----------------------------------------------------------------------------------------------------------------
 
 # ATen ops counted as one FLOP per output element, and reductions as one FLOP per input element.
-ELEMENTWISE_OPS = frozenset({
-    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "relu", "relu_", "threshold_backward",
-    "maximum", "minimum", "clamp", "clamp_min", "where", "exp", "log", "tanh", "sigmoid", "gelu", "gelu_backward",
-    "sqrt", "rsqrt", "pow", "tanh_backward", "sigmoid_backward", "_softmax", "_softmax_backward_data",
-})
+ELEMENTWISE_OPS = frozenset(
+    {
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "mul",
+        "mul_",
+        "div",
+        "div_",
+        "neg",
+        "relu",
+        "relu_",
+        "threshold_backward",
+        "maximum",
+        "minimum",
+        "clamp",
+        "clamp_min",
+        "where",
+        "exp",
+        "log",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "sqrt",
+        "rsqrt",
+        "pow",
+        "tanh_backward",
+        "sigmoid_backward",
+        "_softmax",
+        "_softmax_backward_data",
+    }
+)
 REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin"})
-_FREE_OPS = frozenset({
-    "t", "view", "_unsafe_view", "reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "detach",
-    "alias", "clone", "copy_", "_to_copy", "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like",
-    "fill_", "new_empty_strided", "new_zeros", "new_ones", "new_empty", "lift_fresh", "as_strided", "slice",
-    "select", "contiguous", "empty_strided", "full", "full_like", "_reshape_alias", "split", "unbind",
-})
+_FREE_OPS = frozenset(
+    {
+        "t",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "detach",
+        "alias",
+        "clone",
+        "copy_",
+        "_to_copy",
+        "empty",
+        "empty_like",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "fill_",
+        "new_empty_strided",
+        "new_zeros",
+        "new_ones",
+        "new_empty",
+        "lift_fresh",
+        "as_strided",
+        "slice",
+        "select",
+        "contiguous",
+        "empty_strided",
+        "full",
+        "full_like",
+        "_reshape_alias",
+        "split",
+        "unbind",
+    }
+)
 
 
 FLOP_RULE = FlopRule(elementwise=ELEMENTWISE_OPS, reductions=REDUCTION_OPS, free=_FREE_OPS, bias_add=True)
@@ -446,8 +544,13 @@ def flop_split(model: Callable, x: torch.Tensor) -> dict[str, dict[str, Any]]:
         with FlopCounterMode(display=False) as gemm, count_other_flops(FLOP_RULE) as other:
             result = run()
         by_op = {str(op).split(".")[-1]: n for op, n in gemm.get_flop_counts().get("Global", {}).items()}
-        return result, {"gemm": gemm.get_total_flops(), "other": sum(other.flops.values()),
-                        "gemm_by_op": by_op, "other_by_op": dict(other.flops), "uncounted": other.uncounted}
+        return result, {
+            "gemm": gemm.get_total_flops(),
+            "other": sum(other.flops.values()),
+            "gemm_by_op": by_op,
+            "other_by_op": dict(other.flops),
+            "uncounted": other.uncounted,
+        }
 
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     saved = [(p, p.grad) for p in params] + ([(x, x.grad)] if x.requires_grad else [])

@@ -5,6 +5,7 @@ and FLOPs, and how much of a model's work they are. How a GEMM's shape sets its 
 Notation: a GEMM multiplies A (M, K) by B (K, N) into C (M, N) and costs 2·M·N·K FLOPs (one multiply and one add per
 term). A batched GEMM (`bmm`) runs `batch` such products in one call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,14 +27,27 @@ from twoprim.topics.plots import format_table
 # Lesson 08 (and lesson 03's tables) as released read these as `layers.X`: they moved to lesson 08's module and
 # to the shared plots, and still resolve here, imported on first use.
 MOVED = {
-    **dict.fromkeys(["h200", "arithmetic_intensity", "device_tflops", "gemm_sweep", "round_mantissa",
-                     "relative_error"], "twoprim.topics.gemm_shapes"),
+    **dict.fromkeys(
+        ["h200", "arithmetic_intensity", "device_tflops", "gemm_sweep", "round_mantissa", "relative_error"],
+        "twoprim.topics.gemm_shapes",
+    ),
     **dict.fromkeys(["format_table", "sweep_plot", "bars"], "twoprim.topics.plots"),
 }
 
 __all__ = [
-    "Gemm", "gemm_mnk", "gemms_of", "record_gemms", "FlopShare", "flop_share", "OTHER_FLOPS_PER_ELEMENT",
-    "time_share", "op_tree", "TransformerBlock", "GemmRow", "transformer_gemms", *MOVED,
+    "Gemm",
+    "gemm_mnk",
+    "gemms_of",
+    "record_gemms",
+    "FlopShare",
+    "flop_share",
+    "OTHER_FLOPS_PER_ELEMENT",
+    "time_share",
+    "op_tree",
+    "TransformerBlock",
+    "GemmRow",
+    "transformer_gemms",
+    *MOVED,
 ]
 
 
@@ -112,14 +126,38 @@ def record_gemms(fn: Callable, *args, **kwargs) -> list[Gemm]:
 # a lower bound; softmax is max, subtract, exp, sum and divide (5); layer norm is mean, subtract, square, mean,
 # normalise, scale and shift (≈ 8); a reduction costs 1 per input element. Views, copies, concatenations, gathers
 # and tensor creation move data and cost 0 FLOPs.
-OTHER_FLOPS_PER_ELEMENT = {"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 8, "native_group_norm": 8,
-                           "native_batch_norm": 8, "_native_batch_norm_legit_no_training": 8}
+OTHER_FLOPS_PER_ELEMENT = {
+    "_softmax": 5,
+    "_log_softmax": 5,
+    "native_layer_norm": 8,
+    "native_group_norm": 8,
+    "native_batch_norm": 8,
+    "_native_batch_norm_legit_no_training": 8,
+}
 FLOP_RULE = FlopRule(
     elementwise=None,  # every op torch tags pointwise
-    reductions=frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
-                          "linalg_vector_norm", "norm", "prod", "logsumexp", "aminmax"}),
+    reductions=frozenset(
+        {
+            "sum",
+            "mean",
+            "amax",
+            "amin",
+            "max",
+            "min",
+            "var",
+            "std",
+            "var_mean",
+            "linalg_vector_norm",
+            "norm",
+            "prod",
+            "logsumexp",
+            "aminmax",
+        }
+    ),
     fused=OTHER_FLOPS_PER_ELEMENT,
-    free=frozenset({"clone", "_to_copy", "copy_", "fill_", "zero_", "lift_fresh", "lift_fresh_copy"}),  # pointwise-tagged copies
+    free=frozenset(
+        {"clone", "_to_copy", "copy_", "fill_", "zero_", "lift_fresh", "lift_fresh_copy"}
+    ),  # pointwise-tagged copies
 )
 
 
@@ -148,8 +186,12 @@ class FlopShare:
 
     def table(self) -> str:
         total = self.gemm_total + self.other_total
-        rows = [(f"GEMM  {op}", f"{n:,}", f"{n / total:.2%}") for op, n in sorted(self.gemm.items(), key=lambda kv: -kv[1])]
-        rows += [(f"other {op}", f"{n:,}", f"{n / total:.2%}") for op, n in sorted(self.other.items(), key=lambda kv: -kv[1])]
+        rows = [
+            (f"GEMM  {op}", f"{n:,}", f"{n / total:.2%}") for op, n in sorted(self.gemm.items(), key=lambda kv: -kv[1])
+        ]
+        rows += [
+            (f"other {op}", f"{n:,}", f"{n / total:.2%}") for op, n in sorted(self.other.items(), key=lambda kv: -kv[1])
+        ]
         rows.append(("total", f"{total:,}", "100.00%"))
         return format_table(rows, ("op", "FLOPs", "share"))
 
@@ -176,13 +218,19 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def op_tree(fn: Callable, *args, max_depth: int = 2,
-            skip: Iterable[str] = ("aten::as_strided", "aten::resolve_conj", "aten::empty", "aten::empty_strided")
-            ) -> str:
+def op_tree(
+    fn: Callable,
+    *args,
+    max_depth: int = 2,
+    skip: Iterable[str] = ("aten::as_strided", "aten::resolve_conj", "aten::empty", "aten::empty_strided"),
+) -> str:
     """The ATen ops `fn(*args)` runs, as torch.profiler sees them: nested calls indented, with input shapes."""
     skip = set(skip)
-    with torch.no_grad(), _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                                                  record_shapes=True) as prof:
+    with (
+        torch.no_grad(),
+        _quiet_stderr(),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof,
+    ):
         fn(*args)
     lines = []
 
@@ -202,9 +250,21 @@ def op_tree(fn: Callable, *args, max_depth: int = 2,
 
 # Calls whose whole time counts as GEMM time: the GEMM ops, and the torch-level calls that exist only to run one
 # (linear, matmul, einsum), with everything inside them: transposes, the copies matmul makes of non-contiguous inputs.
-_GEMM_EVENTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv", "aten::addmv",
-                "aten::dot", "aten::_addmm_activation", "aten::convolution", "aten::linear", "aten::matmul",
-                "aten::einsum"}
+_GEMM_EVENTS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addbmm",
+    "aten::mv",
+    "aten::addmv",
+    "aten::dot",
+    "aten::_addmm_activation",
+    "aten::convolution",
+    "aten::linear",
+    "aten::matmul",
+    "aten::einsum",
+}
 
 
 def time_share(fn: Callable, *args, repeats: int = 5) -> dict:
@@ -235,13 +295,18 @@ def time_share(fn: Callable, *args, repeats: int = 5) -> dict:
         by_op[e.name.removeprefix("aten::")] += e.self_cpu_time_total / 1e6 / repeats
     total_us = sum(e.self_cpu_time_total for e in events)
     other_us = max(total_us - gemm_us, 0.0)
-    return {"gemm_s": gemm_us / 1e6 / repeats, "other_s": other_us / 1e6 / repeats,
-            "share": gemm_us / total_us if total_us else 0.0, "by_op": dict(by_op)}
+    return {
+        "gemm_s": gemm_us / 1e6 / repeats,
+        "other_s": other_us / 1e6 / repeats,
+        "share": gemm_us / total_us if total_us else 0.0,
+        "by_op": dict(by_op),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # A small transformer block whose GEMMs can be listed by hand
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class TransformerBlock(nn.Module):
     """Pre-norm transformer block on x (B, S, E): x + attention(LN(x)), then x + MLP(LN(x)).
@@ -253,24 +318,26 @@ class TransformerBlock(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int):
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not a multiple of n_heads={n_heads}: every head gets "
-                             f"d_model / n_heads features, which must be a whole number.")
+            raise ValueError(
+                f"d_model={d_model} is not a multiple of n_heads={n_heads}: every head gets "
+                f"d_model / n_heads features, which must be a whole number."
+            )
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)   # weight (3E, E): Q, K and V in one GEMM
-        self.proj = nn.Linear(d_model, d_model)      # weight (E, E)
-        self.up = nn.Linear(d_model, d_ff)           # weight (d_ff, E)
-        self.down = nn.Linear(d_ff, d_model)         # weight (E, d_ff)
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # weight (3E, E): Q, K and V in one GEMM
+        self.proj = nn.Linear(d_model, d_model)  # weight (E, E)
+        self.up = nn.Linear(d_model, d_ff)  # weight (d_ff, E)
+        self.down = nn.Linear(d_ff, d_model)  # weight (E, d_ff)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, E = x.shape
         H, D = self.n_heads, self.head_dim
-        qkv = self.qkv(self.ln1(x))                                    # (B·S, E) @ (E, 3E) -> (B, S, 3E)
-        q, k, v = qkv.view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)       # each (B, H, S, D)
-        scores = (q @ k.transpose(-2, -1)) * D ** -0.5                 # B·H × (S, D) @ (D, S) -> (B, H, S, S)
-        heads = scores.softmax(dim=-1) @ v                             # B·H × (S, S) @ (S, D) -> (B, H, S, D)
-        x = x + self.proj(heads.transpose(1, 2).reshape(B, S, E))      # (B·S, E) @ (E, E)
-        return x + self.down(F.gelu(self.up(self.ln2(x))))             # (B·S, E) @ (E, d_ff), then @ (d_ff, E)
+        qkv = self.qkv(self.ln1(x))  # (B·S, E) @ (E, 3E) -> (B, S, 3E)
+        q, k, v = qkv.view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, S, D)
+        scores = (q @ k.transpose(-2, -1)) * D**-0.5  # B·H × (S, D) @ (D, S) -> (B, H, S, S)
+        heads = scores.softmax(dim=-1) @ v  # B·H × (S, S) @ (S, D) -> (B, H, S, D)
+        x = x + self.proj(heads.transpose(1, 2).reshape(B, S, E))  # (B·S, E) @ (E, E)
+        return x + self.down(F.gelu(self.up(self.ln2(x))))  # (B·S, E) @ (E, d_ff), then @ (d_ff, E)
 
 
 @dataclass(frozen=True)
@@ -288,8 +355,9 @@ class GemmRow:
         return 2 * self.count * self.M * self.N * self.K
 
 
-def transformer_gemms(batch: int, seq: int, d_model: int, n_heads: int, d_ff: int,
-                      vocab: int | None = None) -> list[GemmRow]:
+def transformer_gemms(
+    batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, vocab: int | None = None
+) -> list[GemmRow]:
     """Every GEMM of one `TransformerBlock` forward on (batch, seq, d_model), in the order it runs; with `vocab`,
     also the language-model head that turns each token's vector into vocabulary logits."""
     if d_model % n_heads:

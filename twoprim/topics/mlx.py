@@ -16,6 +16,7 @@ primitive that a compiled call really left behind.
 
 The module imports without MLX (so the course package imports everywhere); its functions then raise ImportError.
 """
+
 from __future__ import annotations
 
 import io
@@ -34,14 +35,27 @@ except ImportError:  # the course package must import on machines without MLX; t
     mx = None
 
 __all__ = [
-    "GEMM_PRIMITIVES", "Graph", "primitive_counts", "trace", "dot_source", "pending", "pending_counts",
-    "gemm_count", "fused_ops", "draw", "render_dot", "build_and_eval_seconds", "eval_seconds", "blas_libraries",
+    "GEMM_PRIMITIVES",
+    "Graph",
+    "primitive_counts",
+    "trace",
+    "dot_source",
+    "pending",
+    "pending_counts",
+    "gemm_count",
+    "fused_ops",
+    "draw",
+    "render_dot",
+    "build_and_eval_seconds",
+    "eval_seconds",
+    "blas_libraries",
     "format_counts",
 ]
 
 # Primitives that are a dot product, GEMV or GEMM (MLX's own names).
-GEMM_PRIMITIVES = frozenset({"Matmul", "AddMM", "BlockMaskedMM", "GatherMM", "SegmentedMM", "QuantizedMatmul",
-                             "GatherQMM"})
+GEMM_PRIMITIVES = frozenset(
+    {"Matmul", "AddMM", "BlockMaskedMM", "GatherMM", "SegmentedMM", "QuantizedMatmul", "GatherQMM"}
+)
 
 _EXPORT = mx.export_function if mx is not None else None  # kept before anything can patch mx.export_function
 _TO_DOT = mx.export_to_dot if mx is not None else None
@@ -82,6 +96,7 @@ def _note(name: str) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Graphs
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Node:
@@ -230,11 +245,41 @@ def format_counts(counts: Counter | dict, *, limit: int | None = None) -> str:
 
 
 # Primitive names with more than one capital, so that a fused name splits correctly.
-_NAMES = sorted({"AddMM", "AsType", "ErfInv", "LogAddExp", "LogicalNot", "LogicalAnd", "LogicalOr", "NotEqual",
-                 "GreaterEqual", "LessEqual", "ArcTan", "ArcTan2", "ArcSin", "ArcCos", "ArcTanh", "ArcSinh",
-                 "ArcCosh", "StopGradient", "ExpandDims", "RandomBits", "LogSumExp", "BitwiseBinary",
-                 "BitwiseInvert", "NumberOfElements", "DivMod", "Log1p", "Expm1", "IsNaN", "IsInf"},
-                key=len, reverse=True)
+_NAMES = sorted(
+    {
+        "AddMM",
+        "AsType",
+        "ErfInv",
+        "LogAddExp",
+        "LogicalNot",
+        "LogicalAnd",
+        "LogicalOr",
+        "NotEqual",
+        "GreaterEqual",
+        "LessEqual",
+        "ArcTan",
+        "ArcTan2",
+        "ArcSin",
+        "ArcCos",
+        "ArcTanh",
+        "ArcSinh",
+        "ArcCosh",
+        "StopGradient",
+        "ExpandDims",
+        "RandomBits",
+        "LogSumExp",
+        "BitwiseBinary",
+        "BitwiseInvert",
+        "NumberOfElements",
+        "DivMod",
+        "Log1p",
+        "Expm1",
+        "IsNaN",
+        "IsInf",
+    },
+    key=len,
+    reverse=True,
+)
 
 
 def fused_ops(label: str) -> list[str]:
@@ -247,7 +292,7 @@ def fused_ops(label: str) -> list[str]:
             m = re.match(r"[A-Z][a-z0-9]*", rest)
             name = m.group(0) if m else rest
         ops.append(name)
-        rest = rest[len(name):]
+        rest = rest[len(name) :]
     return ops
 
 
@@ -291,9 +336,13 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
     for a, b in g.edges:
         consumers.setdefault(a, []).append(b)
         producers.setdefault(b, []).append(a)
-    shown = [nid for nid, n in g.nodes.items()
-             if n.kind == "primitive" or (n.kind in ("input", "constant", "source") and nid in consumers)
-             or n.kind == "output"]
+    shown = [
+        nid
+        for nid, n in g.nodes.items()
+        if n.kind == "primitive"
+        or (n.kind in ("input", "constant", "source") and nid in consumers)
+        or n.kind == "output"
+    ]
     keep = set(shown)
     edges = []
     for nid in shown:  # shown -> shown, through one collapsed array
@@ -331,6 +380,7 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
         order = sorted(rows) if sweep % 2 == 0 else sorted(rows, reverse=True)
         ref = preds if sweep % 2 == 0 else succs
         for r in order:
+
             def centre(n: str) -> float:
                 near = [pos_in_row[m] for m in ref[n]]
                 return sum(near) / len(near) if near else pos_in_row[n]
@@ -349,7 +399,7 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
     for r in sorted(rows):
         row = rows[r]
         tall = max(_lines(g, n) for n in row)
-        y -= 0.5 + 0.09 * tall                       # half of this row's height below the previous row's centre
+        y -= 0.5 + 0.09 * tall  # half of this row's height below the previous row's centre
         widths = [width(n) for n in row]
         x, total = 0.0, sum(widths)
         for n, w in zip(row, widths):
@@ -384,15 +434,32 @@ def draw(graph: Graph, *, title: str = "", ax=None):
 
     for a, b in edges:
         (x0, y0), (x1, y1) = pos[a], pos[b]
-        ax.annotate("", xy=(x1, y1 + half_height(b)), xytext=(x0, y0 - half_height(a)),
-                    arrowprops=dict(arrowstyle="-|>", color="#7a7a7a", lw=0.8, shrinkA=1, shrinkB=1))
+        ax.annotate(
+            "",
+            xy=(x1, y1 + half_height(b)),
+            xytext=(x0, y0 - half_height(a)),
+            arrowprops=dict(arrowstyle="-|>", color="#7a7a7a", lw=0.8, shrinkA=1, shrinkB=1),
+        )
     for nid in shown:
         node, (x, y) = graph.nodes[nid], pos[nid]
         if node.kind == "primitive":
-            colour = (_GEMM_COLOUR if node.label in GEMM_PRIMITIVES
-                      else _FUSED_COLOUR if node.label.startswith("Compiled") else _OTHER_COLOUR)
-            ax.text(x, y, _short(node.label), ha="center", va="center", fontsize=8, zorder=3,
-                    bbox=dict(boxstyle="round,pad=0.3", fc=colour, ec="#555555", lw=0.8))
+            colour = (
+                _GEMM_COLOUR
+                if node.label in GEMM_PRIMITIVES
+                else _FUSED_COLOUR
+                if node.label.startswith("Compiled")
+                else _OTHER_COLOUR
+            )
+            ax.text(
+                x,
+                y,
+                _short(node.label),
+                ha="center",
+                va="center",
+                fontsize=8,
+                zorder=3,
+                bbox=dict(boxstyle="round,pad=0.3", fc=colour, ec="#555555", lw=0.8),
+            )
             continue
         name = "" if _is_auto_name(node.label) else node.label
         if not name and node.kind in ("output", "input"):
@@ -402,15 +469,25 @@ def draw(graph: Graph, *, title: str = "", ax=None):
         text = f"{name} {tuple(node.shape)}" if node.shape is not None else name
         ax.plot([x], [y], "o", ms=7, mfc=_ARRAY_COLOUR, mec="#333333", zorder=3)
         below = node.kind == "output"  # outputs: arrows come in from above, so the label goes underneath
-        ax.text(x, y - 0.16 if below else y + 0.16, text.strip(), ha="center", va="top" if below else "bottom",
-                fontsize=7, color="#333333", zorder=4)
+        ax.text(
+            x,
+            y - 0.16 if below else y + 0.16,
+            text.strip(),
+            ha="center",
+            va="top" if below else "bottom",
+            fontsize=7,
+            color="#333333",
+            zorder=4,
+        )
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
     ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
     ax.axis("off")
-    handles = [Patch(fc=_GEMM_COLOUR, ec="#555555", label="GEMM primitive"),
-               Patch(fc=_FUSED_COLOUR, ec="#555555", label="compiled (fused) primitive"),
-               Patch(fc=_OTHER_COLOUR, ec="#555555", label="other primitive"),
-               Line2D([], [], marker="o", ls="", mfc=_ARRAY_COLOUR, mec="#333333", label="array (input / evaluated)")]
+    handles = [
+        Patch(fc=_GEMM_COLOUR, ec="#555555", label="GEMM primitive"),
+        Patch(fc=_FUSED_COLOUR, ec="#555555", label="compiled (fused) primitive"),
+        Patch(fc=_OTHER_COLOUR, ec="#555555", label="other primitive"),
+        Line2D([], [], marker="o", ls="", mfc=_ARRAY_COLOUR, mec="#333333", label="array (input / evaluated)"),
+    ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
@@ -441,6 +518,7 @@ def render_dot(text: str, *, title: str = ""):
 # ----------------------------------------------------------------------------------------------------------------
 # Timing lazy evaluation
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def build_and_eval_seconds(build: Callable[[], Any], *, repeats: int = 5) -> dict[str, float]:
     """Median seconds to *build* a graph (`out = build()`, nothing runs) and to *run* it (`mx.eval(out)`)."""

@@ -1,4 +1,5 @@
 """Plots and tables the lessons share: one function per kind of figure, so notebooks only say what to plot."""
+
 from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
@@ -8,8 +9,18 @@ import matplotlib.pyplot as plt
 __all__ = ["lines", "sweep_plot", "bars", "format_table"]
 
 
-def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str, title: str,
-          logx: bool = True, logy: bool = True, note: str | None = None, legend_outside: bool = False):
+def lines(
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = True,
+    logy: bool = True,
+    note: str | None = None,
+    legend_outside: bool = False,
+):
     """One line (with markers) per series against a shared x; log axes by default. Returns the figure.
 
     A series shorter than x is drawn against the first len(series) values of x. `legend_outside` puts the legend
@@ -32,8 +43,16 @@ def lines(x: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: 
     return fig
 
 
-def sweep_plot(x: Sequence[int], y: Sequence[float], *, marks: Mapping[str, Callable[[int], bool]] | None = None,
-               xlabel: str, ylabel: str, title: str, note: str | None = None):
+def sweep_plot(
+    x: Sequence[int],
+    y: Sequence[float],
+    *,
+    marks: Mapping[str, Callable[[int], bool]] | None = None,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    note: str | None = None,
+):
     """One line against x; points where a predicate in `marks` holds are drawn again with that label (e.g.
     "multiple of 16": lambda n: n % 16 == 0). Returns the figure."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -52,8 +71,16 @@ def sweep_plot(x: Sequence[int], y: Sequence[float], *, marks: Mapping[str, Call
     return fig
 
 
-def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel: str, title: str,
-         note: str | None = None, logy: bool = False, value_format: str = "{:.0f}"):
+def bars(
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    *,
+    ylabel: str,
+    title: str,
+    note: str | None = None,
+    logy: bool = False,
+    value_format: str = "{:.0f}",
+):
     """Grouped bars: one group per label, one bar per series, each bar with its value written on top."""
     fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(labels) + 2.0), 4.0))
     width = 0.8 / max(len(series), 1)

@@ -26,6 +26,7 @@ Why this module is long: one compile pipeline and a reader for each of its artef
 resources), with the GPU limits those numbers are read against; split, a reader would sit apart from the compile
 that makes its input and the cache that keys it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGETS", "GPU", "H200", "A100", "GPUS", "cache_dir", "Specialization", "specialize", "compile_kernel",
-           "compile_launch", "Compiled", "Dot", "MemoryOp", "Reduction", "PtxLoop", "Occupancy", "occupancy"]
+__all__ = [
+    "TARGETS",
+    "GPU",
+    "H200",
+    "A100",
+    "GPUS",
+    "cache_dir",
+    "Specialization",
+    "specialize",
+    "compile_kernel",
+    "compile_launch",
+    "Compiled",
+    "Dot",
+    "MemoryOp",
+    "Reduction",
+    "PtxLoop",
+    "Occupancy",
+    "occupancy",
+]
 
 ENV_CACHE = "TWOPRIM_TRITON_CACHE"
 TARGETS = {"sm_90": 90, "sm_80": 80}  # compute capability of each target: H100/H200 (Hopper) and A100 (Ampere)
@@ -55,6 +73,7 @@ TENSOR_CORE_PTX = ("wgmma.mma_async", "mma.sync")  # Hopper's warpgroup MMA; the
 # The GPUs the targets stand for
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class GPU:
     """Per-SM limits of one GPU, for occupancy: how many programs (CUDA blocks) of a kernel one SM holds at once."""
@@ -62,25 +81,41 @@ class GPU:
     name: str
     target: str
     sms: int
-    registers_per_sm: int       # 32-bit registers
-    shared_per_sm: int          # bytes of shared memory an SM can give its resident blocks
+    registers_per_sm: int  # 32-bit registers
+    shared_per_sm: int  # bytes of shared memory an SM can give its resident blocks
     threads_per_sm: int
     blocks_per_sm: int
     reserved_shared_per_block: int = 1024  # "1 KB of shared memory is reserved for system use" per block (8.x, 9.0)
-    register_unit: int = 256    # registers are allocated per warp in units of 256
+    register_unit: int = 256  # registers are allocated per warp in units of 256
     source: str = ""
 
 
-_GUIDE = ("CUDA C++ Programming Guide, 'Compute Capabilities' (technical specifications per compute capability, "
-          "and shared memory for compute capability {cc}): 64K 32-bit registers, 2048 resident threads and 32 resident "
-          "blocks per SM; {smem} KB shared memory per SM")
-H200 = GPU("NVIDIA H100/H200 (SXM)", "sm_90", sms=132, registers_per_sm=65536, shared_per_sm=228 * 1024,
-           threads_per_sm=2048, blocks_per_sm=32,
-           source=_GUIDE.format(cc="9.0", smem=228) + "; 132 SMs: NVIDIA H100 Tensor Core GPU Architecture "
-                  "whitepaper (H100 SXM5), the H200 is the same GH100 chip with more memory")
-A100 = GPU("NVIDIA A100", "sm_80", sms=108, registers_per_sm=65536, shared_per_sm=164 * 1024, threads_per_sm=2048,
-           blocks_per_sm=32,
-           source=_GUIDE.format(cc="8.0", smem=164) + "; 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper")
+_GUIDE = (
+    "CUDA C++ Programming Guide, 'Compute Capabilities' (technical specifications per compute capability, "
+    "and shared memory for compute capability {cc}): 64K 32-bit registers, 2048 resident threads and 32 resident "
+    "blocks per SM; {smem} KB shared memory per SM"
+)
+H200 = GPU(
+    "NVIDIA H100/H200 (SXM)",
+    "sm_90",
+    sms=132,
+    registers_per_sm=65536,
+    shared_per_sm=228 * 1024,
+    threads_per_sm=2048,
+    blocks_per_sm=32,
+    source=_GUIDE.format(cc="9.0", smem=228) + "; 132 SMs: NVIDIA H100 Tensor Core GPU Architecture "
+    "whitepaper (H100 SXM5), the H200 is the same GH100 chip with more memory",
+)
+A100 = GPU(
+    "NVIDIA A100",
+    "sm_80",
+    sms=108,
+    registers_per_sm=65536,
+    shared_per_sm=164 * 1024,
+    threads_per_sm=2048,
+    blocks_per_sm=32,
+    source=_GUIDE.format(cc="8.0", smem=164) + "; 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper",
+)
 GPUS = {gpu.target: gpu for gpu in (H200, A100)}
 
 
@@ -90,16 +125,18 @@ class Occupancy:
 
     programs_per_sm: int
     warps_per_sm: int
-    fraction: float             # resident warps / the SM's maximum (64)
-    limit: str                  # what stops one more program: "registers", "shared memory", "threads", "blocks"
-                                # (several joined by "and" when they allow the same number)
+    fraction: float  # resident warps / the SM's maximum (64)
+    limit: str  # what stops one more program: "registers", "shared memory", "threads", "blocks"
+    # (several joined by "and" when they allow the same number)
     gpu: GPU
 
     def line(self) -> str:
-        return (f"up to {self.programs_per_sm} program(s) resident at once on each SM of an {self.gpu.name} (limited "
-                f"by {self.limit}): {self.warps_per_sm} of {self.gpu.threads_per_sm // 32} warps, occupancy "
-                f"{self.fraction:.0%}; a wave of {self.programs_per_sm * self.gpu.sms} programs on its {self.gpu.sms} "
-                f"SMs")
+        return (
+            f"up to {self.programs_per_sm} program(s) resident at once on each SM of an {self.gpu.name} (limited "
+            f"by {self.limit}): {self.warps_per_sm} of {self.gpu.threads_per_sm // 32} warps, occupancy "
+            f"{self.fraction:.0%}; a wave of {self.programs_per_sm * self.gpu.sms} programs on its {self.gpu.sms} "
+            f"SMs"
+        )
 
 
 def occupancy(registers: int, shared: int, num_warps: int, gpu: GPU = H200) -> Occupancy:
@@ -122,6 +159,7 @@ def occupancy(registers: int, shared: int, num_warps: int, gpu: GPU = H200) -> O
 # What the compiled IR holds
 # ----------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Dot:
     """One `tt.dot` of the TTIR: operand and result element types (f16, bf16, f32), tile shapes, the precision of
@@ -135,8 +173,8 @@ class Dot:
     regions: list[str]
     line: int | None
     accumulator_from_loop: bool  # its accumulator operand is a value the enclosing loop carries
-    loop: int | None = None      # which scf.for of the TTIR holds it, innermost (0 the first in the text); None: none
-    k: int | None = None         # the extent it sums over: a's columns (M×K · K×N -> M×N)
+    loop: int | None = None  # which scf.for of the TTIR holds it, innermost (0 the first in the text); None: none
+    k: int | None = None  # the extent it sums over: a's columns (M×K · K×N -> M×N)
 
     @property
     def macs(self) -> int:
@@ -156,10 +194,10 @@ class MemoryOp:
     (shape and element type), the regions around it (innermost last), which scf.for holds it and the learner's
     line."""
 
-    kind: str                    # "load" or "store"
-    arguments: list[str]         # the kernel's pointer parameters the addresses come from ("o_ptr")
-    shape: tuple[int, ...]       # () for one scalar
-    element: str                 # f16, bf16, f32, ...
+    kind: str  # "load" or "store"
+    arguments: list[str]  # the kernel's pointer parameters the addresses come from ("o_ptr")
+    shape: tuple[int, ...]  # () for one scalar
+    element: str  # f16, bf16, f32, ...
     regions: list[str]
     loop: int | None
     line: int | None
@@ -189,8 +227,8 @@ class PtxLoop:
 
     label: str
     counts: dict[str, int]
-    wgmma_groups: int            # `wgmma.commit_group` in the body: one per tl.dot the compiler issued as wgmma
-    macs: int                    # tensor-core multiply-adds per iteration, the whole program's
+    wgmma_groups: int  # `wgmma.commit_group` in the body: one per tl.dot the compiler issued as wgmma
+    macs: int  # tensor-core multiply-adds per iteration, the whole program's
 
 
 @dataclass
@@ -204,15 +242,15 @@ class Compiled:
     num_warps: int
     num_stages: int
     attrs: dict = field(default_factory=dict)  # {"a_ptr": [["tt.divisibility", 16]], ...}: `specialize`
-    ones: list = field(default_factory=list)   # ints the launch passed as 1, compiled as constexprs
+    ones: list = field(default_factory=list)  # ints the launch passed as 1, compiled as constexprs
     error: str | None = None
     error_line: int | None = None
     ttir: str = ""
     ttgir: str = ""
     ptx: str = ""
-    registers: int = 0           # per thread (cuobjdump -res-usage)
-    spilled: int = 0             # bytes of stack (local memory) per thread: registers that did not fit
-    shared: int = 0              # bytes of shared memory per program (Triton's dynamic + the kernel's static)
+    registers: int = 0  # per thread (cuobjdump -res-usage)
+    spilled: int = 0  # bytes of stack (local memory) per thread: registers that did not fit
+    shared: int = 0  # bytes of shared memory per program (Triton's dynamic + the kernel's static)
     seconds: float = 0.0
     cached: bool = False
 
@@ -230,8 +268,10 @@ class Compiled:
 
     def loops_carry(self) -> list[list[str]]:
         """Per scf.for of the TTIR, in the order of the text: the types of the values it carries."""
-        return [[t.strip() for t in _split_types(m.group(1))]
-                for m in re.finditer(r"scf\.for .*iter_args\(.*\) -> \((.*)\)", self.ttir)]
+        return [
+            [t.strip() for t in _split_types(m.group(1))]
+            for m in re.finditer(r"scf\.for .*iter_args\(.*\) -> \((.*)\)", self.ttir)
+        ]
 
     def tensor_core_macs(self) -> int:
         """Multiply-adds of every tensor-core instruction of the PTX, each counted once as written (`PtxLoop.macs`'s
@@ -244,16 +284,22 @@ class Compiled:
 
     def loop_carried(self) -> list[str]:
         """The types of the values every scf.for of the TTIR carries from one iteration to the next."""
-        return [t.strip() for m in re.finditer(r"scf\.for .*iter_args\(.*\) -> \((.*)\)", self.ttir)
-                for t in _split_types(m.group(1))]
+        return [
+            t.strip()
+            for m in re.finditer(r"scf\.for .*iter_args\(.*\) -> \((.*)\)", self.ttir)
+            for t in _split_types(m.group(1))
+        ]
 
     def arithmetic(self) -> list[tuple[str, str, int | None]]:
         """Floating-point arithmetic on tensors in the TTIR: (op, element type, learner's line)."""
         found = []
         locs = _locations(self.ttir)
         for line in self.ttir.splitlines():
-            m = re.search(r"= (arith\.(?:addf|subf|mulf|divf|maxnumf|minnumf)|math\.\w+) .*: (tensor<[^>]*>|f16|bf16|"
-                          r"f32|f64)(?=\s|$)", line)
+            m = re.search(
+                r"= (arith\.(?:addf|subf|mulf|divf|maxnumf|minnumf)|math\.\w+) .*: (tensor<[^>]*>|f16|bf16|"
+                r"f32|f64)(?=\s|$)",
+                line,
+            )
             if m:
                 found.append((m.group(1), _element(m.group(2)), _line_of(line, locs)))
         return found
@@ -268,8 +314,11 @@ class Compiled:
             if not m or _element(m.group(2)) not in ("f16", "bf16"):
                 continue
             use = re.compile(re.escape(m.group(1)) + r"(?![\w#])")
-            if any(use.search(other) and not other.strip().startswith("tt.store")
-                   for j, other in enumerate(lines) if j != i and not other.startswith("#")):
+            if any(
+                use.search(other) and not other.strip().startswith("tt.store")
+                for j, other in enumerate(lines)
+                if j != i and not other.startswith("#")
+            ):
                 found.append((_element(m.group(2)), _line_of(line, locs)))
         return found
 
@@ -300,8 +349,10 @@ class Compiled:
         m = re.search(r"#ttg\.nvidia_mma<\{versionMajor = (\d+)", self.ttgir)
         if not m:
             return None
-        return {"3": "v3: wgmma, one 4-warp warpgroup per instruction", "2": "v2: mma.sync, one warp per instruction"
-                }.get(m.group(1), f"v{m.group(1)}")
+        return {
+            "3": "v3: wgmma, one 4-warp warpgroup per instruction",
+            "2": "v2: mma.sync, one warp per instruction",
+        }.get(m.group(1), f"v{m.group(1)}")
 
     def occupancy(self) -> Occupancy:
         return occupancy(self.registers, self.shared, self.num_warps, GPUS[self.target])
@@ -312,8 +363,10 @@ class Compiled:
         aligned = [k for k, v in self.attrs.items() if any(a[0] == "tt.divisibility" for a in v)]
         pointers = [k for k in aligned if self.signature.get(k, "").startswith("*")]
         ints = [k for k in aligned if k not in pointers]
-        parts = [f"16-byte aligned {', '.join(pointers)}" if pointers else "no pointer known 16-byte aligned",
-                 f"divisible by 16: {', '.join(ints)}" if ints else "no int divisible by 16"]
+        parts = [
+            f"16-byte aligned {', '.join(pointers)}" if pointers else "no pointer known 16-byte aligned",
+            f"divisible by 16: {', '.join(ints)}" if ints else "no int divisible by 16",
+        ]
         if self.ones:
             parts.append(f"equal to 1 (compiled in): {', '.join(self.ones)}")
         return "; ".join(parts)
@@ -327,11 +380,13 @@ class Compiled:
         copies = self.async_copies()
         pipeline = f"{copies} cp.async (global → shared)" if copies else "no cp.async"
         spill = f"{self.spilled} B spilled to local memory" if self.spilled else "no spill"
-        return (f"{self.target}: {tc}; {pipeline}; {self.registers} registers/thread ({spill}), {self.shared} B shared "
-                f"memory per program, {self.num_warps} warps, {self.num_stages} stages; {self.occupancy().line()}")
+        return (
+            f"{self.target}: {tc}; {pipeline}; {self.registers} registers/thread ({spill}), {self.shared} B shared "
+            f"memory per program, {self.num_warps} warps, {self.num_stages} stages; {self.occupancy().line()}"
+        )
 
 
-_LOC_DEF = re.compile(r'^#(loc\d*) = loc\((.*)\)\s*$')
+_LOC_DEF = re.compile(r"^#(loc\d*) = loc\((.*)\)\s*$")
 
 
 def _locations(ir_text: str) -> dict[str, int | None]:
@@ -342,7 +397,7 @@ def _locations(ir_text: str) -> dict[str, int | None]:
     def line_of(body: str, depth: int = 0) -> int | None:
         if depth > 50:
             return None
-        m = re.match(r'callsite\(#(loc\d*) at #(loc\d*)\)', body)
+        m = re.match(r"callsite\(#(loc\d*) at #(loc\d*)\)", body)
         if m:
             return resolve(m.group(2), depth + 1)
         m = re.match(r'"[^"]*"\(#(loc\d*)\)', body)
@@ -405,21 +460,37 @@ def _dots(ttir: str) -> list[Dot]:
         if text.endswith("{"):
             m = re.match(r'(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?([\w.]+)"?', text)
             op = m.group(1) if m else "?"
-            names = set(re.findall(r"iter_args\(([^)]*)\)", text)[0].replace(" ", "").split(",")) \
-                if "iter_args(" in text else set()
+            names = (
+                set(re.findall(r"iter_args\(([^)]*)\)", text)[0].replace(" ", "").split(","))
+                if "iter_args(" in text
+                else set()
+            )
             stack.append(op)
             carried.append({n.split("=")[0] for n in names} | (carried[-1] if carried else set()))
             loops.append(count if op in ("scf.for", "scf.while") else (loops[-1] if loops else None))
             count += op in ("scf.for", "scf.while")
             continue
-        m = re.search(r"= tt\.dot (%[\w#]+), (%[\w#]+), (%[\w#]+)(?:, inputPrecision = (\w+))?.*: (tensor<[^>]*>) \* "
-                      r"(tensor<[^>]*>) -> (tensor<[^>]*>)", text)
+        m = re.search(
+            r"= tt\.dot (%[\w#]+), (%[\w#]+), (%[\w#]+)(?:, inputPrecision = (\w+))?.*: (tensor<[^>]*>) \* "
+            r"(tensor<[^>]*>) -> (tensor<[^>]*>)",
+            text,
+        )
         if m:
             shape = re.match(r"tensor<((?:\d+x)+)", m.group(7)).group(1).rstrip("x")
-            found.append(Dot(_element(m.group(5)), _element(m.group(6)), _element(m.group(7)), shape,
-                             m.group(4) or "ieee", list(stack), _line_of(line, locs),
-                             m.group(3) in (carried[-1] if carried else set()), loops[-1] if loops else None,
-                             (_shape_of(m.group(5)) or (None,))[-1]))
+            found.append(
+                Dot(
+                    _element(m.group(5)),
+                    _element(m.group(6)),
+                    _element(m.group(7)),
+                    shape,
+                    m.group(4) or "ieee",
+                    list(stack),
+                    _line_of(line, locs),
+                    m.group(3) in (carried[-1] if carried else set()),
+                    loops[-1] if loops else None,
+                    (_shape_of(m.group(5)) or (None,))[-1],
+                )
+            )
     return found
 
 
@@ -512,16 +583,26 @@ def _memory_ops(ttir: str) -> list[MemoryOp]:
     found = []
     for line, regions, loop in _scopes(ttir):
         code = _code(line)
-        m = re.search(r"(?:= )?tt\.(load|store) (" + _SSA + r"(?:#\d+)?)(?:, (" + _SSA + r"(?:#\d+)?))?[^:]*: "
-                      r"(tensor<[^>]*>>|!tt\.ptr<[^>]*>)", code)
+        m = re.search(
+            r"(?:= )?tt\.(load|store) (" + _SSA + r"(?:#\d+)?)(?:, (" + _SSA + r"(?:#\d+)?))?[^:]*: "
+            r"(tensor<[^>]*>>|!tt\.ptr<[^>]*>)",
+            code,
+        )
         if not m or re.match(r"\s*\^", code):
             continue
         pointer_type = m.group(4)
         element = re.search(r"!tt\.ptr<(\w+)>", pointer_type)
-        found.append(MemoryOp(m.group(1), sorted(a.lstrip("%") for a in _pointer_arguments(m.group(2), uses, args,
-                                                                                             memo)),
-                              _shape_of(pointer_type), element.group(1) if element else "?", regions, loop,
-                              _line_of(line, locs)))
+        found.append(
+            MemoryOp(
+                m.group(1),
+                sorted(a.lstrip("%") for a in _pointer_arguments(m.group(2), uses, args, memo)),
+                _shape_of(pointer_type),
+                element.group(1) if element else "?",
+                regions,
+                loop,
+                _line_of(line, locs),
+            )
+        )
     return found
 
 
@@ -540,8 +621,15 @@ def _reductions(ttir: str) -> list[Reduction]:
                 pending[1] = op.group(1)
             shape = re.search(r"\}\) : \((tensor<[^>]*>)", code)
             if shape:
-                found.append(Reduction(_shape_of(shape.group(1)), pending[0], pending[1], pending[2],
-                                       pending[3] or _line_of(line, locs)))  # the location ends the region
+                found.append(
+                    Reduction(
+                        _shape_of(shape.group(1)),
+                        pending[0],
+                        pending[1],
+                        pending[2],
+                        pending[3] or _line_of(line, locs),
+                    )
+                )  # the location ends the region
                 pending = None
     return found
 
@@ -570,7 +658,7 @@ def _ptx_loops(ptx: str, num_warps: int) -> list[PtxLoop]:
     for i, line in enumerate(lines):
         m = re.search(r"\bbra(?:\.uni)?\s+(\$L__\w+);", line)
         if m and m.group(1) in labels and labels[m.group(1)] < i:
-            body = lines[labels[m.group(1)]:i + 1]
+            body = lines[labels[m.group(1)] : i + 1]
             counts, macs = _tensor_core_work(body, num_warps)
             groups = sum(1 for text in body if "wgmma.commit_group" in text)
             loops.append(PtxLoop(m.group(1), counts, groups, macs))
@@ -580,6 +668,7 @@ def _ptx_loops(ptx: str, num_warps: int) -> list[PtxLoop]:
 # ----------------------------------------------------------------------------------------------------------------
 # Compiling an interpreted kernel
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def cache_dir() -> Path:
     """Where compiled kernels are kept: `TWOPRIM_TRITON_CACHE`, else ~/.cache/twoprim/triton (in a graded
@@ -617,12 +706,16 @@ def specialize(fn: Any, args: tuple, kwargs: dict, target: str = "sm_90") -> Spe
     call = {k: v for k, v in kwargs.items() if k in names or k in _LAUNCH_OPTIONS}
     bound, specialization, options = binder(*args, **call)
     # enable_fp_fusion as _build compiles (and so Triton does not warn that its default will change)
-    _, signature, constexprs, attrs = jit_fn._pack_args(backend, {**call, "enable_fp_fusion": True}, bound,
-                                                        specialization, options)
+    _, signature, constexprs, attrs = jit_fn._pack_args(
+        backend, {**call, "enable_fp_fusion": True}, bound, specialization, options
+    )
     arg = lambda path: ".".join([jit_fn.arg_names[path[0]], *map(str, path[1:])])  # noqa: E731
-    return Specialization(dict(signature), {arg(path): value for path, value in constexprs.items()},
-                          {arg(path): [list(a) for a in found] for path, found in attrs.items() if found},
-                          {k: int(call[k]) for k in _LAUNCH_OPTIONS if isinstance(call.get(k), int)})
+    return Specialization(
+        dict(signature),
+        {arg(path): value for path, value in constexprs.items()},
+        {arg(path): [list(a) for a in found] for path, found in attrs.items() if found},
+        {k: int(call[k]) for k in _LAUNCH_OPTIONS if isinstance(call.get(k), int)},
+    )
 
 
 _BINDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Python function -> {target: binder}
@@ -648,22 +741,32 @@ def _is_constexpr(annotation: Any) -> bool:
     return annotation is tl.constexpr or (isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr")
 
 
-def compile_launch(kernel: Any, *args, target: str = "sm_90", num_warps: int = 4, num_stages: int = 3,
-                   **constexprs) -> Compiled:
+def compile_launch(
+    kernel: Any, *args, target: str = "sm_90", num_warps: int = 4, num_stages: int = 3, **constexprs
+) -> Compiled:
     """`kernel` compiled for `target` as the launch `kernel[grid](*args, **constexprs)` would be on that GPU: with
     the specialisation Triton's launcher gives these arguments (`specialize`: dtypes, alignment and divisibility by
     16, ints equal to 1). Nothing runs; the tensors' values do not matter, their dtypes and addresses do."""
     spec = specialize(kernel, args, constexprs, target)
-    return compile_kernel(kernel, spec.signature, spec.constexprs, target, num_warps=num_warps,
-                          num_stages=num_stages, attrs=spec.attrs)
+    return compile_kernel(
+        kernel, spec.signature, spec.constexprs, target, num_warps=num_warps, num_stages=num_stages, attrs=spec.attrs
+    )
 
 
 _MEMORY: dict[str, Compiled] = {}
 _FORMAT = 2  # of the files kept on disk: 2 since a compile carries the launch's specialisation (attrs, ones)
 
 
-def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm_90", *, num_warps: int = 4,
-                   num_stages: int = 3, attrs: dict | None = None) -> Compiled:
+def compile_kernel(
+    fn: Any,
+    signature: dict,
+    constexprs: dict,
+    target: str = "sm_90",
+    *,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    attrs: dict | None = None,
+) -> Compiled:
     """Compile kernel `fn` (a `@triton.jit` kernel, interpreted or not, or its Python function) for `target`
     ("sm_90", "sm_80"), with the arguments' `attrs` ({"a_ptr": [["tt.divisibility", 16]]}, `specialize`; none: no
     argument known to be aligned); never raises for the kernel's own faults: they come back in `Compiled.error`."""
@@ -676,9 +779,22 @@ def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm
         return _BY_CODE[quick]
     with _compiling() as twins:
         jit_fn = _twin(py, twins)
-        key = hashlib.sha256(json.dumps([_FORMAT, triton.__version__, target, jit_fn.cache_key, signature,
-                                         {k: repr(v) for k, v in constexprs.items()}, num_warps, num_stages, attrs],
-                                        sort_keys=True).encode()).hexdigest()[:32]
+        key = hashlib.sha256(
+            json.dumps(
+                [
+                    _FORMAT,
+                    triton.__version__,
+                    target,
+                    jit_fn.cache_key,
+                    signature,
+                    {k: repr(v) for k, v in constexprs.items()},
+                    num_warps,
+                    num_stages,
+                    attrs,
+                ],
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:32]
         if key in _MEMORY:
             return _MEMORY[key]
         path = cache_dir() / f"{py.__name__[:60]}-{target}-{key}.json"
@@ -700,8 +816,9 @@ def compile_kernel(fn: Any, signature: dict, constexprs: dict, target: str = "sm
 _BY_CODE: dict = {}
 
 
-def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: int, num_stages: int,
-               attrs: dict | None = None):
+def _quick_key(
+    py, signature: dict, constexprs: dict, target: str, num_warps: int, num_stages: int, attrs: dict | None = None
+):
     """An in-process key that needs no compiler: the code objects of the kernel and of the jit functions its globals
     name (a redefined helper is new code), and the rest of the launch. None when it cannot be formed."""
     from triton.runtime.interpreter import InterpretedFunction
@@ -716,16 +833,26 @@ def _quick_key(py, signature: dict, constexprs: dict, target: str, num_warps: in
         if isinstance(value, (InterpretedFunction, JITFunction)):
             helpers.append((name, value.fn.__code__))
     try:
-        return (code, tuple(helpers), tuple(signature.items()), tuple((k, repr(v)) for k, v in constexprs.items()),
-                target, num_warps, num_stages, json.dumps(attrs or {}, sort_keys=True))
+        return (
+            code,
+            tuple(helpers),
+            tuple(signature.items()),
+            tuple((k, repr(v)) for k, v in constexprs.items()),
+            target,
+            num_warps,
+            num_stages,
+            json.dumps(attrs or {}, sort_keys=True),
+        )
     except TypeError:
         return None
 
 
 def _paths(jit_fn, by_name: dict) -> dict:
     """{"a_ptr": ...} → {(0,): ...}: the argument paths `ASTSource` keys attributes by."""
-    return {tuple([jit_fn.arg_names.index(k.split(".")[0]), *map(int, k.split(".")[1:])]): [list(a) for a in v]
-            for k, v in by_name.items()}
+    return {
+        tuple([jit_fn.arg_names.index(k.split(".")[0]), *map(int, k.split(".")[1:])]): [list(a) for a in v]
+        for k, v in by_name.items()
+    }
 
 
 def _read(path: Path) -> Compiled | None:
@@ -752,16 +879,18 @@ def _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages, att
 
     declared = {name for name, param in inspect.signature(py).parameters.items() if _is_constexpr(param.annotation)}
     ones = [k for k, v in signature.items() if v == "constexpr" and k not in declared and constexprs.get(k) == 1]
-    result = Compiled(py.__name__, target, dict(signature), dict(constexprs), num_warps, num_stages, attrs=attrs,
-                      ones=ones)
+    result = Compiled(
+        py.__name__, target, dict(signature), dict(constexprs), num_warps, num_stages, attrs=attrs, ones=ones
+    )
     start = time.perf_counter()
     try:
         with knobs.cache.scope(), _stderr_kept() as said:
             knobs.cache.dir = str(cache_dir() / "triton")
-            compiled = triton.compile(ASTSource(jit_fn, signature, constexprs, _paths(jit_fn, attrs)),
-                                      target=GPUTarget("cuda", TARGETS[target], 32),
-                                      options={"num_warps": num_warps, "num_stages": num_stages,
-                                               "enable_fp_fusion": True})
+            compiled = triton.compile(
+                ASTSource(jit_fn, signature, constexprs, _paths(jit_fn, attrs)),
+                target=GPUTarget("cuda", TARGETS[target], 32),
+                options={"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True},
+            )
     except Exception as err:  # noqa: BLE001 - the compiler's verdict on the learner's kernel, reported to them
         result.error, result.error_line = _error_text(err, py)
         diagnostics = _mlir_diagnostics(said[0] if said else "", py)
@@ -852,8 +981,9 @@ def _resource_usage(cubin: bytes) -> dict[str, int]:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(cubin)
             f.flush()
-            done = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", f.name], capture_output=True, text=True,
-                                  timeout=60)
+            done = subprocess.run(
+                [knobs.nvidia.cuobjdump.path, "-res-usage", f.name], capture_output=True, text=True, timeout=60
+            )
     except (OSError, RuntimeError, subprocess.SubprocessError):  # no cuobjdump: the counts stay 0, said as such
         return {}
     return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", done.stdout)}
@@ -894,6 +1024,7 @@ def _compiling():
     remember_pristine()
     import triton.compiler.code_generator  # noqa: F401 - it imports Gluon, which asserts the interpreter's state:
     import triton.experimental.gluon.language  # noqa: F401 - imported as it is, before the interpreter goes off
+
     twins: dict = dict(_LIBRARY_TWINS)  # Triton's own library functions, made JITFunctions once per process
     changes: list[tuple[Any, str, Any]] = []
 
@@ -909,8 +1040,11 @@ def _compiling():
                 original = pristine.get(name, _MISSING)
                 if _from_interpreter(value):
                     if original is _MISSING or _from_interpreter(original):
-                        original = (value.__defaults__ or (_MISSING,))[0] if isinstance(value, types.FunctionType) \
+                        original = (
+                            (value.__defaults__ or (_MISSING,))[0]
+                            if isinstance(value, types.FunctionType)
                             else _MISSING
+                        )
                     if original is not _MISSING and not _from_interpreter(original):
                         put(obj, name, original)
             for name, value in list(vars(obj).items()):

@@ -18,6 +18,7 @@ same GEMM kernel that is right on a GPU gives values near 1e10 on the CPU. `setu
 before they accumulate in float32. Other bfloat16 arithmetic is still unsupported by the interpreter: cast to
 float32 after `tl.load`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,17 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["setup", "interpreting", "device", "launches", "Launches", "Launch", "kernel_tree", "dot_in_loop",
-           "mode_line"]
+__all__ = [
+    "setup",
+    "interpreting",
+    "device",
+    "launches",
+    "Launches",
+    "Launch",
+    "kernel_tree",
+    "dot_in_loop",
+    "mode_line",
+]
 
 _STATE: dict[str, Any] = {"mode": None, "patched": False}
 
@@ -80,10 +90,14 @@ def mode_line() -> str:
     import triton
 
     if interpreting():
-        return (f"Triton {triton.__version__}, torch {torch.__version__}: every kernel runs in Triton's interpreter "
-                f"(TRITON_INTERPRET=1) on CPU tensors, one program at a time in NumPy; right values, not GPU speed.")
-    return (f"Triton {triton.__version__}, torch {torch.__version__}: kernels are compiled for "
-            f"{torch.cuda.get_device_name()}.")
+        return (
+            f"Triton {triton.__version__}, torch {torch.__version__}: every kernel runs in Triton's interpreter "
+            f"(TRITON_INTERPRET=1) on CPU tensors, one program at a time in NumPy; right values, not GPU speed."
+        )
+    return (
+        f"Triton {triton.__version__}, torch {torch.__version__}: kernels are compiled for "
+        f"{torch.cuda.get_device_name()}."
+    )
 
 
 def _interpret_every_jit_function() -> None:
@@ -149,12 +163,15 @@ def _patch_bf16_dot() -> None:
         if launch is not None and launch.dots is not None:  # inside `launches()`: which program took which block
             launch.dots.setdefault(tuple(self.grid_idx), []).append(a.data.shape[-1])
         if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
+
             def as_f32(h):
                 if h.dtype.scalar != tl.bfloat16:
                     return h.data.astype(np.float32)
                 return (h.data.astype(np.uint32) << 16).view(np.float32)  # bfloat16 is the top half of a float32
-            return interpreter.TensorHandle(np.matmul(as_f32(a), as_f32(b), dtype=d.data.dtype) + d.data,
-                                            d.dtype.scalar)
+
+            return interpreter.TensorHandle(
+                np.matmul(as_f32(a), as_f32(b), dtype=d.data.dtype) + d.data, d.dtype.scalar
+            )
         return original(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     builder_cls.create_dot = create_dot
@@ -204,9 +221,14 @@ def _patch_bounds() -> None:
         bad = p[~inside]
         nearest = min(ranges, key=lambda r: abs(int(bad[0]) - r[1]))
         past = (int(bad[0]) - nearest[1]) // itemsize + 1
-        where = (f"{past} element(s) past the end of a tensor argument" if past > 0
-                 else f"{-past} element(s) before the end of a tensor argument, outside it")
-        return f"{bad.size} of its {p.size} unmasked addresses lie outside every tensor argument (the first one {where})"
+        where = (
+            f"{past} element(s) past the end of a tensor argument"
+            if past > 0
+            else f"{-past} element(s) before the end of a tensor argument, outside it"
+        )
+        return (
+            f"{bad.size} of its {p.size} unmasked addresses lie outside every tensor argument (the first one {where})"
+        )
 
     builder_cls = type(interpreter.interpreter_builder)
     original_load, original_store = builder_cls.create_masked_load, builder_cls.create_masked_store
@@ -214,15 +236,19 @@ def _patch_bounds() -> None:
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
         if found:
-            raise IndexError(f"tl.load: {found}; mask the load (mask=offsets < n) so no lane reads outside the tensor, "
-                             f"and multiply the offsets along each axis by the stride of that axis")
+            raise IndexError(
+                f"tl.load: {found}; mask the load (mask=offsets < n) so no lane reads outside the tensor, "
+                f"and multiply the offsets along each axis by the stride of that axis"
+            )
         return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         found = _outside(ptrs, mask, np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize)
         if found:
-            raise IndexError(f"tl.store: {found}; mask the store (mask=offsets < n) so no lane writes outside the "
-                             f"tensor, and multiply the offsets along each axis by the stride of that axis")
+            raise IndexError(
+                f"tl.store: {found}; mask the store (mask=offsets < n) so no lane writes outside the "
+                f"tensor, and multiply the offsets along each axis by the stride of that axis"
+            )
         return original_store(self, ptrs, value, mask, cache_policy)
 
     executor._init_args_hst = _init_args_hst
@@ -233,6 +259,7 @@ def _patch_bounds() -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Which kernels a call launched
 # ----------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Launch:
@@ -296,7 +323,11 @@ def launches():
 
                 spec = specialize(self.fn, args, kwargs)  # as Triton's launcher would, from these very tensors
                 launch.signature, launch.constexprs, launch.attrs, launch.options = (
-                    spec.signature, spec.constexprs, spec.attrs, spec.options)
+                    spec.signature,
+                    spec.constexprs,
+                    spec.attrs,
+                    spec.options,
+                )
             except Exception:  # noqa: BLE001 - arguments Triton itself will refuse: the launch reports it
                 pass
             seen.calls.append(launch)
@@ -337,6 +368,7 @@ def launched_rule(kernel: Any, seen: list, *, computes: str, next_step: str):
 # What a kernel's source does
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def kernel_tree(kernel: Any) -> ast.FunctionDef | None:
     """The parsed source of a `@triton.jit` kernel (or a plain function), or None when Python cannot find it."""
     fn = getattr(kernel, "fn", kernel)
@@ -349,9 +381,14 @@ def kernel_tree(kernel: Any) -> ast.FunctionDef | None:
 
 
 def _calls_dot(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and ((isinstance(n.func, ast.Attribute) and n.func.attr == "dot")
-                                            or (isinstance(n.func, ast.Name) and n.func.id == "dot"))
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Attribute) and n.func.attr == "dot")
+            or (isinstance(n.func, ast.Name) and n.func.id == "dot")
+        )
+        for n in ast.walk(node)
+    )
 
 
 def dot_in_loop(kernel: Any) -> str | None:

@@ -20,6 +20,7 @@ right make N (`gemm_shape`). JAX stays on the CPU here: importing this module se
 any backend starts (no accelerator is probed, nothing is downloaded). Nothing here holds a count: the ex10_xla
 checks measure with these functions at grading time, on the JAX that is installed.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,24 @@ import jax.numpy as jnp  # noqa: E402 - after the platform is chosen
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params  # noqa: E402
 
 __all__ = [
-    "jaxpr", "stablehlo", "hlo", "jaxpr_ops", "hlo_ops", "hlo_instructions", "hlo_computations", "fusions",
-    "gemm_shape", "gemm_flops", "dot_dims", "gemm_counts", "grad_of_sum", "word_count", "module_kind", "uses",
-    "check_dims", "without_source_tables",
+    "jaxpr",
+    "stablehlo",
+    "hlo",
+    "jaxpr_ops",
+    "hlo_ops",
+    "hlo_instructions",
+    "hlo_computations",
+    "fusions",
+    "gemm_shape",
+    "gemm_flops",
+    "dot_dims",
+    "gemm_counts",
+    "grad_of_sum",
+    "word_count",
+    "module_kind",
+    "uses",
+    "check_dims",
+    "without_source_tables",
 ]
 
 _USES: Counter = Counter()
@@ -52,6 +68,7 @@ def uses() -> Counter:
 # ----------------------------------------------------------------------------------------------------------------
 # The three texts
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def jaxpr(f: Callable, *args) -> ClosedJaxpr:
     """JAX's trace of f(*args): `jax.make_jaxpr(f)(*args)`."""
@@ -69,7 +86,7 @@ def hlo(f: Callable, *args) -> str:
 
 
 def module_kind(text: str) -> str:
-    """"hlo" for an HLO module's text (it starts `HloModule`), "stablehlo" for an MLIR module's."""
+    """ "hlo" for an HLO module's text (it starts `HloModule`), "stablehlo" for an MLIR module's."""
     if not isinstance(text, str):
         raise TypeError(f"expected the text of an HLO or StableHLO module (a str), got {type(text).__name__}")
     head = text.lstrip()
@@ -77,13 +94,16 @@ def module_kind(text: str) -> str:
         return "hlo"
     if re.search(r"^\s*module\b", text, re.M):
         return "stablehlo"
-    raise ValueError("this text is neither an HLO module (it would start with 'HloModule') nor a StableHLO module "
-                     f"(a line starting 'module'); it starts: {head[:80]!r}")
+    raise ValueError(
+        "this text is neither an HLO module (it would start with 'HloModule') nor a StableHLO module "
+        f"(a line starting 'module'); it starts: {head[:80]!r}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Counting ops from structure
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _sub_jaxprs(eqn) -> Iterator[Jaxpr]:
     for sub in jaxprs_in_params(eqn.params):
@@ -210,8 +230,15 @@ def fusions(text: str) -> list[dict[str, Any]]:
             backend = re.search(r'"fusion_config":\{"kind":"(\w+)"', line)
             inside = Counter(o for o, _ in comps.get(calls.group(1), [])) if calls else Counter()
             inside.pop("parameter", None)
-            out.append({"name": name, "kind": kind.group(1) if kind else "", "calls": calls.group(1) if calls else "",
-                        "backend": backend.group(1) if backend else "", "ops": inside})
+            out.append(
+                {
+                    "name": name,
+                    "kind": kind.group(1) if kind else "",
+                    "calls": calls.group(1) if calls else "",
+                    "backend": backend.group(1) if backend else "",
+                    "ops": inside,
+                }
+            )
     return out
 
 
@@ -245,14 +272,19 @@ def word_count(text: str, word: str) -> int:
 # dot_general as a GEMM
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _dims(dims: Any) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]:
     try:
         (lc, rc), (lb, rb) = dims
-        return (tuple(int(d) for d in lc), tuple(int(d) for d in rc)), (tuple(int(d) for d in lb),
-                                                                         tuple(int(d) for d in rb))
+        return (tuple(int(d) for d in lc), tuple(int(d) for d in rc)), (
+            tuple(int(d) for d in lb),
+            tuple(int(d) for d in rb),
+        )
     except (TypeError, ValueError):
-        raise ValueError(f"dimension numbers are ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as "
-                         f"in a jaxpr's dimension_numbers=(([1], [0]), ([], [])); got {dims!r}") from None
+        raise ValueError(
+            f"dimension numbers are ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as "
+            f"in a jaxpr's dimension_numbers=(([1], [0]), ([], [])); got {dims!r}"
+        ) from None
 
 
 def check_dims(dims: Any, lhs_shape: Sequence[int], rhs_shape: Sequence[int]) -> None:
@@ -261,18 +293,20 @@ def check_dims(dims: Any, lhs_shape: Sequence[int], rhs_shape: Sequence[int]) ->
     for side, shape, dd in (("lhs", lhs_shape, lc + lb), ("rhs", rhs_shape, rc + rb)):
         bad = [d for d in dd if not 0 <= d < len(shape)]
         if bad:
-            raise ValueError(f"{side} has {len(shape)} dimensions (shape {tuple(shape)}); dimension {bad[0]} does not "
-                             f"exist")
+            raise ValueError(
+                f"{side} has {len(shape)} dimensions (shape {tuple(shape)}); dimension {bad[0]} does not exist"
+            )
         if len(set(dd)) != len(dd):
             raise ValueError(f"{side}: a dimension is named twice among its contracting and batch dimensions {dd}")
     if len(lc) != len(rc) or len(lb) != len(rb):
-        raise ValueError(f"lhs and rhs must name as many contracting ({len(lc)} vs {len(rc)}) and batch ({len(lb)} vs "
-                         f"{len(rb)}) dimensions")
+        raise ValueError(
+            f"lhs and rhs must name as many contracting ({len(lc)} vs {len(rc)}) and batch ({len(lb)} vs "
+            f"{len(rb)}) dimensions"
+        )
     for kind, ld, rd in (("contracting", lc, rc), ("batch", lb, rb)):
         for a, b in zip(ld, rd):
             if lhs_shape[a] != rhs_shape[b]:
-                raise ValueError(f"{kind} dimension lhs[{a}] = {lhs_shape[a]} does not match rhs[{b}] = "
-                                 f"{rhs_shape[b]}")
+                raise ValueError(f"{kind} dimension lhs[{a}] = {lhs_shape[a]} does not match rhs[{b}] = {rhs_shape[b]}")
 
 
 def gemm_shape(dims: Any, lhs_shape: Sequence[int], rhs_shape: Sequence[int]) -> tuple[int, int, int, int]:
@@ -317,8 +351,10 @@ def dot_dims(closed: ClosedJaxpr) -> list[tuple[tuple, tuple, tuple]]:
 # Forward and gradient GEMM counts
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def grad_of_sum(f: Callable, n_params: int) -> Callable:
     """g(x, *params) = the gradient of Σ f(x, *params) with respect to every parameter (all but the first argument)."""
+
     def loss(params, x):
         return jnp.sum(f(x, *params))
 
