@@ -31,8 +31,9 @@ through a warm grader of their own (`warm`) that keeps all this loaded between s
 | `submission` | grading one submission, the task a worker runs: `Outcome`, `make_task`, `grade_task` |
 | `execute` | the cell time limit, judged on the graded kernel's CPU time (`CpuTimedExecute`) |
 | `kernels` | a worker's kernels: scratch, kernelspec, warm forkserver, watchdog, the grading profile |
-| `cluster` | the batch on a Dask cluster: `autograde` |
-| `oracle` | the expected values of a run, computed once on the cluster (one task per test cell) for every worker |
+| `cluster` | the batch on a Dask cluster: `autograde`, its cluster started and its workers warmed beside the rest |
+| `keeper` | in a cluster's worker, the thread that starts its forkserver and warms an assignment in it |
+| `oracle` | the expected values of a run, computed once on the cluster (one task per test cell), taken by each judge |
 | `tls` | Dask's TLS for a cluster of many machines: `cluster_certs`, the client's `Security` |
 | `gradebook` | the gradebook on SQLite or PostgreSQL: URLs, schema, snapshots, `merge`, statuses |
 | `reports` | CSV, chart and the summary, and the terminal's line per failed, held or not graded student |

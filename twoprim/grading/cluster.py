@@ -3,8 +3,12 @@ worker is free, on this machine (a `LocalCluster` of worker processes, the defau
 (`--scheduler tls://HOST:8786`, with Dask's TLS: `tls`; the same code runs on Slurm/PBS through dask-jobqueue and
 on Kubernetes through dask-kubernetes). One grading path: local grading is the same tasks on a local cluster.
 
-Before the submissions, one task per graded test cell computes that cell's expected values, once in the run, and
-every grading task is handed them all (`oracle`): no worker computes them again for its first submission.
+Beside the submissions, one task per graded test cell computes that cell's expected values, once in the run
+(`oracle`): grading tasks start without waiting for them, and each judge takes a cell's values as it reaches that
+cell (no worker computes them again for its first submission). What a run pays once is overlapped with the rest: the
+local cluster starts while this process prepares the assignment's release and tasks, and each worker, as soon as it
+is up, starts its forkserver and warms the assignment's checks and test cells in it (`keeper`, a thread of its own
+that lives as long as the worker) while it computes expected values.
 
 Results come back to this process, which alone writes the gradebook (SQLite or PostgreSQL, `gradebook`) and the
 reports, one submission per transaction, as they arrive. Dask regrades a task whose worker died on another worker;
@@ -18,26 +22,34 @@ wall clock while others were graded beside it is graded again alone before that 
 A submission already committed in its current form (same files, same assignment source) is not graded again unless
 named with `--student` or `--force`, so a run that stopped half way (the database went away) is finished by running
 it again.
+
+Why this module is long: one run's whole life on a cluster, in the instructor's process and on the workers: the
+cluster started early and its workers warmed, the tasks, the expected values beside them, and every way a cluster
+fails a run (a lost worker, a lost scheduler, a gradebook gone) with what the run does about each.
 """
 from __future__ import annotations
 
 import atexit
 import collections
 import contextlib
+import itertools
 import logging
 import os
+import threading
 import time
+from concurrent.futures import Future as ThreadFuture, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Callable
 
-from twoprim.grading import oracle, sandbox
+from twoprim.grading import keeper, oracle, sandbox
 from twoprim.core.errors import CourseError
 from twoprim.config import ROOT
 from twoprim.grading.gradebook import GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission, record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot, submitted_students
 from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
 from twoprim.grading.reports import write_reports
 from twoprim.grading.submission import NOT_GRADED, SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
+from twoprim.core.catalog import checks_module_name
 from twoprim.grading import tls
 
 __all__ = ["autograde", "connect", "SCHEDULER_ENV"]
@@ -62,16 +74,39 @@ def _local_cluster(workers: int):
                            dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR, memory_limit=0,
                            env={v: "1" for v in sandbox.THREAD_VARIABLES} if workers > 1 else {})
     atexit.register(cluster.close)
+    _LOCALS.append(cluster)
     return cluster
 
 
-def connect(scheduler: str | None, workers: int):
+_LOCALS: list = []
+
+
+def close_local_clusters() -> None:
+    """Close this process's local clusters now (the next run starts one anew, as a new `./course autograde` does)."""
+    with _LOCAL_LOCK:
+        for cluster in _LOCALS:
+            with contextlib.suppress(Exception):
+                cluster.close()
+        _LOCALS.clear()
+        _local_cluster.cache_clear()
+
+
+_LOCAL_LOCK = threading.Lock()
+
+
+def _local(workers: int):
+    """`_local_cluster`, started once even when two threads ask at once (the early start and the run)."""
+    with _LOCAL_LOCK:
+        return _local_cluster(workers)
+
+
+def connect(scheduler: str | None, workers: int, early: ThreadFuture | None = None):
     """A Dask client: on the scheduler at `scheduler` (an error naming it when it cannot be reached), else on this
-    machine's own cluster of `workers` processes."""
+    machine's own cluster of `workers` processes (or the one `early` started, `_start_early`)."""
     from distributed import Client
 
     if not scheduler:
-        return Client(_local_cluster(workers), set_as_default=False)
+        return Client(early.result() if early is not None else _local(workers), set_as_default=False)
     security = tls.client_security(scheduler)  # tls:// needs the cluster's certificate
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False, security=security)
@@ -131,7 +166,6 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         if client is not None:
             _check_workers(client, unisolated)
         init_db(url)
-        released = released_notebooks(aid, root, url)
         source = sorted((root / "solutions" / aid).rglob("*.ipynb"))
         read = {s: read_submission(aid, s, root) for s in (students or everyone)}
         files = {s: f for s, (f, _) in read.items()}
@@ -152,15 +186,22 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         # a few submissions are graded here, one after another: starting a cluster's workers costs more than it
         # saves (2 ex01 submissions, measured: 12 s of CPU here, 33 s on a cluster of 2 workers)
         in_process = in_process or (client is None and len(todo) <= IN_PROCESS_MAX)
+        threads = 1 if (scheduler or (min(workers, len(todo)) > 1 and not in_process)) else None
+        warm = None if unisolated or in_process else (aid, threads, _test_cells(source), on_workers)
+        early = None
+        if client is None and not in_process:  # the cluster starts (and warms) while the release is made
+            early = _start_early(min(workers, len(todo)), warm)
+        elif client is not None and warm is not None:
+            _warm_workers(client, *warm)
+        released = released_notebooks(aid, root, url)
         if client is None and not in_process:
-            client = connect(None, min(workers, len(todo)))
+            client = connect(None, min(workers, len(todo)), early)
         run = _Run(client, aid, root, url, digests, on_outcome=on_outcome, on_workers=on_workers,
                    reconnect=(lambda: connect(scheduler, 1)) if scheduler else None)
         try:
             return run.grade(todo, files, refused, released, progress=progress, trust=set(trust or []),
                              unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
-                             kernel_threads=1 if (scheduler or (min(workers, len(todo)) > 1 and client is not None))
-                             else None)
+                             kernel_threads=threads)
         finally:
             client = run.client
     finally:
@@ -169,6 +210,57 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
             # idle"): what the run recorded stands, so that never becomes the command's error
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _test_cells(source: list[Path]) -> list[list[str]]:
+    """Each source notebook's graded test cells (what a grading kernel's launcher hands the forkserver to warm)."""
+    import nbformat
+
+    from twoprim.core import verdicts
+
+    return [[cell.code for cell in verdicts.graded_cells(nbformat.read(str(path), as_version=4))] for path in source]
+
+
+def _start_early(workers: int, warm: tuple | None) -> ThreadFuture:
+    """This machine's cluster of `workers`, started in a thread of its own while this process prepares the run
+    (and its workers warmed for the assignment, `_warm_workers`, as soon as they are up); its future."""
+    def start():
+        cluster = _local(workers)
+        if warm is not None:
+            from distributed import Client
+
+            with contextlib.suppress(Exception), Client(cluster, set_as_default=False) as client:
+                _warm_workers(client, *warm)
+        return cluster
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="twoprim-cluster-start")
+    try:
+        return pool.submit(start)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _warm_workers(client, aid: str, threads: int | None, cells: list[list[str]], on_workers=None) -> None:
+    """Each worker (of `on_workers`) starts its forkserver and warms `aid`'s checks and test cells in it, in its
+    keeper thread (`keeper`), while it takes its first tasks. A worker that cannot is warmed by its first task."""
+    with contextlib.suppress(Exception):
+        client.run(keeper.warm_worker, f"twoprim.{checks_module_name(aid)}", threads, cells, workers=on_workers)
+
+
+def _grade_on_worker(task: dict, snapshot: bytes, dataset: str | None) -> Outcome:
+    """A grading task on the cluster: the worker's forkserver made sure of by its keeper (`keeper`), then
+    `grade_task`, whose judge takes the run's expected values (published as `dataset`) cell by cell
+    (`oracle.Expected`)."""
+    if not task["unisolated"]:
+        keeper.forkserver(task.get("kernel_threads"))
+    expect = oracle.Expected(dataset) if dataset else None
+    try:
+        out = grade_task(task, snapshot, expect)
+    finally:
+        if expect is not None:
+            expect.release()
+    out.expected_given = expect.given if expect is not None else 0
+    return out
 
 
 class _Run:
@@ -192,6 +284,12 @@ class _Run:
         from tqdm import tqdm
 
         aid, root, url = self.aid, self.root, self.url
+        folder = root / "solutions" / aid
+        self.source = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.ipynb"))
+                       if ".ipynb_checkpoints" not in p.parts}
+        if self.client is not None:  # computed on the workers while this process makes the snapshot and the tasks
+            with contextlib.suppress(Exception):
+                self.first_expected = self._expected(todo)
         with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
             self.snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
         self.tasks = {student: make_task(aid, student, files[student], root=root, released=released,
@@ -280,15 +378,19 @@ class _Run:
         gone) and `handle` each outcome as it arrives; a lost task or cluster as a NOT_GRADED one saying why."""
         from distributed import as_completed
 
-        client, seen = self.client, set()
+        client, seen, dataset = self.client, set(), None
         try:
             snap = client.scatter(self.snap, broadcast=True, workers=self.on_workers, timeout=SCATTER_TIMEOUT_S)
-            expected = self._expected(students)
+            expected = self.__dict__.pop("first_expected", None)  # the first round's, submitted in `grade`
+            expected = self._expected(students) if expected is None else expected
+            if expected:  # not a dependency of the grading tasks: each judge takes what it needs (`oracle.Expected`)
+                dataset = f"twoprim-expected-{self.aid}-{id(self):x}-{next(_RUNS)}"
+                client.publish_dataset(**{dataset: expected})
             self.futures = {}
             for student in students:
                 tag = attempts[student]
                 key = f"grade-{self.aid}-{student}-{self.digests[student][:12]}" + ("" if tag == 1 else f".{tag}")
-                future = client.submit(oracle.grade_with, self.tasks[student], snap, expected, key=key, pure=False,
+                future = client.submit(_grade_on_worker, self.tasks[student], snap, dataset, key=key, pure=False,
                                        workers=self.on_workers, allow_other_workers=False)
                 self.futures[future] = student
             for future in as_completed(self.futures, loop=client.loop):
@@ -302,20 +404,24 @@ class _Run:
             for student in students:
                 if student not in seen:
                     handle(student, Outcome(student, status=NOT_GRADED, reason=why))
+        finally:
+            if dataset is not None and client.status == "running":  # the run's expected values, let go of
+                with contextlib.suppress(Exception):  # (bounded: a scheduler that went away answers nothing)
+                    client.unpublish_dataset(dataset, callback_timeout=10)
 
-    def _expected(self, students) -> list:
-        """The expected values of every graded test cell, one task per cell spread over the workers, for every
-        grading task to take (`oracle`): each is computed once in the run, not once per worker. No tasks for a single
-        submission or a single worker, which would compute them all anyway."""
+    def _expected(self, students) -> dict:
+        """The expected values of every graded test cell, one task per cell spread over the workers, by the cell's
+        digest, for every grading task to take (`oracle`): each is computed once in the run, not once per worker.
+        No tasks for a single submission or a single worker, which would compute them all anyway."""
         from twoprim.core.verdicts import cell_digest
 
         if len(students) < 2 or self._threads() < 2:
-            return []
-        source = self.tasks[students[0]]["source"]
-        return [self.client.submit(oracle.cell_values, gid, code, learner, pure=False, priority=1,
-                                   key=f"expected-{self.aid}-{cell_digest(gid, code)[:16]}-{id(self):x}",
-                                   workers=self.on_workers, allow_other_workers=False)
-                for gid, code, learner in oracle.graded_cells(source)]
+            return {}
+        return {cell_digest(gid, code): self.client.submit(
+                    oracle.cell_values, gid, code, learner, pure=False, priority=1,
+                    key=f"expected-{self.aid}-{cell_digest(gid, code)[:16]}-{id(self):x}",
+                    workers=self.on_workers, allow_other_workers=False)
+                for gid, code, learner in oracle.graded_cells(self.source)}
 
     def _recover(self) -> bool:
         """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""
@@ -378,6 +484,9 @@ class _Run:
             self.bar.set_postfix_str(", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
                                      + f"; {outcome.student}" + (f" on {outcome.worker}" if outcome.worker else ""))
             self.bar.update(1)
+
+
+_RUNS = itertools.count()   # tells one run's published expected values from another's
 
 
 def _names(students: list[str], most: int = 12) -> str:

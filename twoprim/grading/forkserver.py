@@ -30,6 +30,9 @@ kernel has a uid of its own and cannot signal the forkserver; otherwise they sha
 uid), and a submission's code could kill it: that submission is then not graded, on every run, and the reason says
 to read it.
 
+A request with `"warm": true` (a grading worker's, `cluster`) warms its assignment (module and cells) and forks
+nothing, so the first kernel of that assignment is forked at once.
+
 Two commands, both run with `python -I -m twoprim.grading.forkserver` and importing no torch unless serving:
 - `serve SOCKET MODULE...`: the forkserver (started by the grading worker, `Forkserver`);
 - `launch CONNECTION_FILE`: the kernelspec's argv (`sandbox.kernelspec`): asks the forkserver named by
@@ -38,6 +41,7 @@ Two commands, both run with `python -I -m twoprim.grading.forkserver` and import
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib
@@ -194,6 +198,11 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 cells = request.get("cells")
                 _warm_assignment(str(request.get("module") or ""),
                                  [c for c in cells if isinstance(c, str)] if isinstance(cells, list) else [])
+                if request.get("warm"):  # a grading worker warming an assignment ahead of its kernels: no fork
+                    with contextlib.suppress(OSError):
+                        _send(conn, {"warmed": True})
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)

@@ -5,9 +5,10 @@ same for every submission, and a worker keeps those it has computed (`twoprim.co
 worker computes all of them while it judges its first submission: for ex06, 43 captures by `torch.compile`, about
 10 s on every worker. So a run on a cluster first submits one task per graded test cell (`cell_values`): the
 scheduler spreads them over the workers, each judging its cells in a priming replay (`verdicts.Replay.priming_run`:
-no submission, every case's expected value computed and kept, nothing judged). Every grading task takes their
-results as its input (Dask moves them between workers) and keeps them before it judges (`keep`), so each expected
-value is computed on one worker only.
+no submission, every case's expected value computed and kept, nothing judged). Grading tasks do not wait for them:
+each runs its kernel meanwhile, and its judge takes a cell's values as it reaches that cell (`Expected`, through the
+run's published dataset of futures; Dask moves them between workers) and keeps them (`keep`), so each expected
+value is computed on one worker only, and the run's first submissions are not held up by all of them.
 
 The values are the grader's own: computed in a worker process, as verdicts are, from the instructor's source;
 they travel pickled between the grader's processes and never reach a kernel. What a cell could not compute, or a
@@ -25,7 +26,7 @@ import warnings
 
 import nbformat
 
-__all__ = ["graded_cells", "computed", "prime", "cell_values", "keep", "grade_with"]
+__all__ = ["graded_cells", "computed", "prime", "cell_values", "keep", "Expected"]
 
 _KEPT: dict[bytes, tuple] = {}   # digest of a `cell_values` result -> the keys of the values this worker kept from it
 
@@ -100,11 +101,64 @@ def keep(parts: list[bytes] | tuple[bytes, ...]) -> int:
     return given
 
 
-def grade_with(task: dict, snapshot: bytes | None, expected: list[bytes]):
-    """`submission.grade_task`, with the run's expected values (`cell_values`'s results) kept here first."""
-    from twoprim.grading.submission import grade_task
+class Expected:
+    """In a grading task on the cluster, the run's expected values (`cell_values` tasks, published by the run under
+    the name `dataset`: {cell digest: future}), taken cell by cell as the judge reaches each test cell
+    (`submission.grade_task`'s `expect`). The grading task does not wait for them to start: its kernel runs while
+    they are computed, and its judge waits only when it reaches a cell whose values are not ready: QUICK_S holding
+    its worker's thread, then once outside the worker's thread pool (Dask's secede/rejoin, once per task: the worker
+    runs the computing tasks meanwhile, its own included) until the rest of the run's values are in. What cannot be
+    had (the run's dataset or a value lost with its worker, a computing task that failed, ORACLE_WAIT_S passed) the
+    judge computes itself, as without this. `given`: how many values it was handed."""
 
-    given = keep(expected)
-    out = grade_task(task, snapshot)
-    out.expected_given = given
-    return out
+    def __init__(self, dataset: str):
+        self.dataset, self.given = dataset, 0
+        self.futures: dict | None = None
+        self.asked: set[str] = set()
+        self.waited = False
+
+    def __call__(self, grade_id: str, code: str) -> None:
+        from twoprim.core.verdicts import cell_digest
+
+        digest = cell_digest(grade_id, code)
+        if digest in self.asked:
+            return
+        self.asked.add(digest)
+        with contextlib.suppress(Exception):  # the judge computes what it was not handed
+            if self.futures is None:
+                from distributed import get_client
+
+                self.futures = get_client().get_dataset(self.dataset, default=None) or {}
+            future = self.futures.get(digest)
+            if future is not None:
+                self._wait(future)
+                self.given += keep([future.result(timeout=QUICK_S)])
+
+    def _wait(self, future) -> None:
+        from distributed import rejoin, secede, wait
+
+        try:
+            wait([future], timeout=QUICK_S)
+            return
+        except Exception:  # noqa: BLE001 - not computed yet
+            if self.waited:  # left the pool once already (a task may secede only once): the rest came or failed
+                return
+        self.waited = True
+        secede()
+        try:  # every value still being computed: this task needs them all, and leaves the pool only once
+            wait(list(self.futures.values()), timeout=ORACLE_WAIT_S)
+        except Exception:  # noqa: BLE001 - those missing are computed by the judge
+            pass
+        finally:
+            rejoin()
+
+    def release(self) -> None:
+        """Let go of the run's futures (what this task holds of them)."""
+        for future in (self.futures or {}).values():
+            with contextlib.suppress(Exception):
+                future.release()
+        self.futures = {}
+
+
+QUICK_S = 0.5         # a judge waits this long for a cell's values holding its worker's thread, then leaves the pool
+ORACLE_WAIT_S = 600   # ... and this long at most for the run's values, then computes what is missing itself

@@ -26,6 +26,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -100,9 +101,11 @@ def _parse_timestamp(text: str):
         return None
 
 
-def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
+def grade_task(task: dict, snapshot: bytes | None = None, expect: Callable[[str, str], None] | None = None) -> Outcome:
     """Grade one submission (a task from `make_task`; `snapshot`: the assignment-only SQLite gradebook nbgrader
-    runs in, sent once to every worker) in this worker process; never raises for a bad submission."""
+    runs in, sent once to every worker) in this worker process; never raises for a bad submission. `expect(grade_id,
+    code)` is called before each test cell is judged (the run's expected values for that cell, `oracle.Expected`:
+    the judge waits for those it needs, and only when it needs them)."""
     if snapshot is not None:
         task = {**task, "snapshot": snapshot}
     start = time.monotonic()
@@ -111,7 +114,7 @@ def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            out = _grade(task)
+            out = _grade(task, expect)
     except Exception as err:  # noqa: BLE001 - a fault of the grader, never the student's: not graded, said why
         import traceback
 
@@ -123,7 +126,7 @@ def grade_task(task: dict, snapshot: bytes | None = None) -> Outcome:
     return out
 
 
-def _grade(task: dict) -> Outcome:
+def _grade(task: dict, expect: Callable[[str, str], None] | None = None) -> Outcome:
     aid, student = task["aid"], task["student"]
     released = {n: nbformat.reads(t, as_version=4) for n, t in task["released"].items()}
     notebooks = list(released)
@@ -133,14 +136,14 @@ def _grade(task: dict) -> Outcome:
     work, box = kernels.scratch() / "work" / name, kernels.scratch() / "boxes" / name
     try:
         with scratch_gradebooks(work):  # the snapshot's copy nbgrader grades in, thrown away with `work`
-            return _grade_in(work, box, task, aid, student, released, notebooks, out, notes)
+            return _grade_in(work, box, task, aid, student, released, notebooks, out, notes, expect)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(box, ignore_errors=True)
 
 
 def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str], out: Outcome,
-              notes: list[str]) -> Outcome:
+              notes: list[str], expect: Callable[[str, str], None] | None = None) -> Outcome:
     """Grade one submission in `work`: take its files in, lay out a course around them, audit the student's code,
     run nbgrader in the sandbox, then judge what the kernel recorded; `out` says how far it got and why."""
     phase = time.monotonic()
@@ -179,7 +182,7 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
         return _not_finished(out, log_text, 1, last_cell, task["cell_timeout"], death)
     phase = time.monotonic()
     notes[:0] = _judge_in_grader(aid, work / "course", autograded, notebooks, capture, out, max_points,
-                                 task["cell_timeout"])
+                                 task["cell_timeout"], expect)
     out.phases["verdicts"] = time.monotonic() - phase
     out.score = float(sum(v for v in out.grades.values() if v is not None))
     notes[:0] = execution_notes(autograded, notebooks, task["cell_timeout"])
@@ -374,7 +377,8 @@ def _explain_timeouts(nb: nbformat.NotebookNode, limit: int | None) -> set[int]:
 
 
 def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
-                     max_points: dict, cell_timeout: int | None = None) -> list[str]:
+                     max_points: dict, cell_timeout: int | None = None,
+                     expect: Callable[[str, str], None] | None = None) -> list[str]:
     """Score every graded test cell by running its trusted source here, in the grader, on what the kernel
     recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs (and, for
     a check that ran out of time, that first, with the cell's number and its limit)."""
@@ -387,6 +391,8 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
         position = {id(c): i for i, c in enumerate(nb.cells)}
         shown = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         for gid, code, points, learner in verdicts.graded_cells(source):
+            if expect is not None:  # the run's expected values of this cell, if it has them (`oracle.Expected`)
+                expect(gid, code)
             verdict = verdicts.judge_cell(gid, code, replay, learner)
             out.grades[(name, gid)] = max_points.get((name, gid), points) if verdict.passed else 0.0
             if gid in shown:
