@@ -76,8 +76,10 @@ def machine() -> str:
     """This machine in words: its processor, cores and memory."""
     model = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-        memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+        with open("/proc/meminfo") as meminfo:
+            memory = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
         return f"{os.cpu_count()}-core {model}, {memory / 2**20:.0f} GiB"
     except (OSError, StopIteration):
         return f"{os.cpu_count()}-core {model}"

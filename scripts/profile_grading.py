@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, course_copy, write  # noqa: E402
-from twoprim import grading
-from twoprim.grading import sandbox  # noqa: E402
+from twoprim import grading  # noqa: E402
 from twoprim.core.catalog import checks_module_name  # noqa: E402
 from twoprim.core.notebooks import assignments  # noqa: E402
+from twoprim.grading import sandbox  # noqa: E402
 
 
 def cold_imports(aid: str) -> dict[str, float]:

@@ -7,7 +7,7 @@ function, `axpy`, is a complete example: replace it with yours, keeping the part
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -232,15 +232,16 @@ def python_as(
             os.close(read)
             os.dup2(write, 1)
             os.dup2(write, 2)
-            sys.stdout = open(1, "w", closefd=False)  # (a test runner may have put its own in their place)
-            sys.stderr = open(2, "w", closefd=False)
+            # (a test runner may have put its own in their place); they stay open until the child exits
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
             os.setgroups([])
             os.setgid(pw.pw_gid)
             os.setuid(pw.pw_uid)
             os.chdir(cwd)
             os.environ.clear()
             os.environ.update(env)
-            exec(compile(code, f"<as {user}>", "exec"), {"__name__": "__main__"})
+            exec(compile(code, f"<as {user}>", "exec"), {"__name__": "__main__"})  # noqa: S102 - the test's own code
             status = 0
         except SystemExit as done:
             status = done.code if isinstance(done.code, int) else 1

@@ -38,7 +38,9 @@ def solution_code(aid: str) -> dict[str, str]:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
             out[meta["grade_id"]] = "\n".join(
-                l for l in cell.source.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+                line
+                for line in cell.source.splitlines()
+                if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
             )
     return out
 

@@ -232,7 +232,7 @@ class Platform:
     def launch_url(self, **params) -> str:
         return f"{self.url}/launch?{urllib.parse.urlencode(params)}"
 
-    def start(self) -> "Platform":
+    def start(self) -> Platform:
         ready = threading.Event()
 
         def serve():

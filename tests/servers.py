@@ -69,7 +69,7 @@ class Postgres:
             )
         return proc
 
-    def init(self) -> "Postgres":
+    def init(self) -> Postgres:
         self.base.chmod(0o755)
         pwfile = self.base / "pw"
         pwfile.write_text(self.password)
@@ -92,7 +92,7 @@ class Postgres:
         pwfile.unlink()
         return self
 
-    def start(self) -> "Postgres":
+    def start(self) -> Postgres:
         self._run(
             self.bin / "pg_ctl",
             "-D",
@@ -162,13 +162,13 @@ class DaskCluster:
         return Client(self.address, security=self.security, **kwargs)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.base / f"{name}.log", "w")
         env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        with open(self.base / f"{name}.log", "w") as log:  # the server writes to its own copy of the descriptor
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs[name] = proc
         return proc
 
-    def start(self) -> "DaskCluster":
+    def start(self) -> DaskCluster:
         self.base.mkdir(parents=True, exist_ok=True)
         self._spawn(
             "scheduler",
@@ -225,9 +225,11 @@ class DaskCluster:
                     client.wait_for_workers(self.n, timeout=max(1, deadline - time.monotonic()))
                     self.workers = {info["name"]: addr for addr, info in client.scheduler_info()["workers"].items()}
                     return
-            except (OSError, TimeoutError):
+            except (OSError, TimeoutError) as err:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"the Dask cluster did not start within {timeout:.0f} s:\n{self.logs()}")
+                    raise AssertionError(
+                        f"the Dask cluster did not start within {timeout:.0f} s:\n{self.logs()}"
+                    ) from err
                 time.sleep(0.5)
 
     def kill(self, name: str) -> None:

@@ -64,7 +64,7 @@ class Style:
         return self.chooser.choice(options)
 
     @classmethod
-    def draw(cls, rng: random.Random) -> "Style":
+    def draw(cls, rng: random.Random) -> Style:
         pools = {
             "M": ["M", "m", "num_rows", "n_rows", "M"],
             "N": ["N", "n", "num_cols", "n_cols", "N"],
@@ -182,9 +182,9 @@ def loops_lists(st: Style, wrong: str = "") -> str:
     M, N, K, s, i, j, k = (st.n(x) for x in "MNKsijk")
     a, b = st.pick(("a", "b"), ("a_list", "b_list"), ("x", "y"))
     tail = st.pick(
-        f"return torch.tensor(rows, dtype=A.dtype)",
-        f"out = torch.tensor(rows, dtype=A.dtype)\nreturn out",
-        f"return torch.tensor(rows).to(A.dtype)",
+        "return torch.tensor(rows, dtype=A.dtype)",
+        "out = torch.tensor(rows, dtype=A.dtype)\nreturn out",
+        "return torch.tensor(rows).to(A.dtype)",
     )
     return _block(f"""
 {a} = A.tolist()  # plain Python floats
@@ -1176,7 +1176,9 @@ def _stubs() -> dict[str, str]:
 def cell(stub: str, body: str, helper: str = "") -> str:
     """An answer cell: `helper` (module-level code) first, then the released stub's lines (signature, docstring,
     guards) with `body` in place of `# YOUR CODE HERE` and `raise NotImplementedError()`."""
-    kept = [l for l in stub.splitlines() if l.strip() not in ("# YOUR CODE HERE", "raise NotImplementedError()")]
+    kept = [
+        line for line in stub.splitlines() if line.strip() not in ("# YOUR CODE HERE", "raise NotImplementedError()")
+    ]
     return (helper + "\n\n\n" if helper else "") + "\n".join(kept + [_indent(body)])
 
 
@@ -1237,10 +1239,7 @@ def verify(klass: Class) -> list[str]:
     for (name, fn), ok in right.items():
         s = klass.students[name]
         how = s.made.get(fn, "")
-        if how.startswith("copied"):
-            meant = right[s.copied, fn]
-        else:
-            meant = how.split(" (")[0] in RULE_BROKEN or "(" not in how
+        meant = right[s.copied, fn] if how.startswith("copied") else how.split(" (")[0] in RULE_BROKEN or "(" not in how
         if ok != meant and not (fn == "gemm" and "gemm_in_place" in how):
             # (gemm_in_place is right once: it is wrong in that it changes C)
             problems.append(f"{name} {fn} ({how}): {'right' if ok else 'wrong'}")

@@ -14,8 +14,8 @@ from nbgrader.api import Gradebook
 
 from twoprim import grading
 from twoprim.analytics import commands, export, items, similarity
-from twoprim.grading.gradebook import database_url
 from twoprim.core.notebooks import answers
+from twoprim.grading.gradebook import database_url
 
 from . import similar_class
 from .classroom import answered, cell_index, course_copy, solution_code, student_version, write
@@ -230,7 +230,7 @@ def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(grad
         assert item.difficulty == pytest.approx(sum(frac) / len(frac))
         assert item.lost == sum(f < 1 for f in frac)
         mf, mr = sum(frac) / len(frac), sum(rest) / len(rest)
-        sxy = sum((f - mf) * (r - mr) for f, r in zip(frac, rest))
+        sxy = sum((f - mf) * (r - mr) for f, r in zip(frac, rest, strict=True))
         sxx, syy = sum((f - mf) ** 2 for f in frac), sum((r - mr) ** 2 for r in rest)
         if sxx == 0 or syy == 0:
             assert item.discrimination is None and item.interval is None, name

@@ -11,8 +11,8 @@ import nbformat
 import pytest
 
 import twoprim
-from twoprim.core import checks
 from twoprim.config import ROOT
+from twoprim.core import checks
 from twoprim.core.notebooks import assignments
 
 from .conftest import solution_namespace

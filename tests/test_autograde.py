@@ -14,10 +14,10 @@ import pytest
 from nbgrader.api import Gradebook
 
 from twoprim import grading
-from twoprim.grading import kernels
-from twoprim.grading.nbgrader_cli import generate_assignment
 from twoprim.config import ROOT
 from twoprim.core.notebooks import assignments
+from twoprim.grading import kernels
+from twoprim.grading.nbgrader_cli import generate_assignment
 
 ASSIGNMENTS = assignments()
 
@@ -33,7 +33,11 @@ def solution_code(aid: str) -> dict[str, str]:
     for cell in _source(aid).cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
-            lines = [l for l in cell.source.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+            lines = [
+                line
+                for line in cell.source.splitlines()
+                if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+            ]
             out[meta["grade_id"]] = "\n".join(lines)
     return out
 
@@ -56,7 +60,7 @@ def graded_functions(aid: str) -> list[str]:
 def leaf_functions(aid: str) -> list[str]:
     """Graded functions no other solution cell calls: breaking one must cost exactly its own points."""
     used = set()
-    for gid, code in solution_code(aid).items():
+    for code in solution_code(aid).values():
         tree = ast.parse(code)
         defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         used |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - defined

@@ -8,7 +8,6 @@ import re
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 
 from twoprim.config import ROOT
 
@@ -43,14 +42,16 @@ def test_a_failing_check_shows_its_verdict_and_next_step_first_and_no_course_cod
     wrong, raised = _errors(WRONG, RAISES)
     assert wrong[0].startswith("✘ ex01_dot-cosine_similarity: wrong result."), wrong
     assert wrong[1].lstrip().startswith("next:"), wrong[:5]
-    assert any(l.lstrip().startswith("expected:") for l in wrong) and any(l.lstrip().startswith("got:") for l in wrong)
+    assert any(line.lstrip().startswith("expected:") for line in wrong) and any(
+        line.lstrip().startswith("got:") for line in wrong
+    )
     for lines in (wrong, raised):
-        assert not any("twoprim" in l or "site-packages" in l or "Traceback" in l for l in lines), lines
+        assert not any("twoprim" in line or "site-packages" in line or "Traceback" in line for line in lines), lines
 
     assert raised[0].startswith("✘ ex01_dot-dot: `dot` raised AttributeError") and "next:" in raised[1], raised
     below = raised[raised.index("Your code raised it here:") + 1 :]
-    frames = [l for l in below if l.lstrip().startswith("File ")]
-    assert [l.rsplit(" in ", 1)[1] for l in frames] == ["dot", "helper"], below  # the learner's frames, in order
+    frames = [line for line in below if line.lstrip().startswith("File ")]
+    assert [line.rsplit(" in ", 1)[1] for line in frames] == ["dot", "helper"], below  # the learner's frames, in order
     assert "return x.no_such_attribute" in "\n".join(below)
     assert below[-1].startswith("AttributeError:"), below
 
@@ -70,7 +71,7 @@ def test_validate_shows_the_check_first_and_no_course_code(tmp_path):
     result = Validator().validate(str(path))
     failed = {f["source"].split("(")[0]: f["error"] for f in result.get("failed", [])}
     assert set(failed) == {"ex01.check_cosine_similarity", "ex01.check_top_k"}, result  # top_k calls it
-    lines = [ANSI.sub("", l) for l in failed["ex01.check_cosine_similarity"].splitlines()]
+    lines = [ANSI.sub("", line) for line in failed["ex01.check_cosine_similarity"].splitlines()]
     head = "\n".join(lines[:5])
     assert lines[0].startswith("✘ ex01_dot-cosine_similarity: wrong result.") and "\n  next:" in head, lines[:8]
-    assert not any("twoprim" in l or "site-packages" in l or "Traceback" in l for l in lines), lines
+    assert not any("twoprim" in line or "site-packages" in line or "Traceback" in line for line in lines), lines

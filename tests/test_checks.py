@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoprim.core import checks
 from twoprim.assignments import ex01_dot as ex01
+from twoprim.core import checks
 
 from .conftest import check_of, fails
 from .visible_rules import assert_rule_is_visible, ignores_strides, named
-
 
 # ---- wrong answers
 
@@ -41,7 +40,7 @@ def test_python_number_instead_of_tensor_is_reported():
 
 
 def test_dot_loop_must_return_a_python_float():
-    msg = fails(ex01.check_dot_loop, lambda x, w: sum(a * b for a, b in zip(x, w)))
+    msg = fails(ex01.check_dot_loop, lambda x, w: sum(a * b for a, b in zip(x, w, strict=True)))
     assert "but dot_loop returns a Python float" in msg
 
 
@@ -279,9 +278,9 @@ def test_a_function_built_on_a_failing_one_names_it_first():
 def test_no_blame_once_the_dependency_passes_or_when_it_is_not_called(sol01):
     ns = _learner(WRONG_DOT_NEURON)
     fails(ex01.check_dot, ns["dot"])
-    exec("def dot(x, w):\n    return (x * w).sum()\n", ns)  # fixed, and its check run again
+    exec("def dot(x, w):\n    return (x * w).sum()\n", ns)  # noqa: S102 - fixed, and its check run again
     ex01.check_dot(ns["dot"])
-    exec("def neuron(x, w, b):\n    return dot(x, w) - b\n", ns)  # neuron now wrong on its own
+    exec("def neuron(x, w, b):\n    return dot(x, w) - b\n", ns)  # noqa: S102 - neuron now wrong on its own
     msg = fails(ex01.check_neuron, ns["neuron"])
     assert msg.startswith("✘ ex01_dot-neuron: wrong result."), msg
     other = _learner("def dot(x, w):\n    return x.sum()\n\ndef neuron(x, w, b):\n    return (x * w).sum() + 1\n")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from twoprim import course
-from twoprim.grading import nbgrader_cli
 from twoprim.config import ROOT
+from twoprim.grading import nbgrader_cli
 
 BIN = Path(sys.executable).parent
 

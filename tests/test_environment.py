@@ -61,7 +61,11 @@ def test_setup_is_not_redone_once_built():
 
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
-    lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert "make test" in lines, ".ci/run must run exactly the README's `make test`"
 
 

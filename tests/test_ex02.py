@@ -1,5 +1,6 @@
 """ex02_gemm: every check explains a wrong value, shape and dtype; every stated rule catches its forbidden call;
-bad input to the solution functions gets a named error; and the lesson-02 helpers in twoprim.topics.gemm do what they say."""
+bad input to the solution functions gets a named error; and the lesson-02 helpers in twoprim.topics.gemm do what they
+say."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 from twoprim.assignments import ex02_gemm as ex02
-from twoprim.topics import gemm
 from twoprim.core import timing
+from twoprim.topics import gemm
 
 from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, ignores_strides, named
@@ -84,7 +85,7 @@ def test_matmul_dots_rejects_element_wise_sums():
 
 def test_matmul_dots_counts_the_dots():
     def matmul_dots(A, B):  # each element as two half-length dots: right values, 2·M·N dots
-        K, h = A.shape[1], A.shape[1] // 2
+        h = A.shape[1] // 2
         return torch.stack(
             [
                 torch.stack([torch.dot(A[i, :h], B[:h, j]) + torch.dot(A[i, h:], B[h:, j]) for j in range(B.shape[1])])
@@ -522,7 +523,8 @@ _NONCONTIGUOUS = lambda c: "non-contiguous" in c.label  # noqa: E731
     ],
 )
 def test_every_function_of_ex02_meets_non_contiguous_inputs_in_its_visible_check(sol02, fn, positions):
-    """Reading A, B (or C) as if contiguous passed every visible check before; now each says which strides it ignored."""
+    """Reading A, B (or C) as if contiguous passed every visible check before; now each says which strides it
+    ignored."""
     check = getattr(ex02, f"check_{fn}")
     names = {(): "`A` and `B`", (1, 2): "`A` and `B`", (4,): "`C`"}[positions]
     assert_rule_is_visible(

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from twoprim.core import checks, timing
 from twoprim.assignments import ex03_layers as ex03
+from twoprim.core import checks, timing
 from twoprim.topics import layers_as_gemms as layers
 
 from .conftest import check_of, fails, solution_namespace

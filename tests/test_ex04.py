@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from twoprim.assignments import ex04_conv as ex04
 from twoprim.core import checks, record
 from twoprim.topics import convolution as conv
-from twoprim.assignments import ex04_conv as ex04
 
 from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, ignores_strides, named
@@ -311,7 +311,7 @@ def test_conv2d_gemm_forbids_every_convolution_op(fn, found):
 
 def _pieces(x, weight, stride, padding, dilation, groups):
     N = x.shape[0]
-    O, Cg, kh, kw = weight.shape
+    O, Cg, kh, kw = weight.shape  # noqa: E741 - O output channels, as lesson 04 writes it
     cols = F.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride)  # (N, C·kh·kw, L)
     (sh, sw), (ph, pw), (dh, dw) = map(conv.pair, (stride, padding, dilation))
     Hout, Wout = conv.out_size(x.shape[2], kh, sh, ph, dh), conv.out_size(x.shape[3], kw, sw, pw, dw)
@@ -320,7 +320,7 @@ def _pieces(x, weight, stride, padding, dilation, groups):
 
 def _elementwise(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Right numbers without a GEMM: broadcast multiply and sum."""
-    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)
+    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)  # noqa: E741 - O output channels, as lesson 04 writes it
     cols = cols.reshape(N, groups, 1, K, -1)  # (N, g, 1, K, L)
     w = weight.reshape(1, groups, O // groups, K, 1)  # (1, g, M, K, 1)
     out = (w * cols).sum(3).reshape(N, O, Hout, Wout)
@@ -329,7 +329,7 @@ def _elementwise(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
 
 def _per_sample(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Right numbers, one GEMM per sample and group: a loop over samples."""
-    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)
+    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)  # noqa: E741 - O output channels, as lesson 04 writes it
     w = weight.reshape(groups, O // groups, K)
     out = torch.stack(
         [torch.cat([w[g] @ cols[n].reshape(groups, K, -1)[g] for g in range(groups)]) for n in range(N)]
@@ -339,7 +339,7 @@ def _per_sample(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
 
 def _block_diagonal(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Right numbers, one dense GEMM with a block-diagonal weight: groups× the FLOPs a grouped conv needs."""
-    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)
+    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)  # noqa: E741 - O output channels, as lesson 04 writes it
     dense = torch.block_diag(*weight.reshape(groups, O // groups, K))  # (O, groups·K), zeros off the blocks
     out = (dense @ cols).reshape(N, O, Hout, Wout)  # (O, C·kh·kw) @ (N, C·kh·kw, L)
     return out if bias is None else out + bias[None, :, None, None]
@@ -347,7 +347,7 @@ def _block_diagonal(x, weight, bias=None, stride=1, padding=0, dilation=1, group
 
 def _loop_over_groups(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Allowed: a Python loop over groups, one mm each."""
-    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)
+    N, O, K, Hout, Wout, cols = _pieces(x, weight, stride, padding, dilation, groups)  # noqa: E741 - O output channels, as lesson 04 writes it
     cols = cols.reshape(N, groups, K, -1).permute(1, 2, 0, 3).reshape(groups, K, -1)  # (g, K, N·L)
     w = weight.reshape(groups, O // groups, K)
     out = torch.cat([torch.mm(w[g], cols[g]) for g in range(groups)])  # (O, N·L)

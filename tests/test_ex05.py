@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoprim.topics import attention
 from twoprim.assignments import ex05_attention as ex05
+from twoprim.topics import attention
 
 from .conftest import check_of, fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, named
@@ -138,10 +138,10 @@ def test_tiled_attention_with_two_passes_is_detected():
         m = torch.full((B, H, S, 1), -math.inf, dtype=q.dtype)
         for j in range(0, S, block):  # pass 1: the row max
             m = torch.maximum(m, (qs @ k[:, :, j : j + block].transpose(-2, -1)).amax(-1, keepdim=True))
-        l, acc = torch.zeros(B, H, S, 1, dtype=q.dtype), torch.zeros_like(q)
+        l, acc = torch.zeros(B, H, S, 1, dtype=q.dtype), torch.zeros_like(q)  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         for j in range(0, S, block):  # pass 2: the scores again
             p = torch.exp(qs @ k[:, :, j : j + block].transpose(-2, -1) - m)
-            l, acc = l + p.sum(-1, keepdim=True), acc + p @ v[:, :, j : j + block]
+            l, acc = l + p.sum(-1, keepdim=True), acc + p @ v[:, :, j : j + block]  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         return acc / l
 
     msg = fails(ex05.check_tiled_attention, two_pass)
@@ -228,10 +228,10 @@ def test_unstable_attention_fails_only_on_large_scores(sol05):
 def test_tiled_without_running_max_overflows_on_large_scores(sol05):
     def tiled_no_max(q, k, v, block, causal=False):
         B, H, S, D = q.shape
-        l, acc = torch.zeros(B, H, S, 1, dtype=q.dtype), torch.zeros_like(q)
+        l, acc = torch.zeros(B, H, S, 1, dtype=q.dtype), torch.zeros_like(q)  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         for j in range(0, S, block):
             p = torch.exp(q @ k[:, :, j : j + block].transpose(-2, -1) / math.sqrt(D))
-            l, acc = l + p.sum(-1, keepdim=True), acc + p @ v[:, :, j : j + block]
+            l, acc = l + p.sum(-1, keepdim=True), acc + p @ v[:, :, j : j + block]  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         return acc / l
 
     msg = fails(ex05.check_tiled_attention, tiled_no_max, ex05.tiled_cases([(1, 1, 40, 8, 8)], scale=30.0))
@@ -471,7 +471,7 @@ def _tiled_square_causal_mask(q, k, v, block_size, causal=False):
         i1 = min(i0 + block_size, S)
         q_i = q[:, :, i0:i1] / math.sqrt(D)
         m = torch.full((B, H, i1 - i0, 1), -math.inf, dtype=q.dtype)
-        l = torch.zeros(B, H, i1 - i0, 1, dtype=q.dtype)
+        l = torch.zeros(B, H, i1 - i0, 1, dtype=q.dtype)  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         acc = torch.zeros(B, H, i1 - i0, D, dtype=q.dtype)
         for j0 in range(0, i1 if causal else S, block_size):
             j1 = min(j0 + block_size, S)
@@ -480,7 +480,7 @@ def _tiled_square_causal_mask(q, k, v, block_size, causal=False):
                 s = s.masked_fill(~diagonal, -math.inf)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)
-            l, acc, m = l * alpha + p.sum(dim=-1, keepdim=True), acc * alpha + p @ v[:, :, j0:j1], m_new
+            l, acc, m = l * alpha + p.sum(dim=-1, keepdim=True), acc * alpha + p @ v[:, :, j0:j1], m_new  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         out[:, :, i0:i1] = acc / l
     return out
 

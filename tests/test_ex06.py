@@ -13,10 +13,10 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from twoprim.core import checks
-from twoprim.topics import inside_torch_compile as compiler
 from twoprim.assignments import ex06_compile as ex06
 from twoprim.config import ROOT
+from twoprim.core import checks
+from twoprim.topics import inside_torch_compile as compiler
 
 from .conftest import fails, solution_namespace
 
@@ -342,7 +342,7 @@ def capture_with(sol06, **changes):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
-    kept = changes.get("keep", None)
+    kept = changes.get("keep")
 
     def capture(model, x, level, train=False):
         forward, backward = ([], []) if kept is None else (kept, [])
@@ -413,7 +413,7 @@ def test_a_broken_count_ops_is_named_first_in_gemm_counts_message():
     """gemm_count is right but calls a count_ops that fails its own check: the message says so before anything
     else, and only while that count_ops is the one gemm_count calls."""
     ns = solution_namespace("ex06_compile")
-    exec("def count_ops(graph_module):\n    return Counter(graph_module.graph.nodes and {'addmm': 1})\n", ns)
+    exec("def count_ops(graph_module):\n    return Counter(graph_module.graph.nodes and {'addmm': 1})\n", ns)  # noqa: S102
     fails(ex06.check_count_ops, ns["count_ops"])
     msg = fails(ex06.check_gemm_count, ns["gemm_count"])
     first, why, *rest = msg.splitlines()
@@ -422,7 +422,7 @@ def test_a_broken_count_ops_is_named_first_in_gemm_counts_message():
     ), first
     assert why.startswith("  why:      `gemm_count` calls `count_ops`"), why
     assert rest[0] == "  ✘ ex06_compile-gemm_count: wrong result.", rest  # what gemm_count's own check saw
-    exec("def count_ops(graph_module):\n    return Counter()\n", ns)  # redefined, its check not run again
+    exec("def count_ops(graph_module):\n    return Counter()\n", ns)  # noqa: S102 - redefined, its check not run again
     msg = fails(ex06.check_gemm_count, ns["gemm_count"])
     assert msg.startswith("✘ ex06_compile-gemm_count: wrong result."), "this count_ops has failed no check yet"
 

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from twoprim.core import checks
 from twoprim.assignments import ex07_mlx as ex07
-from twoprim.topics import mlx as mlx_tools
 from twoprim.config import ROOT
+from twoprim.topics import mlx as mlx_tools
 
 from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, named

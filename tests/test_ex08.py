@@ -34,7 +34,7 @@ def _set(name, **fields):
     def change(row, a):
         if row[0] != name:
             return row
-        values = dict(zip(("name", "count", "M", "N", "K"), row))
+        values = dict(zip(("name", "count", "M", "N", "K"), row, strict=True))
         values.update({k: v(a) for k, v in fields.items()})
         return tuple(values.values())
 
@@ -198,7 +198,7 @@ def _effs(rows, t):
         ),
         (
             lambda rows, t=(128, 128, 64): (
-                sum(c * M * N * K * e for (_, c, M, N, K), e in zip(rows, _effs(rows, t)))
+                sum(c * M * N * K * e for (_, c, M, N, K), e in zip(rows, _effs(rows, t), strict=True))
                 / sum(c * M * N * K for _, c, M, N, K in rows)
             ),
             "weights the efficiencies by useful FLOPs",

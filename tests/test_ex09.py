@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from twoprim.assignments import ex09_triton as ex09
-from twoprim.topics import (
-    triton_gemm as triton_tools,
-)  # ex09 first: it turns the interpreter on before the kernels below
+from twoprim.topics import triton_gemm as triton_tools
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+# isort: split
+# triton after ex09: ex09 turns the interpreter on before the kernels below
+import triton
+import triton.language as tl
 
 from .conftest import fails, solution_namespace
 
@@ -786,8 +786,8 @@ def test_the_solutions_gemm_compiles_to_tensor_core_instructions(sol, blocks):
         "BLOCK_N",
         "BLOCK_K",
     ]
-    sig = dict(zip(names, ["*fp16"] * 3 + ["i32"] * 9 + ["constexpr"] * 3))
-    cx = dict(zip(names[-3:], blocks))
+    sig = dict(zip(names, ["*fp16"] * 3 + ["i32"] * 9 + ["constexpr"] * 3, strict=True))
+    cx = dict(zip(names[-3:], blocks, strict=True))
     h, a = (compile_kernel(sol["matmul_kernel"], sig, cx, t) for t in ("sm_90", "sm_80"))
     assert h.error is None and a.error is None
     assert a.tensor_core()["mma.sync"] > 0 and a.tensor_core()["wgmma.mma_async"] == 0
@@ -1013,7 +1013,7 @@ def matmul_pointers_stay(
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):  # the tutorial's pointer blocks, never moved along K
+    for _k0 in range(0, K, BLOCK_K):  # the tutorial's pointer blocks, never moved along K
         a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         b = tl.load(b_ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)

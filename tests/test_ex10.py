@@ -17,9 +17,11 @@ from twoprim.topics import xla as xla_tools
 from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible
 
-import jax  # noqa: E402 - after twoprim.topics.xla put JAX on the CPU
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
+# isort: split
+# jax after twoprim.topics.xla, which puts JAX on the CPU
+import jax
+import jax.numpy as jnp
+from jax import lax
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,7 @@ def test_stablehlo_with_regions_and_compact_reduces_differs_from_mlir_only_where
     assert xla_tools.hlo_ops(text) == walked and walked["stablehlo.return"] == 2  # while's cond and body regions
 
 
-DIMS = [(d, l, r) for d, l, r, _ in ex10.VISIBLE_DIMS] + [
+DIMS = [(d, lhs, rhs) for d, lhs, rhs, _ in ex10.VISIBLE_DIMS] + [
     ((((3,), (2,)), ((0, 1), (1, 0))), (2, 4, 8, 16), (4, 2, 16, 8)),
     ((((), ()), ((), ())), (5,), (7,)),
     ((((0,), (1,)), ((), ())), (12, 3, 4), (6, 12)),
@@ -194,11 +196,11 @@ def _gemm_from(sol, transform):
 @pytest.mark.parametrize(
     "transform,cause",
     [
-        (lambda r, d, l, rr: (r[0], r[2], r[1], r[3]), "they are swapped"),
-        (lambda r, d, l, rr: (1, r[0] * r[1], r[2], r[3]), "batch dimensions are not part of M"),
-        (lambda r, d, l, rr: (r[0], r[1], r[2], l[d[0][0][0]] if d[0][0] else 1), "not only the first"),
-        (lambda r, d, l, rr: (r[0], l[0], r[2], r[3]), "lhs_shape[0]"),
-        (lambda r, d, l, rr: [float(v) for v in r], "each a Python int"),
+        (lambda r, d, lhs, rr: (r[0], r[2], r[1], r[3]), "they are swapped"),
+        (lambda r, d, lhs, rr: (1, r[0] * r[1], r[2], r[3]), "batch dimensions are not part of M"),
+        (lambda r, d, lhs, rr: (r[0], r[1], r[2], lhs[d[0][0][0]] if d[0][0] else 1), "not only the first"),
+        (lambda r, d, lhs, rr: (r[0], lhs[0], r[2], r[3]), "lhs_shape[0]"),
+        (lambda r, d, lhs, rr: [float(v) for v in r], "each a Python int"),
     ],
 )
 def test_dot_general_gemm_names_the_cause(sol10, transform, cause):

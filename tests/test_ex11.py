@@ -21,8 +21,10 @@ from twoprim.core.notebooks import code_of
 from twoprim.topics import flash_attention as flash
 from twoprim.topics import triton_compiled as triton_compile
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+# isort: split
+# triton after ex11: ex11 turns the interpreter on before the kernels below
+import triton
+import triton.language as tl
 
 from .conftest import fails, solution_namespace
 

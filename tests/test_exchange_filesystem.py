@@ -151,9 +151,9 @@ def exchange_class(tmp_path_factory):
         os.link(ann_folder / f"{AID}.ipynb", hard / f"{AID}.ipynb")
         attacks["hard_link"] = hard
         # the deadline passes; then dan and eve hand in, their clocks saying otherwise
-        due = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(seconds=1)
+        due = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(seconds=1)
         course_cli.release(AID, root=course, due=due.isoformat())
-        time.sleep(max(0.0, (due - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 0.1)
+        time.sleep(max(0.0, (due - datetime.datetime.now(datetime.UTC)).total_seconds()) + 0.1)
         backdated = _submit(inbound, dan, dan, work / "right.ipynb", stamp="2026-01-01 00:00:00.000000 UTC")
         garbage = _submit(inbound, eve, eve, work / "right.ipynb", stamp="the day before the deadline, honest")
         before = {p: (p.lstat().st_mode, p.lstat().st_mtime_ns) for p in inbound.rglob("*")}
@@ -215,7 +215,7 @@ def test_collect_takes_only_what_each_students_own_account_made(exchange_class):
         got = aside[attacks[kind].name]
         assert (got["account"], got["named"]) == (account, named), (kind, got)
         assert reason in got["reason"], (kind, got)
-        line = [l for l in text.splitlines() if attacks[kind].name in l]  # the terminal names each one
+        line = [ln for ln in text.splitlines() if attacks[kind].name in ln]  # the terminal names each one
         assert len(line) == 1 and reason in line[0] and account in line[0], (kind, text)
     assert "6 submission(s) set aside, not collected" in text
     # nothing in the exchange was touched
@@ -480,10 +480,10 @@ def test_a_classmate_cannot_change_a_submission_and_an_intruders_file_is_set_asi
             and f"belongs to account {ben}: set aside, {ann}'s own files collected without it" in s["reason"]
             and "mode 0777" in s["reason"]
         ), s
-        line = [l for l in text.splitlines() if s["path"] in l]
+        line = [ln for ln in text.splitlines() if s["path"] in ln]
         assert len(line) == 1 and line[0].startswith(f"  {ben}: "), (name, text)
     assert "2 file(s) set aside from a student's submission, the rest of it taken as usual" in text, text
-    older = [l for l in text.splitlines() if sealed.name in l]
+    older = [ln for ln in text.splitlines() if sealed.name in ln]
     assert (
         len(older) == 1
         and older[0].startswith(f"  {ann}: arrived ")
@@ -530,7 +530,7 @@ def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_l
 
     text = _collect(c)
     lines = text.splitlines()
-    named = [l for l in lines if backdated.name in l]
+    named = [ln for ln in lines if backdated.name in ln]
     assert (
         len(named) == 1
         and named[0].startswith(f"  {ben}: arrived ")
@@ -538,7 +538,7 @@ def test_collect_names_the_backdated_folder_refuses_a_nested_notebook_and_says_l
         and f"its own timestamp.txt says {old!r} (not used)" in named[0]
     ), text
     assert (c["course"] / "grader" / "submitted" / ben / AID / "timestamp.txt").read_text() > "2026-01-02"
-    aside = [l for l in lines if nested.name in l]
+    aside = [ln for ln in lines if nested.name in ln]
     assert len(aside) == 1 and aside[0].startswith(
         f"  {cat}: sub/{AID}.ipynb is not where the release put it: the notebook must be {AID}.ipynb"
     ), text

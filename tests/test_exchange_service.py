@@ -158,7 +158,7 @@ def test_a_class_cycle_through_nbgrader_classes(room):
     """release, fetch, submit (twice), list, collect (the newest, the service's time), feedback, fetch feedback."""
     from nbgrader.exchange import ExchangeError
 
-    from twoprim.exchange.client import collect_from_service, Remote, newest_submissions
+    from twoprim.exchange.client import Remote, collect_from_service, newest_submissions
 
     s, course = room["service"], room["course"]
     teach = _config(course, course, s.url, "t-teach")
@@ -742,7 +742,7 @@ def test_the_service_stays_under_its_memory_limit_while_three_400_MB_uploads_arr
         "JUPYTERHUB_SERVICE_NAME": svc.NAME,
     }
     env.pop("JUPYTERHUB_SERVICE_PREFIX", None)
-    log = open(tmp_path / "service.log", "w+")
+    log = open(tmp_path / "service.log", "w+")  # noqa: SIM115 - read while the service runs, closed in the finally
     import datetime
 
     gradebook = _gradebook_with_due_dates(tmp_path, {AID: datetime.datetime(2026, 12, 9, 22, 59)})

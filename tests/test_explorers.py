@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoprim.topics import attention, convolution as conv, explorers, gemm, gemm_shapes, gemm_tiles
+from twoprim.topics import attention, explorers, gemm, gemm_shapes, gemm_tiles
+from twoprim.topics import convolution as conv
 
 matplotlib.use("Agg")
 
@@ -47,7 +48,7 @@ def test_tiling_feeding_tiles_sum_to_each_c_tile_and_cover_c_once(M, N, K, tile)
         assert len(view.a_tiles) == len(view.b_tiles) == math.ceil(K / tile)
         total = sum(
             A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
-            for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles)
+            for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles, strict=True)
         )
         assert torch.allclose(total, C[r0:r1, c0:c1]), f"C tile ({row}, {col}) of {M}×{N}×{K}, tile {tile}"
         covered[r0:r1, c0:c1] += 1
@@ -98,7 +99,9 @@ def test_im2col_highlighted_patch_is_the_matching_unfold_column(case):
         view = conv.im2col_view(**case, position=(i, j), x=x, out_channels=5)
         assert view.out_hw == (Hout, Wout) and view.column == i * Wout + j
         assert torch.equal(view.patch, cols[0, :, view.column]), f"output ({i}, {j})"
-        for (c, r, s), value in zip(view.field, view.patch):  # the outlined cells are the numbers of the column
+        for (c, r, s), value in zip(
+            view.field, view.patch, strict=True
+        ):  # the outlined cells are the numbers of the column
             inside = 0 <= r < 6 and 0 <= s < 7
             assert float(value) == (float(x[0, c, r, s]) if inside else 0.0)
     k = case["kernel_size"]
@@ -124,7 +127,7 @@ def test_im2col_default_input_and_a_kernel_that_does_not_fit():
 def test_attention_weights_are_the_softmax_of_the_scaled_scores_and_match_sdpa(head, causal, temperature):
     view = attention.attention_view(head, causal, temperature)
     S, D = view.q.shape
-    assert S == len(attention.SENTENCE)
+    assert len(attention.SENTENCE) == S
     assert torch.allclose(view.weights.sum(-1), torch.ones(S, dtype=torch.float64))
     if causal:
         future = torch.ones(S, S, dtype=torch.bool).triu(1)
@@ -313,4 +316,4 @@ def test_every_name_a_released_notebook_reads_from_explorers_or_layers_still_res
         for name, home in module.MOVED.items():
             assert getattr(module, name) is getattr(importlib.import_module(home), name)
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-        explorers.nope
+        _ = explorers.nope

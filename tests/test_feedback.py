@@ -12,8 +12,8 @@ import nbformat
 from nbformat.v4 import new_output
 
 from twoprim import grading
-from twoprim.grading.submission import execution_notes
 from twoprim.config import ROOT
+from twoprim.grading.submission import execution_notes
 
 AID = "ex01_dot"
 

@@ -82,13 +82,12 @@ def test_the_probe_runs_each_python_as_another_account(pythons):
         pytest.fail(f"{shared} is missing or cannot run as nobody: CI's Debian image has it (python3.11-venv)")
     assert not setup_python.runnable_by_others(private)
     script = str(ROOT / "twoprim" / "classroom" / "setup_python.py")
-    run = lambda python: subprocess.run(
-        [sys.executable, script, python],
-        capture_output=True,
-        text=True,  # noqa
-        timeout=60,
-        env={"PATH": SYSTEM_PATH},
-    )
+
+    def run(python):
+        return subprocess.run(
+            [sys.executable, script, python], capture_output=True, text=True, timeout=60, env={"PATH": SYSTEM_PATH}
+        )
+
     proc = run(private)
     assert proc.returncode == 0 and proc.stdout == f"{shared}\n" and proc.stderr.startswith("note: "), proc
     proc = run(shared)
@@ -158,7 +157,7 @@ def test_remove_class_removes_the_accounts_the_hub_made_and_no_other(monkeypatch
         monkeypatch.setattr(hub, "ROOT", course)
         assert hub.run(["--remove-class", "--yes"]) == 0
         said = capsys.readouterr().out
-        assert f"will delete 1 account(s) that ./course hub created" in said and f"deleted {made}" in said, said
+        assert "will delete 1 account(s) that ./course hub created" in said and f"deleted {made}" in said, said
         with pytest.raises(KeyError):
             pwd.getpwnam(made)
         assert not Path(account.pw_dir).exists()

@@ -103,7 +103,7 @@ def test_lesson_09_at_e3f7c9b_is_found_with_all_three_kernels(graded):
         for i, code in old["cells"].items()
     ]
     shares = _scores(bodies, graded)
-    for label, cell in kernels.items():
+    for label in kernels:
         assert shares[label].giveaway and not shares[label].same_function, shares[label].describe()
 
 

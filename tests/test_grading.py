@@ -15,15 +15,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
-from twoprim.learner import deadlines
 from twoprim import grading
+from twoprim.config import ROOT
 from twoprim.grading.gradebook import committed, database_url
 from twoprim.grading.nbgrader_cli import nbgrader
-from twoprim.config import ROOT
+from twoprim.learner import deadlines
 
 from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 
@@ -271,8 +270,8 @@ def bad_class(tmp_path_factory):
     course = _course(tmp_path_factory.mktemp("class"))
     bad_ex01_class(course / "grader" / "submitted")
     before = _digest(course / "grader" / "submitted")
-    # os_exit, segfault and memory_bomb reach for os._exit, ctypes and 64 GiB, which the audit holds for review (tests/test_sandbox.py);
-    # trusted here, they show how a kernel that dies is reported
+    # os_exit, segfault and memory_bomb reach for os._exit, ctypes and 64 GiB, which the audit holds for review
+    # (tests/test_sandbox.py); trusted here, they show how a kernel that dies is reported
     arrived = []  # (student, committed when on_outcome saw it)
 
     def on_outcome(outcome):
@@ -377,7 +376,7 @@ def test_feedback_is_given_for_every_graded_submission_and_the_others_are_named_
         assert released.generated[student].endswith(f"the feedback is in grader/feedback/{student}/{AID}/")
     for student in ("no_timestamp", "bad_timestamp"):
         folder = course / "grader" / "submitted" / student / AID
-        arrived = datetime.datetime.fromtimestamp(os.lstat(folder / f"{AID}.ipynb").st_ctime, datetime.timezone.utc)
+        arrived = datetime.datetime.fromtimestamp(os.lstat(folder / f"{AID}.ipynb").st_ctime, datetime.UTC)
         stamp = arrived.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         assert released.notes[student] == (
             f"its timestamp.txt in grader/submitted/{student}/{AID}/ is missing or "
@@ -428,7 +427,7 @@ def test_every_task_is_handed_the_expected_values_the_run_computed_once(bad_clas
     source = {p.name: p.read_bytes() for p in (course / "solutions" / AID).glob("*.ipynb")}
     cells = oracle.graded_cells(source)
     assert len(cells) == 10
-    here = sum(len(pickle.loads(oracle.cell_values(*cell))["values"]) for cell in cells)
+    here = sum(len(pickle.loads(oracle.cell_values(*cell))["values"]) for cell in cells)  # noqa: S301 - its own
     judged = [o for o in outcomes if o.status == "graded"]
     assert here > 0 and judged and {o.expected_given for o in judged} == {here}
     assert {o.expected_given for o in outcomes if o.status != "graded"} <= {0}

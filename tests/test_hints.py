@@ -9,9 +9,9 @@ import re
 import nbformat
 import pytest
 
-from twoprim.learner.hints import HINTS, hint, hints, resolve, used
 from twoprim.config import ROOT
 from twoprim.core.notebooks import assignments, lessons
+from twoprim.learner.hints import HINTS, hint, hints, resolve, used
 from twoprim.learner.progress import STATE_FILE
 
 

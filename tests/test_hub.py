@@ -50,7 +50,8 @@ from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, sha
 from .chromium import launch
 from .classroom import solution_code
 
-# left out of `make test-fast`; a limit of its own: the classroom's browser test alone takes ~110 s on 2 busy cores, its hub start up to START_S
+# left out of `make test-fast`; a limit of its own: the classroom's browser test alone takes ~110 s on 2 busy cores,
+# its hub start up to START_S
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(600)]
 
 AID = "ex01_dot"
@@ -309,7 +310,7 @@ def _certificate(folder: Path, names: list[str], *, days: int = 30) -> dict:
 
     from twoprim.grading.tls import issue
 
-    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=max(0, -2 * days), hours=1)
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=max(0, -2 * days), hours=1)
     issued = issue(names[0], dns_names=tuple(names), days=abs(days), start=start)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {role: folder / f"{role}.pem" for role in issued}
@@ -411,9 +412,11 @@ def _tls_names(port: int, ca: Path, name: str) -> str:
     import ssl
 
     context = ssl.create_default_context(cafile=str(ca))
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with context.wrap_socket(raw, server_hostname=name) as tls:  # verifies the chain and the name
-            return dict(x[0] for x in tls.getpeercert()["subject"])["commonName"]
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=name) as tls,  # verifies the chain and the name
+    ):
+        return dict(x[0] for x in tls.getpeercert()["subject"])["commonName"]
 
 
 def _plain_http(port: int) -> str:
@@ -502,7 +505,7 @@ class Hub:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-                raise AssertionError(f"./course hub did not stop within {STOP_S} s of Ctrl-C:\n{self.tail()}")
+                raise AssertionError(f"./course hub did not stop within {STOP_S} s of Ctrl-C:\n{self.tail()}") from None
         self.log.close()
         return self.proc.returncode
 
@@ -627,7 +630,7 @@ def _set_due_in_formgrader(frame, row, offset: str) -> datetime.datetime:
     time, `offset` from UTC), saved; returns the local time typed."""
     from playwright.sync_api import expect
 
-    when = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)).replace(
+    when = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=7)).replace(
         tzinfo=None, second=0, microsecond=0
     )
     released = frame.locator("#success-modal")  # "Successfully released 'ex01_dot'", in the way until dismissed

@@ -39,7 +39,8 @@ import pytest
 
 from twoprim.config import ROOT
 
-# left out of `make test-fast`; a limit of its own: the first test that uses the hub starts it and runs the load (~75 s measured); the cull waits CULL_S
+# left out of `make test-fast`; a limit of its own: the first test that uses the hub starts it and runs the load
+# (~75 s measured); the cull waits CULL_S
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(600)]
 
 N = 8

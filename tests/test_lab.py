@@ -126,7 +126,8 @@ def _check_serves_course(run: Lab, venv_bin: Path) -> tuple[str, str]:
     kernel_name = model["content"]["metadata"]["kernelspec"]["name"]
     _, specs = _api(base, token, "/api/kernelspecs")
     assert kernel_name in specs["kernelspecs"], (
-        f"lesson 00 asks for kernel {kernel_name!r}, the server has {sorted(specs['kernelspecs'])}: JupyterLab would ask"
+        f"lesson 00 asks for kernel {kernel_name!r}, the server has {sorted(specs['kernelspecs'])}: "
+        "JupyterLab would ask"
     )
     _, news = _api(base, token, f"/lab/api/settings/{NEWS_PLUGIN}")
     fetch = news["schema"]["properties"]["fetchNews"]

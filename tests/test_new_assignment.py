@@ -119,7 +119,9 @@ def conforms(aid: str) -> list[str]:
     real = [c for c in real if _shape(*c, aid, fn)[1] in ids | {None}]  # an assignment's own Read-only cells aside
     head = next(i for i, c in enumerate(cells) if c["per_function"]) + sum(c["per_function"] for c in cells)
     tail = len(cells) - head
-    pairs = list(zip(expected[:head], real[:head])) + list(zip(expected[-tail:], real[-tail:]))
+    pairs = list(zip(expected[:head], real[:head], strict=False)) + list(
+        zip(expected[-tail:], real[-tail:], strict=False)
+    )
     return [
         f"{_shape(*have, aid, fn)} where the guide has {_shape(*want, AID, FN)}"
         for want, have in pairs

@@ -14,7 +14,6 @@ import filecmp
 import functools
 import html.parser
 import importlib.util
-import re
 import sys
 import threading
 import urllib.parse
@@ -24,9 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from twoprim.course import generate
 from twoprim.config import ROOT
 from twoprim.core.notebooks import assignments, execute, is_clean, lessons
+from twoprim.course import generate
 
 from .chromium import launch
 

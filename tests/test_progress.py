@@ -20,12 +20,12 @@ import nbformat
 import pytest
 
 from twoprim import course, grading
-from twoprim.learner import deadlines, progress
 from twoprim.assignments import ex06_compile as ex06
-from twoprim.learner.hints import hint
-from twoprim.learner.state import load_state, update_state
 from twoprim.config import ROOT
 from twoprim.core.notebooks import assignments, lessons
+from twoprim.learner import deadlines, progress
+from twoprim.learner.hints import hint
+from twoprim.learner.state import load_state, update_state
 
 from .classroom import answered, cell_index, prepend
 
@@ -93,8 +93,8 @@ def by_aid(report: progress.Report) -> dict[str, progress.AssignmentStatus]:
 
 def test_fresh_checkout_nothing_done_nothing_run(learner):
     r = progress.report(learner)
-    assert [l.name for l in r.lessons] == [p.stem for p in lessons(ROOT)]
-    assert all(not l.done and l.detail == "not run yet" for l in r.lessons)
+    assert [lesson.name for lesson in r.lessons] == [p.stem for p in lessons(ROOT)]
+    assert all(not lesson.done and lesson.detail == "not run yet" for lesson in r.lessons)
     assert sorted(by_aid(r)) == assignments()
     for aid, a in by_aid(r).items():
         assert a.status == "not started" and a.problem is None, aid
@@ -140,7 +140,7 @@ def test_solutions_in_the_learners_place_pass_every_visible_check(solved):
         assert a.checks == {
             fn: progress.ANSWERED if fn in FORM_ONLY.get(aid, ()) else progress.PASS for fn in GRADED[aid]
         }, aid
-    assert all(l.done for l in r.lessons)
+    assert all(lesson.done for lesson in r.lessons)
     assert r.next_step.startswith("run `./course selfgrade ex01_dot`"), r.next_step
     assert "3 of 8 pass, 5 answered" in r.text()  # ex06_compile: three functions, five short answers
     assert digest(learner) == before, "the learner's notebooks must never be modified"
@@ -222,7 +222,7 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     ran_before(solved, home, "ex01_dot")
     for name, value in (("TWOPRIM_WORKSPACE", home), ("TWOPRIM_EXCHANGE", exchange), ("JUPYTER_DATA_DIR", data)):
         monkeypatch.setenv(name, str(value))
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
     soon, gone = now + datetime.timedelta(days=2, hours=3, minutes=30), now - datetime.timedelta(hours=5, minutes=30)
     deadlines.publish(exchange, "ex01_dot", soon)
     deadlines.publish(exchange, "ex02_gemm", gone)
@@ -248,7 +248,7 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     (cached / "timestamp.txt").write_text(f"{now - datetime.timedelta(days=1):%Y-%m-%d %H:%M:%S}.000000 UTC")
     os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
     deadlines.publish(exchange, "ex01_dot", now - datetime.timedelta(days=2))
-    line = next(l for l in progress.report().text().splitlines() if "ex01_dot" in l)
+    line = next(ln for ln in progress.report().text().splitlines() if "ex01_dot" in ln)
     assert "(late)" in line and "due " not in line, line  # submitted: its due date is no longer news
     deadlines.publish(exchange, "ex01_dot", None)
     assert "ex01_dot" not in deadlines.read(exchange) and "ex02_gemm" in deadlines.read(exchange)
@@ -268,7 +268,7 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
     put(home, "ex01_dot", answered("ex01_dot"))
     mark_run(home)
     ran_before(solved, home, "ex01_dot")  # its run measured once, by `solved`: the exchange service is what is new here
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
     soon = now + datetime.timedelta(days=2, hours=3, minutes=30)
     url = _gradebook_with_due_dates(tmp_path, {"ex01_dot": soon})
     running = Running(tmp_path / "store", deadlines=svc.gradebook_deadlines(url))
@@ -338,7 +338,7 @@ def test_a_wrong_short_answer_is_answered_not_passing(learner):
     assert a.checks == {name: progress.ANSWERED for name in ex06.ANSWERS}
     assert a.passed == 0 and a.answered == 5 and not progress._complete(a)
     r = progress.report(learner)
-    line = next(l for l in r.text().splitlines() if aid in l)
+    line = next(ln for ln in r.text().splitlines() if aid in ln)
     assert "0 of 5 pass, 5 answered" in line and not line.strip().startswith("✔"), line
     assert "answered (graded when you self-grade)" in line
 
@@ -472,7 +472,7 @@ def test_course_progress_command_prints_aligned_tables_and_writes_only_its_state
     # every column of each table starts at the same place on every line
     lines = out.splitlines()
     for labels in (["lesson", "status"], ["assignment", "visible checks", "self-graded", "hints", "notebook"]):
-        top = next(i for i, l in enumerate(lines) if l.split()[:1] == [labels[0]])
+        top = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [labels[0]])
         table = lines[top : lines.index("", top)]
         assert len(table) > 2, table
         for at in (table[0].index(label) for label in labels):
@@ -513,6 +513,6 @@ def test_next_step_follows_the_course_outline_each_lesson_then_its_assignment(le
     )
     step = progress._next_step(learner, done, [ex09])
     assert step.startswith("run lessons/09_triton_gemm.ipynb to the end"), step
-    at = next(i for i, l in enumerate(done) if l.name.startswith("09"))
+    at = next(i for i, lesson in enumerate(done) if lesson.name.startswith("09"))
     done[at] = progress.LessonStatus(done[at].name, done[at].path, True, "run to the end")
     assert progress._next_step(learner, done, [ex09]).startswith("make `add_kernel` pass its check")

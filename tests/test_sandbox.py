@@ -20,11 +20,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from twoprim.grading import audit, sandbox
 from twoprim import grading
-from twoprim.core import verdicts
 from twoprim.config import ROOT
+from twoprim.core import verdicts
 from twoprim.core.notebooks import assignments
+from twoprim.grading import audit, sandbox
 
 from .classroom import answered, student_version, write
 from .test_autograde import broken, expected_without, points, solution_code
@@ -80,35 +80,37 @@ def attacks(course: Path, port: int, grader_marker: Path, home_secret: Path) -> 
         "def neuron(x, w, b):\n    return _peek()\ndef cosine_similarity(q, keys):\n    return _peek()\n"
         "def top_k(query, keys, k):\n    return _peek()\n",
         "exit_early": "import os\nos._exit(0)\n",
-        "read_secrets": "import os\nfor path in %r:\n    try:\n        data = open(path, 'rb').read(64)\n"
+        "read_secrets": f"import os\nfor path in {[str(p) for p in secrets]!r}:\n"
+        "    try:\n        data = open(path, 'rb').read(64)\n"
         "        print('LEAKED', path, data)\n    except Exception as err:\n"
         "        print('blocked', path, type(err).__name__)\n"
-        "for path in %r:\n    try:\n        print('listed', path, sorted(os.listdir(path)))\n"
-        "    except Exception as err:\n        print('blocked', path, type(err).__name__)\n"
-        % ([str(p) for p in secrets], [str(p) for p in folders]),
-        "write_outside": "import sqlite3\nfor target in %r:\n    try:\n        with open(target, 'ab') as f:\n"
+        f"for path in {[str(p) for p in folders]!r}:\n"
+        "    try:\n        print('listed', path, sorted(os.listdir(path)))\n"
+        "    except Exception as err:\n        print('blocked', path, type(err).__name__)\n",
+        "write_outside": "import sqlite3\nfor target in {!r}:\n    try:\n        with open(target, 'ab') as f:\n"
         "            f.write(b'owned')\n        print('WROTE', target)\n"
         "    except Exception as err:\n        print('blocked', target, type(err).__name__)\n"
-        'try:\n    db = sqlite3.connect(%r)\n    db.execute("update grade set auto_score = 99")\n'
+        'try:\n    db = sqlite3.connect({!r})\n    db.execute("update grade set auto_score = 99")\n'
         "    db.commit()\n    print('WROTE gradebook')\nexcept Exception as err:\n"
-        "    print('blocked gradebook', type(err).__name__)\n"
-        % ([str(secrets[2]), str(course / "grader" / "reports" / f"{AID}.csv")], str(secrets[1])),
-        "network": "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=3).sendall(b'%s')\n"
-        "    print('CONNECTED')\nexcept OSError as err:\n    print('blocked network', type(err).__name__)\n"
-        % (port, MARKER),
+        "    print('blocked gradebook', type(err).__name__)\n".format(
+            [str(secrets[2]), str(course / "grader" / "reports" / f"{AID}.csv")], str(secrets[1])
+        ),
+        "network": "import socket\ntry:\n"
+        f"    socket.create_connection(('127.0.0.1', {port:d}), timeout=3).sendall(b'{MARKER}')\n"
+        "    print('CONNECTED')\nexcept OSError as err:\n    print('blocked network', type(err).__name__)\n",
         "background_process": "import subprocess, sys\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '%s'],\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '{MARKER}'],\n"
         "                 start_new_session=True)\n"
-        "subprocess.Popen(['sh', '-c', 'nohup sleep 600 %s >/dev/null 2>&1 &'])\n" % (MARKER, MARKER),
+        f"subprocess.Popen(['sh', '-c', 'nohup sleep 600 {MARKER} >/dev/null 2>&1 &'])\n",
         "fork_bomb": "import os, time\nchildren = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
         "            time.sleep(30)\n            os._exit(0)\n        children += 1\n"
         "except OSError as err:\n    print('fork stopped after', children, type(err).__name__)\n",
         "memory_bomb": "try:\n    hog = bytearray(64 * 2**30)\n    print('ALLOCATED')\nexcept MemoryError:\n"
         "    print('blocked memory')\n",
         "forged_results": "import os, pickle\nclass Payload:\n    def __reduce__(self):\n"
-        "        return (os.system, ('touch %s',))\n"
+        f"        return (os.system, ('touch {grader_marker}',))\n"
         "with open(os.path.join(os.environ['TWOPRIM_CAPTURE_DIR'], '000000-forged.pt'), 'wb') as f:\n"
-        "    pickle.dump(Payload(), f)\n" % grader_marker,
+        "    pickle.dump(Payload(), f)\n",
     }
 
 

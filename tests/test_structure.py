@@ -331,9 +331,12 @@ def _undocumented(path: Path) -> list[str]:
     """The public top-level functions and classes of a module without a docstring."""
     missing = []
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
-            if not ast.get_docstring(node):
-                missing.append(node.name)
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and not node.name.startswith("_")
+            and not ast.get_docstring(node)
+        ):
+            missing.append(node.name)
     return missing
 
 

@@ -1,5 +1,5 @@
-"""twoprim.topics.triton_compiled: an interpreted kernel compiled for sm_90 and sm_80 on this CPU, kept on disk by its source,
-with the interpreter untouched around it; occupancy from the named per-SM limits; a launch compiled with the
+"""twoprim.topics.triton_compiled: an interpreted kernel compiled for sm_90 and sm_80 on this CPU, kept on disk by its
+source, with the interpreter untouched around it; occupancy from the named per-SM limits; a launch compiled with the
 specialisation Triton's own launcher gives its arguments (checked against JITFunction.run), which is what pipelines
 lesson 09's large GEMM."""
 
@@ -11,8 +11,10 @@ import torch
 from twoprim.assignments import ex09_triton as ex09  # noqa: F401 - first: it turns the interpreter on
 from twoprim.topics import triton_compiled as triton_compile
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+# isort: split
+# triton after ex09, which turns the interpreter on
+import triton
+import triton.language as tl
 
 from .conftest import solution_namespace
 
@@ -144,7 +146,7 @@ def _triton_launcher_sees(py, grid, args, kwargs, monkeypatch) -> dict:
 
     seen: dict = {}
 
-    def hook(*, compile, **_):
+    def hook(*, compile, **_):  # noqa: A002 - Triton's jit_cache_hook is called with compile=
         seen.update(
             signature=dict(compile["signature"]),
             constants=dict(compile["constants"]),

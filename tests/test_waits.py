@@ -366,7 +366,7 @@ def test_a_restarted_kernels_first_output_arrives(tmp_path):
         header = (f"Authorization: token {server.token}",)
         pid = kernel_process(kernel_id).pid
         got, states = [], []
-        for run in range(RUNS):
+        for _ in range(RUNS):
             pid = killed_while_busy(server, kernel_id, channels, header, pid)
             time.sleep(pick.uniform(0, 1.2))
             states.append(server.api("GET", f"/api/kernels/{kernel_id}")["execution_state"])

@@ -67,7 +67,7 @@ def test_ex06_warm_up_leaves_the_visible_graphs_captured():
     assert ex06._captured.cache_info().misses == captured.misses, "nothing captured again"
     second = ex06.graph_cases(ex06.VISIBLE_GRAPHS)
     assert [c.label for c in first] == [c.label for c in second]
-    for a, b in zip(first, second):  # each case gets a copy of its own: changing one changes no other
+    for a, b in zip(first, second, strict=True):  # each case gets a copy of its own: changing one changes no other
         assert a.args[0] is not b.args[0] and a.args[0].code == b.args[0].code
 
 
@@ -121,4 +121,5 @@ def test_the_grader_shares_test_cells_only_with_a_forkserver(monkeypatch, tmp_pa
     assert not execute.share_test_cells(nb) and forkserver.ENV_CELLS not in os.environ
     monkeypatch.setenv(forkserver.ENV_SOCKET, str(tmp_path / "socket"))
     assert execute.share_test_cells(nb)
-    assert json.loads(open(os.environ[forkserver.ENV_CELLS]).read()) == ["check(x)"], "test cells only"
+    with open(os.environ[forkserver.ENV_CELLS]) as cells:
+        assert json.load(cells) == ["check(x)"], "test cells only"

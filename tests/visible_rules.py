@@ -11,7 +11,7 @@ import contextlib
 import functools
 import io
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from twoprim.core.checks import Case, CheckFailure, as_contiguous
 
@@ -49,7 +49,7 @@ def ignores_strides(fn: Callable, *positions: int) -> Callable:
     @functools.wraps(fn)
     def wrong(*args, **kwargs):
         read = [as_contiguous(a) if not positions or i in positions else None for i, a in enumerate(args)]
-        return fn(*[a if r is None else r for a, r in zip(args, read)], **kwargs)
+        return fn(*[a if r is None else r for a, r in zip(args, read, strict=True)], **kwargs)
 
     return wrong
 

@@ -39,18 +39,18 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from twoprim.core.errors import CourseError
-from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader
 from twoprim.config import ROOT
 from twoprim.core.catalog import id_problem
+from twoprim.core.errors import CourseError
 from twoprim.core.notebooks import OUTLINE_LESSON, assignments, clean, execute, lessons, outline, write_outline
 
 # the class's steps (twoprim/exchange/steps.py), named here too: scripts and tests call `course.release(...)`
 from twoprim.exchange.steps import collect, collected, due_date, exchange_root, extend, release  # noqa: F401
+from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader
 from twoprim.learner.state import workspace
 
 LESSON_BUDGET_S = 60.0
@@ -551,7 +551,8 @@ COMMANDS: dict[str, Command] = {
                 "--roster",
                 type=Path,
                 required=True,
-                help="Canvas's gradebook export (Grades > Export), or a CSV with a column `id` (the course's student ids; "
+                help="Canvas's gradebook export (Grades > Export), or a CSV with a column `id` "
+                "(the course's student ids; "
                 "for --canvas also name, canvas_id, sis_user_id, sis_login_id, section)",
             ),
             arg(

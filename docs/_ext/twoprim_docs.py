@@ -160,7 +160,7 @@ def _capacity(folder: Path) -> list[nodes.Node]:
     for r in sorted(reports, key=lambda r: (r["started"], r["students"])):
         steps = r["steps"]
 
-        def p(step: str, q: str) -> str:
+        def p(step: str, q: str, steps: dict = steps) -> str:
             return f"{steps[step][q]:.1f}" if step in steps else "—"
 
         cpu = r.get("student_cpu_s_median")

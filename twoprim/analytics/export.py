@@ -113,12 +113,12 @@ def _read_csv(path: Path) -> list[list[str]]:
         raise CourseError(
             f"cannot read the roster {path}: {err.strerror}; give --roster Canvas's gradebook export "
             f"or a CSV with a column `id`"
-        )
+        ) from err
     except UnicodeDecodeError as err:
         raise CourseError(
             f"the roster {path} is not UTF-8 text (byte {err.start}): export it from Canvas again, or "
             f"save it as CSV UTF-8"
-        )
+        ) from err
     first = text.split("\n", 1)[0]
     delimiter = max((",", ";", "\t"), key=first.count)
     return [row for row in csv.reader(text.splitlines(), delimiter=delimiter) if any(c.strip() for c in row)]
@@ -134,7 +134,7 @@ def canvas_assignment_ids(path: Path) -> dict[str, str]:
     """Assignment name -> Canvas id, from a Canvas gradebook export's columns `name (id)` ({} for another CSV)."""
     rows = _read_csv(path)
     header = [c.strip() for c in rows[0]] if rows else []
-    if not _CANVAS_HEADER <= set(header):
+    if not set(header) >= _CANVAS_HEADER:
         return {}
     return {m.group(1): m.group(2) for c in header if (m := _ASSIGNMENT_COLUMN.match(c))}
 
@@ -149,7 +149,7 @@ def _canvas_export(path: Path, header: list[str], rows: list[list[str]], id_colu
         )
     people, skipped = [], []
     for row in rows[1:]:
-        cell = dict(zip(header, (c.strip() for c in row)))
+        cell = dict(zip(header, (c.strip() for c in row), strict=False))
         first = (row[0] if row else "").strip()
         if first == "Points Possible" or (not cell.get("ID") and not cell.get(id_column)):
             continue  # the points row, or the Manual Posting row
@@ -189,7 +189,7 @@ def read_roster(path: Path, *, canvas: bool, id_column: str = ROSTER_ID) -> Rost
     rows = _read_csv(path)
     header = [c.strip() for c in rows[0]] if rows else []
     skipped: list[str] = []
-    is_canvas = _CANVAS_HEADER <= set(header) and ("Student" in header or "LastName" in header)
+    is_canvas = set(header) >= _CANVAS_HEADER and ("Student" in header or "LastName" in header)
     if is_canvas:
         people, skipped = _canvas_export(path, header, rows, id_column)
     else:
@@ -201,7 +201,7 @@ def read_roster(path: Path, *, canvas: bool, id_column: str = ROSTER_ID) -> Rost
                 f"{'s' if len(missing) > 1 else ''}; it needs {', '.join(need)} (one row per student), "
                 f"or give Canvas's gradebook export (Grades > Export > Export Entire Gradebook)"
             )
-        people = [{k: (v or "").strip() for k, v in zip(header, row)} for row in rows[1:]]
+        people = [{k: (v or "").strip() for k, v in zip(header, row, strict=False)} for row in rows[1:]]
     if not people:
         raise CourseError(f"the roster {path} lists no student")
     seen = set()

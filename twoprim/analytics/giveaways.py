@@ -60,9 +60,9 @@ import ast
 import functools
 import re
 import textwrap
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from twoprim.analytics.similarity import NOISE, WINDOW, _fingerprint
 from twoprim.config import ROOT
@@ -265,8 +265,9 @@ def _shared_by_solutions(graded: Sequence[Solution]):
     """The fingerprints found in two or more graded answers: idioms such as `(M, K), N = A.shape, B.shape[1]` or
     `for i in range(M): for j in range(N):`, which tell no answer apart, are boilerplate (as MOSS ignores code that
     many submissions share), so a share measures what is particular to one answer."""
-    import numpy as np
     from collections import Counter
+
+    import numpy as np
 
     seen: Counter = Counter()
     for solution in graded:
@@ -293,7 +294,7 @@ def _covered(piece, hashes: set) -> tuple[int, list[tuple[int, int]]]:
     raw = []
     if len(piece.offsets):  # from the token stream back to the raw code, as copydetect's compare_files does
         shift = piece.offsets[:, 1][np.clip(np.searchsorted(piece.offsets[:, 0], slices), 0, len(piece.offsets) - 1)]
-        raw = list(zip(*(slices + shift).tolist()))
+        raw = list(zip(*(slices + shift).tolist(), strict=True))
     return covered, raw
 
 
@@ -305,7 +306,7 @@ def _lines_in(code: str, spans: Iterable[tuple[int, int]]) -> list[str]:
         bounds.append((pos, pos + len(line)))
         pos += len(line)
     spans = list(spans)
-    for (a, b), line in zip(bounds, lines):
+    for (a, b), line in zip(bounds, lines, strict=True):
         if line.strip() and any(s < b and e > a for s, e in spans):
             out.append(line.strip())
     return out
@@ -419,7 +420,7 @@ def scores(cells: Sequence[Cell], graded: Sequence[Solution]) -> list[Score]:
     cell_hashes = {(c.lesson, c.index): set(_print(f"{c.lesson}-{c.index}", c.code).hashes) for c in cells}
     cell_functions = {(c.lesson, c.index): set(_function_shapes(c.code)) for c in cells}
     out: list[Score] = []
-    for solution, (pieces, shapes) in zip(graded, _answer_prints(tuple(graded))):
+    for solution, (pieces, shapes) in zip(graded, _answer_prints(tuple(graded)), strict=True):
         total = sum(map(_positions, pieces))
         fingerprintable = sum(len(p.filtered_code) for p in pieces) >= MIN_CHARS
         for lesson, its_cells in by_lesson.items():
@@ -443,7 +444,7 @@ def scores(cells: Sequence[Cell], graded: Sequence[Solution]) -> list[Score]:
             else:
                 passages = [
                     line
-                    for piece, (_, spans) in zip(solution.pieces, found)
+                    for piece, (_, spans) in zip(solution.pieces, found, strict=True)
                     for line in _lines_in(_uncommented(piece), spans)
                 ]
             out.append(Score(lesson, solution, share, where, fingerprintable, same, passages))

@@ -177,7 +177,7 @@ def item_statistics(
     for name, full in points.items():
         got = [scores[s].get(name, 0.0) for s in students]
         frac = [g / full if full else 0.0 for g in got]
-        rest = [t - g for t, g in zip(totals, got)]
+        rest = [t - g for t, g in zip(totals, got, strict=True)]
         difficulty = sum(frac) / len(frac) if frac else math.nan
         r = None
         if len(set(frac)) > 1 and len(set(rest)) > 1:
@@ -190,8 +190,8 @@ def item_statistics(
             sum(1 for g in got if g < full),
             hidden=name in hidden,
             interval=bootstrap_interval(frac, rest) if r is not None else None,
-            passed_by=[s for s, g in zip(students, got) if g >= full],
-            lost_by=[s for s, g in zip(students, got) if g < full],
+            passed_by=[s for s, g in zip(students, got, strict=True) if g >= full],
+            lost_by=[s for s, g in zip(students, got, strict=True) if g < full],
         )
         if frac and difficulty == 1.0:
             item.flags.append("everybody passes: it tells no one apart")

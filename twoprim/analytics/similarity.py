@@ -135,11 +135,11 @@ class Result:
         hits = self.flagged()
         if not hits:
             return []
-        rows, cols = zip(*((index[p.a], index[p.b]) for p in hits))
+        rows, cols = zip(*((index[p.a], index[p.b]) for p in hits), strict=True)
         graph = coo_matrix(([1] * len(rows), (rows, cols)), shape=(len(index), len(index)))
         _, labels = connected_components(graph, directed=False)
         members: dict[int, list[str]] = collections.defaultdict(list)
-        for student, label in zip(self.students, labels):
+        for student, label in zip(self.students, labels, strict=True):
             members[int(label)].append(student)
         return sorted((sorted(m) for m in members.values() if len(m) > 1), key=lambda g: (-len(g), g))
 
@@ -256,9 +256,9 @@ def _pair(a: str, b: str, prints: dict, weights: dict) -> Pair:
         found[1] += wb * fb.token_coverage
         raw[0] += ra * fa.token_coverage
         raw[1] += rb * fb.token_coverage
-    pair.sides = tuple(f / c if c else 0.0 for f, c in zip(found, covered))
+    pair.sides = tuple(f / c if c else 0.0 for f, c in zip(found, covered, strict=True))
     pair.overall = sum(pair.sides) / 2
-    pair.overall_raw = sum(r / c if c else 0.0 for r, c in zip(raw, covered)) / 2
+    pair.overall_raw = sum(r / c if c else 0.0 for r, c in zip(raw, covered, strict=True)) / 2
     near = sorted((g for g, s in pair.raw.items() if s >= NEAR), key=lambda g: (-pair.answers[g], g))[:2]
     pair.top = near
     pair.answers_score = sum(pair.answers[g] for g in near) / 2
@@ -322,7 +322,7 @@ def compare(
                         for gid, code in answers(nbformat.read(str(mine), as_version=4)).items()
                     }
                 )
-            except Exception as err:  # unreadable: grading reports why; here it is only not compared
+            except Exception as err:  # noqa: BLE001 - unreadable: grading reports why; here it is only not compared
                 skipped[student] = f"{path.name} could not be read as a notebook ({type(err).__name__})"
                 break
         else:
@@ -451,7 +451,7 @@ def write_report(result: Result, folder: Path) -> tuple[Path, Path]:
     ]
     for n, p in enumerate(flagged, 1):
         cells = "".join(
-            (f"<td class='near'>" if p.raw.get(g, 0) >= NEAR else "<td>") + f"{p.answers[g]:.2f}</td>"
+            ("<td class='near'>" if p.raw.get(g, 0) >= NEAR else "<td>") + f"{p.answers[g]:.2f}</td>"
             if g in p.answers
             else "<td></td>"
             for g in gids

@@ -8,7 +8,7 @@ the lesson's loop, is `dot_loop` itself: an answer that calls it is refused (`no
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,10 +17,10 @@ from twoprim.core.cases import randn
 from twoprim.core.checks import (
     GEMM_ATEN,
     GEMM_FUNCTIONS,
-    Case,
-    ErrorSummary,
     CallLog,
+    Case,
     CheckResult,
+    ErrorSummary,
     Mismatch,
     Rule,
     describe,
@@ -307,7 +307,7 @@ def _judge_top_k(got, want, case: Case) -> str:
     sims = _cosine64(query, keys)
     tol = 8 * torch.finfo(query.dtype).eps * max(math.sqrt(query.shape[0]), 4.0)
     exp = [int(i) for i in want]
-    for rank, (g, e) in enumerate(zip(idx, exp)):
+    for rank, (g, e) in enumerate(zip(idx, exp, strict=True)):
         if g == e:
             continue
         sg, se = float(sims[g]), float(sims[e])

@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
-from typing import Callable, Sequence
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim.core import guards
-from twoprim.topics import gemm as gemm_topic
-from twoprim.topics.gemm import LAYOUT_NOTES, shape_label, matmul_cases  # noqa: F401 (lesson 02's cases, ex09's too)
 from twoprim.core.cases import dtype_name, matrix
 from twoprim.core.checks import (
     GEMM_ATEN,
     GEMM_FUNCTIONS,
-    Case,
     CallLog,
+    Case,
     CheckResult,
     Mismatch,
     Rule,
@@ -44,6 +42,8 @@ from twoprim.core.checks import (
     run_check,
 )
 from twoprim.core.record import gemm_flops
+from twoprim.topics import gemm as gemm_topic
+from twoprim.topics.gemm import LAYOUT_NOTES, matmul_cases, shape_label
 
 __all__ = [
     "matmul_cases",
@@ -267,7 +267,7 @@ def _c_unchanged() -> Rule:
         if not isinstance(case, GemmCase) or case.C_before is None:
             return None
         C, before = case.args[4], case.C_before
-        same = (C == before) | (torch.isnan(C) & torch.isnan(before))
+        same = (before == C) | (torch.isnan(C) & torch.isnan(before))
         if not bool(same.all()):
             i = int((~same).reshape(-1).nonzero()[0])
             r, c = divmod(i, C.shape[1])

@@ -2,8 +2,8 @@
 
 `linear`, `qkv_projection`, `mlp`, `embedding_as_gemm`, `rnn_cell` and `gnn_layer` are each checked against a float64
 oracle, and the GEMMs they run are checked too: every GEMM-family ATen op the learner's code runs is recorded
-(`twoprim.core.record.record_calls`) and read as (batch, M, N, K) (`twoprim.topics.layers_as_gemms.gemm_mnk`), so "one GEMM whatever the
-rank of x" or "multiply in the cheaper order" is a fact the check measures, not a request.
+(`twoprim.core.record.record_calls`) and read as (batch, M, N, K) (`twoprim.topics.layers_as_gemms.gemm_mnk`), so
+"one GEMM whatever the rank of x" or "multiply in the cheaper order" is a fact the check measures, not a request.
 
 Visible checks run with the default cases below; the hidden checks in the solution notebook pass their own cases
 (built with the same builders) and `hidden=0`. The argument guards the notebook calls first live here too.
@@ -16,13 +16,14 @@ messages it gives.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from twoprim.core import guards
 from twoprim.core.cases import dtype_name, randn
-from twoprim.core.checks import Case, CallLog, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check
+from twoprim.core.checks import CallLog, Case, CheckResult, Mismatch, Rule, describe, forbid, judge_tensor, run_check
 from twoprim.topics.layers_as_gemms import gemms_of
 
 __all__ = [
@@ -155,7 +156,8 @@ def guard_embedding(ids: Any, table: Any) -> None:
 
 
 def guard_rnn(x: Any, h: Any, W_ih: Any, W_hh: Any, b: Any) -> None:
-    """x (..., in), h (..., hidden) with the same leading dims, W_ih (hidden, in), W_hh (hidden, hidden), b (hidden,)."""
+    """x (..., in), h (..., hidden) with the same leading dims, W_ih (hidden, in), W_hh (hidden, hidden), b
+    (hidden,)."""
     fn = "rnn_cell"
     _floats(fn, x=x, h=h, W_ih=W_ih, W_hh=W_hh, b=b)
     _features(fn, "x", x)
@@ -254,7 +256,7 @@ def qkv_cases(specs: Sequence[tuple], dtypes: Sequence[torch.dtype] = (torch.flo
             x_layout, w_layout = (list(layouts) + ["", ""])[:2]
             x = _layout(randn(x_shape, dtype, gen), x_layout)
             Ws = [_layout(randn((d, x_shape[-1]), dtype, gen), w_layout) for d in dims]
-            widths = "dq = dk = dv = %d" % dims[0] if len(set(dims)) == 1 else "dq, dk, dv = %d, %d, %d" % tuple(dims)
+            widths = f"dq = dk = dv = {dims[0]}" if len(set(dims)) == 1 else "dq, dk, dv = {}, {}, {}".format(*dims)
             w_note = f", weights {_LAYOUTS[w_layout]}" if w_layout and not Ws[0].is_contiguous() else ""
             cases.append(Case(f"{_note('x', x, x_layout)}, {widths}{w_note}, {dtype_name(dtype)}", (x, *Ws)))
     return cases
@@ -428,7 +430,7 @@ def _judge_qkv(got, want, case: Case) -> str:
         )
     eps = torch.finfo(x.dtype).eps
     summaries = []
-    for name, g, w, W in zip("qkv", got, want, Ws):
+    for name, g, w, W in zip("qkv", got, want, Ws, strict=True):
         bound = float((x.detach().double().abs() @ W.detach().double().abs().T).max())
         try:
             summaries.append(
@@ -666,7 +668,8 @@ def check_linear(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: i
 
 
 def check_qkv_projection(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    """Check `qkv_projection`: q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and v."""
+    """Check `qkv_projection`: q, k, v = x @ Wq.T, x @ Wk.T, x @ Wv.T from one fused GEMM, also with narrower k and
+    v."""
     if cases is None:
         cases = (
             qkv_cases([((5, 8), (8, 8, 8)), ((2, 3, 8), (8, 8, 8))], [torch.float32])

@@ -2,8 +2,8 @@
 
 Visible checks run with the default cases below; the hidden checks in the solution notebook pass their own cases
 (built with the same builders) and `hidden=0`. Oracles: `F.unfold` (exact), `F.conv2d` in float64, and for
-`conv_gemm_shape` the GEMM operand shapes that the reference `twoprim.topics.convolution.conv2d_im2col` actually multiplies,
-recorded with `record_calls` at check time.
+`conv_gemm_shape` the GEMM operand shapes that the reference `twoprim.topics.convolution.conv2d_im2col` actually
+multiplies, recorded with `record_calls` at check time.
 
 What the rules allow, precisely:
 - `im2col` moves numbers and computes nothing: any indexing, slicing, padding, `Tensor.unfold`, `as_strided`,
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -121,13 +122,13 @@ def _conv_shapes(fn: str, x_shape, w_shape, stride, padding, dilation, groups) -
     s, p, d = _pair(fn, "stride", stride, 1), _pair(fn, "padding", padding, 0), _pair(fn, "dilation", dilation, 1)
     g = _int(fn, "groups", groups, 1)
     N, C, H, W = x_shape
-    O, Cg, kh, kw = w_shape
+    O, Cg, kh, kw = w_shape  # noqa: E741 - O output channels, as lesson 04 writes it
     if O % g:
         raise ValueError(
             f"{fn}: groups={g} must divide the output channels, but weight has shape {tuple(w_shape)}: "
             f"{O} output channels are not a multiple of {g}."
         )
-    if C != g * Cg:
+    if g * Cg != C:
         extra = f" (and groups={g} must divide x's {C} channels)" if C % g else ""
         raise ValueError(
             f"{fn}: weight of shape {tuple(w_shape)} with groups={g} expects x with {g * Cg} channels "
@@ -451,7 +452,7 @@ def _judge_conv(got, want, case: Case) -> str:
     )
     eps = torch.finfo(x.dtype).eps
     atol = CONV_TOLERANCE_K * eps * float(abs_sum.max()) + torch.finfo(x.dtype).tiny
-    groups, O = kw.get("groups", 1), w.shape[0]
+    groups, O = kw.get("groups", 1), w.shape[0]  # noqa: E741 - O output channels, as lesson 04 writes it
     channel = Axis("output channel", (("group", groups), ("channel of the group", O // groups)) if groups > 1 else ())
     axes = [Axis("batch"), channel, Axis("output row"), Axis("output column")]
     return judge_tensor(got, want, atol=atol, rtol=eps, what="the output (N, O, Hout, Wout)", axes=axes)
@@ -485,7 +486,7 @@ def _judge_gemm_shape(got, want, case: Case) -> str:
         ) from None
     if values == want:
         return ""
-    wrong = [n for n, g, e in zip("MNK", values, want) if g != e]
+    wrong = [n for n, g, e in zip("MNK", values, want, strict=True) if g != e]
     hints = {
         "M": f"M is the output channels of one group: O/groups = {w_shape[0]}/{groups}",
         "N": (

@@ -29,18 +29,17 @@ a check would sit apart from the messages it gives.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from twoprim.core import guards
-from twoprim.topics import attention as attention_topic
-from twoprim.topics.attention import count_flops, gemm_and_other, two_gemm_attention
 from twoprim.core.cases import dtype_name, randn
 from twoprim.core.checks import (
-    Case,
     CallLog,
+    Case,
     CheckResult,
     Mismatch,
     Rule,
@@ -52,6 +51,8 @@ from twoprim.core.checks import (
     run_check,
 )
 from twoprim.core.record import gemm_flops, record_allocations
+from twoprim.topics import attention as attention_topic
+from twoprim.topics.attention import count_flops, gemm_and_other, two_gemm_attention
 
 __all__ = [
     "softmax_cases",
@@ -586,7 +587,7 @@ def _no_square() -> Rule:
         q, block = case.args[0], case.args[3]
         B, H, S, D = q.shape
         honest = B * H * S * max(min(block, S), D)  # the largest tensor a tiling needs: (B, H, S, max(block, D))
-        if S * S <= honest:
+        if honest >= S * S:
             return None  # this case cannot tell a tiling from the full score matrix
         big = [a for a in allocations if a.storage_elements >= S * S]
         if big:
@@ -822,8 +823,8 @@ def _judge_flops(got, want, case: Case) -> str:
         raise Mismatch(
             f"gemm = {got['gemm']:,}, but FlopCounterMode counted {want['gemm']:,} for q @ kᵀ and p @ v on "
             f"(B, H, S, D) = {(B, H, S, D)}",
-            next_step="each product is a batch of B·H GEMMs (S, D) @ (D, S) and (S, S) @ (S, D); a GEMM (M, K) @ (K, N) "
-            "costs 2·M·N·K FLOPs (one multiply and one add per term)",
+            next_step="each product is a batch of B·H GEMMs (S, D) @ (D, S) and (S, S) @ (S, D); "
+            "a GEMM (M, K) @ (K, N) costs 2·M·N·K FLOPs (one multiply and one add per term)",
         )
     if got["other"] != want["other"]:
         raise Mismatch(

@@ -1,8 +1,8 @@
 """Checks for assignment ex06_compile: capture what `torch.compile` builds and count its GEMMs.
 
 Nothing here holds a count: every expected value is measured when the check runs, by the grader's own capture and
-counting code (`twoprim.topics.inside_torch_compile`), on the torch that is installed. So the checks stay right on another torch
-release, where a graph may gain or lose an op.
+counting code (`twoprim.topics.inside_torch_compile`), on the torch that is installed. So the checks stay right on
+another torch release, where a graph may gain or lose an op.
 
 The models the checks try are defined here, with one-line reprs so a failure message says what was tried. Visible
 checks use the default cases; the hidden checks in the solution notebook pass their own (same builders, other
@@ -21,18 +21,18 @@ import functools
 import numbers
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx
 from torch import nn
 
-from twoprim.topics import inside_torch_compile as compiler
 from twoprim.core import guards, verdicts
 from twoprim.core.checks import Case, CheckResult, Mismatch, Rule, no_grader_calls, run_check
 from twoprim.core.counting import as_counter, difference
+from twoprim.topics import inside_torch_compile as compiler
 
 __all__ = [
     "GEMM_OPS",
@@ -77,7 +77,7 @@ class MLP(nn.Sequential):
 
     def __init__(self, *sizes: int, bias: bool = True):
         layers: list[nn.Module] = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             layers += [nn.Linear(n_in, n_out, bias=bias)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
         super().__init__(*layers)
         self.sizes, self.bias = tuple(sizes), bias
@@ -271,8 +271,8 @@ def _captured(spec: Spec, seed: int) -> tuple[str, list, list]:
 
 
 def warm_up() -> None:
-    """Run by a grading forkserver once, before it forks the first ex06 kernel (`twoprim.grading.forkserver`): Dynamo's and
-    AOTAutograd's first captures (lazy imports, first-call set-up) and the visible check's graphs, which every
+    """Run by a grading forkserver once, before it forks the first ex06 kernel (`twoprim.grading.forkserver`): Dynamo's
+    and AOTAutograd's first captures (lazy imports, first-call set-up) and the visible check's graphs, which every
     kernel would otherwise pay for again."""
     graph_cases(VISIBLE_GRAPHS)
 
@@ -824,7 +824,8 @@ HINTS: dict[str, tuple[str, ...]] = {
         "method. Level 'aten': `aot_autograd` with a forward compiler and a backward compiler of that kind, one list "
         "for forward graphs and one for backward graphs, each returning the forward method wrapped by "
         "`make_boxed_func`.",
-        "Reset Dynamo first (`torch._dynamo.reset`), or it reuses code compiled earlier. For train=False run the compiled model under `torch.no_grad()`; for "
+        "Reset Dynamo first (`torch._dynamo.reset`), or it reuses code compiled earlier. "
+        "For train=False run the compiled model under `torch.no_grad()`; for "
         "train=True call `.sum().backward()` on its output, which is when the backward graphs are compiled. "
         "Return the forward graphs, then the backward ones.",
     ),

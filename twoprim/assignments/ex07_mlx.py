@@ -21,18 +21,18 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from twoprim.topics import mlx as mlx_tools
 from twoprim.core.cases import dtype_name
-from twoprim.core.checks import ANSWERED, Case, CallLog, CheckResult, Mismatch, Rule, judge_values, run_check
+from twoprim.core.checks import ANSWERED, CallLog, Case, CheckResult, Mismatch, Rule, judge_values, run_check
+from twoprim.topics import mlx as mlx_tools
 
 try:
     import mlx.core as mx
@@ -281,7 +281,7 @@ def _trace(fn: Callable, args: Sequence, kwargs: dict) -> tuple[Counter | None, 
 
     def traced(*arrays):
         full = [_real(a) for a in args]
-        for i, arr in zip(slots, arrays):
+        for i, arr in zip(slots, arrays, strict=True):
             full[i] = arr
         return fn(*full, **kwargs)
 

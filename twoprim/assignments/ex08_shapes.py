@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from numbers import Integral, Real
-from typing import Callable, Sequence
 
 from twoprim.core.checks import Case, CheckResult, Mismatch, counted, describe, no_grader_calls, run_check
 
@@ -116,7 +116,7 @@ def guard_rows(fn: str, rows) -> None:
     for i, row in enumerate(rows):
         if not isinstance(row, (list, tuple)) or len(row) != 5:
             raise TypeError(f"{fn}: rows[{i}] is {describe(row)}, not a (name, count, M, N, K) tuple.")
-        guard_positive(fn, **{f"rows[{i}].{f}": v for f, v in zip(_FIELDS[1:], row[1:])})
+        guard_positive(fn, **{f"rows[{i}].{f}": v for f, v in zip(_FIELDS[1:], row[1:], strict=True)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -227,7 +227,9 @@ def llama_cases(configs: Sequence[tuple]) -> list[Case]:
         nums = cfg[:-1] if note else cfg
         args = tuple(nums) + ((None,) if len(nums) == 6 else ())
         names = ("batch", "seq", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab")
-        label = ", ".join(f"{n}={v}" for n, v in zip(names, args) if v is not None) + (f" ({note})" if note else "")
+        label = ", ".join(f"{n}={v}" for n, v in zip(names, args, strict=True) if v is not None) + (
+            f" ({note})" if note else ""
+        )
         cases.append(Case(label, args))
     return cases
 
@@ -270,7 +272,10 @@ def heads_cases(specs: Sequence[tuple]) -> list[Case]:
     """(batch, seq, d_model, d_ff, vocab, heads, tile[, note]) each."""
     names = ("batch", "seq", "d_model", "d_ff", "vocab", "heads", "tile")
     return [
-        Case(", ".join(f"{n}={v}" for n, v in zip(names, s[:7])) + (f" ({s[7]})" if len(s) > 7 else ""), tuple(s[:7]))
+        Case(
+            ", ".join(f"{n}={v}" for n, v in zip(names, s[:7], strict=True)) + (f" ({s[7]})" if len(s) > 7 else ""),
+            tuple(s[:7]),
+        )
         for s in specs
     ]
 
@@ -356,8 +361,8 @@ def _judge_rows(got, want, case: Case) -> str:
             f"rows named {names}, expected {want_names}{extra}",
             next_step="name the rows exactly as the docstring does, in the order the block runs them",
         )
-    for g, w in zip(got, want):
-        for f, gv, wv in zip(_FIELDS[1:], g[1:], w[1:]):
+    for g, w in zip(got, want, strict=True):
+        for f, gv, wv in zip(_FIELDS[1:], g[1:], w[1:], strict=True):
             if gv != wv:
                 raise Mismatch(
                     f"row {w[0]!r} is {tuple(g)!r}: {f} = {gv:,} where {wv:,} was expected",
@@ -480,7 +485,9 @@ def _judge_block(got, want, case: Case) -> str:
         return ""
     effs = [reference_tile_efficiency(M, N, K, tuple(tile)) for _, _, M, N, K in rows]
     flops = [c * M * N * K for _, c, M, N, K in rows]
-    no_count = sum(M * N * K for _, _, M, N, K in rows) / sum(M * N * K / e for (_, _, M, N, K), e in zip(rows, effs))
+    no_count = sum(M * N * K for _, _, M, N, K in rows) / sum(
+        M * N * K / e for (_, _, M, N, K), e in zip(rows, effs, strict=True)
+    )
     causes = [
         (
             sum(effs) / len(effs),
@@ -489,7 +496,7 @@ def _judge_block(got, want, case: Case) -> str:
         ),
         (no_count, "that leaves out count: a row with count c is c GEMMs, c times the work"),
         (
-            sum(f * e for f, e in zip(flops, effs)) / sum(flops),
+            sum(f * e for f, e in zip(flops, effs, strict=True)) / sum(flops),
             "that weights the efficiencies by useful FLOPs; the ratio of sums is Σ useful ÷ Σ computed",
         ),
         (1 / want, "that is computed ÷ useful, the inverse"),
@@ -645,7 +652,8 @@ def check_wave_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, 
 
 
 def check_block_tile_efficiency(fn: Callable, cases: Sequence[Case] | None = None, *, hidden: int = 0) -> CheckResult:
-    """Check `block_tile_efficiency`: the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed work."""
+    """Check `block_tile_efficiency`: the FLOP-weighted tile efficiency of a list of GEMMs: Σ useful ÷ Σ computed
+    work."""
     cases = (
         cases
         if cases is not None

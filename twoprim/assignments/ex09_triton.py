@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from twoprim.topics import triton_gemm as triton_tools
 
@@ -42,11 +43,9 @@ triton_tools.setup()  # before the learner's @triton.jit: the assignment always 
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from twoprim.core import guards
-from twoprim.topics import triton_compiled as triton_compile  # noqa: E402
+from twoprim.core import guards  # noqa: E402
 from twoprim.core.cases import dtype_name, matrix, randn  # noqa: E402
-from twoprim.topics.gemm import matmul_cases  # noqa: E402  (lesson 02's (A, B) cases: seeded shapes, dtypes and layouts)
-from twoprim.core.checks import (
+from twoprim.core.checks import (  # noqa: E402
     GEMM_ATEN,
     GEMM_FUNCTIONS,
     Case,
@@ -54,11 +53,13 @@ from twoprim.core.checks import (
     Mismatch,
     Rule,
     describe,
-    eps,  # noqa: E402
+    eps,
     forbid,
     judge_tensor,
     run_check,
 )
+from twoprim.topics import triton_compiled as triton_compile  # noqa: E402
+from twoprim.topics.gemm import matmul_cases  # noqa: E402  (lesson 02's (A, B) cases: seeded shapes, dtypes and layouts)
 
 __all__ = [
     "add_cases",
@@ -622,7 +623,7 @@ def _read_as(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor | None:
     strides = tuple(int(s) for s in strides)
     if strides == tuple(t.stride()) or any(s < 0 for s in strides):
         return None
-    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, strides)) if t.numel() else 0
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, strides, strict=False)) if t.numel() else 0
     if t.untyped_storage().nbytes() < (last + 1) * t.element_size():
         return None
     return torch.as_strided(t, t.shape, strides, t.storage_offset())
@@ -663,6 +664,7 @@ def _stores(memory: torch.Tensor, want: torch.Tensor, case: Case, tol: float) ->
         for name, t in zip(
             ("x", "y") if len(case.args) == 2 and want.dim() == 1 else (("A", "B") if len(case.args) == 2 else ("x",)),
             case.args,
+            strict=False,
         )
         if isinstance(t, torch.Tensor) and t.shape == out.shape
     ]
@@ -680,7 +682,7 @@ def _stores(memory: torch.Tensor, want: torch.Tensor, case: Case, tol: float) ->
     for strides, how in tries:
         if tuple(strides) == tuple(out.stride()):
             continue
-        last = out.storage_offset() + sum((n - 1) * s for n, s in zip(out.shape, strides))
+        last = out.storage_offset() + sum((n - 1) * s for n, s in zip(out.shape, strides, strict=False))
         if last >= memory.numel():
             continue
         if _close(torch.as_strided(g, out.shape, strides, out.storage_offset()), want.double(), tol):
@@ -851,7 +853,7 @@ def _diagnose_softmax(got: torch.Tensor, case: Case) -> tuple[str, str] | None:
         return (
             f"rows {_rows(bad_rows)} (of {M}) are wrong, the others right",
             "one program per row: the grid is "
-            f"(M,) and program i reads and writes row i only, through the row strides of x and of out",
+            "(M,) and program i reads and writes row i only, through the row strides of x and of out",
         )
     off = [i for i in bad_rows if abs(float(sums[i]) - 1) > 1e-2]
     if off:
@@ -963,7 +965,7 @@ def _k_loop_cause(g, A64, B64, tol: float) -> tuple[str, str] | None:
                 "step)",
             )
         last = ((K - 1) // bk) * bk
-        if 0 < last and _close(g, A64[:, last:] @ B64[last:], tol):
+        if last > 0 and _close(g, A64[:, last:] @ B64[last:], tol):
             return (
                 f"C equals the product of the last block of K only (columns {last}..{K - 1} of A): each step "
                 f"replaces the accumulator instead of adding to it",
@@ -997,7 +999,7 @@ def _half_sum_cause(g, A, B, bound: float, tol: float) -> tuple[str, str] | None
 
 def _stride_cause(g, A, B, exact, tol: float) -> tuple[str, str] | None:
     """C as A or B read through the wrong strides (as if contiguous, or exchanged), or stored transposed."""
-    (M, K), N = A.shape, B.shape[1]
+    (M, _), N = A.shape, B.shape[1]
     A64, B64 = A.double(), B.double()
     for name, t, rows, cols in (("A", A, "stride_am", "stride_ak"), ("B", B, "stride_bk", "stride_bn")):
         for read, how in (

@@ -19,17 +19,20 @@ from __future__ import annotations
 import itertools
 import numbers
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from twoprim.topics import xla as xla_tools
 from twoprim.core.checks import Case, CheckResult, Mismatch, no_grader_calls, run_check
 from twoprim.core.counting import as_counter, difference
+from twoprim.topics import xla as xla_tools
 
-import jax  # noqa: E402 - xla_tools has put JAX on the CPU
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
+# isort: split
+# jax after xla_tools, which puts JAX on the CPU
+import jax
+import jax.numpy as jnp
+from jax import lax
 
 __all__ = [
     "SUBJECTS",
@@ -623,7 +626,7 @@ def _nested_cause(value: tuple, jaxprs: tuple) -> str:
             if value == tuple(_dots(j, skip=frozenset(skipped)) for j in jaxprs):
                 which = " and ".join(f"`{n}`" for n in skipped)
                 parts = []
-                for what, j in zip(("the forward jaxpr", "the gradient's"), jaxprs):
+                for what, j in zip(("the forward jaxpr", "the gradient's"), jaxprs, strict=True):
                     inside = {n: k for n, k in sorted(_holders(j).items()) if n in skipped}
                     if inside:
                         parts.append(f"{what}: " + ", ".join(f"{k} inside `{n}`" for n, k in inside.items()))

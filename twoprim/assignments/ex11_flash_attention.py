@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from twoprim.topics import triton_gemm as triton_tools
 
@@ -42,14 +42,14 @@ import triton.language as tl  # noqa: E402
 
 from twoprim.core import guards  # noqa: E402
 from twoprim.core.cases import dtype_name  # noqa: E402
-from twoprim.core.checks import (
+from twoprim.core.checks import (  # noqa: E402
     GEMM_ATEN,
     GEMM_FUNCTIONS,
     Axis,
     Case,
     CheckResult,
     Mismatch,
-    Rule,  # noqa: E402
+    Rule,
     as_contiguous,
     forbid,
     judge_tensor,
@@ -297,12 +297,12 @@ def _flash_problem(kernel, c) -> tuple[str, str] | None:
     at = f"compiled for {c.target}"
     trips = ev.round_trips()
     if trips:
-        s, l = trips[0]
+        s, load = trips[0]
         tile = "×".join(map(str, s.shape)) or "scalar"
         return (
             f"{at}, the kernel stores a {tile} {s.element} tile to {', '.join(s.arguments)} "
             f"({_source_line(kernel, s.line)}){' inside a loop' if s.in_loop else ''} and loads it back "
-            f"({_source_line(kernel, l.line)}): the scores make a round trip through global memory, the S×S "
+            f"({_source_line(kernel, load.line)}): the scores make a round trip through global memory, the S×S "
             f"traffic FlashAttention exists to avoid (right values, not FlashAttention)",
             _FUSE,
         )
@@ -550,7 +550,7 @@ def _blocked(
     rows = torch.arange(S)
     hi = torch.clamp((rows // bm + 1) * bm, max=S) if causal and bm else torch.full((S,), S)
     m = torch.full((B, H, S), -math.inf, dtype=torch.float64)
-    l = torch.zeros(B, H, S, dtype=torch.float64)
+    l = torch.zeros(B, H, S, dtype=torch.float64)  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
     acc = torch.zeros(B, H, S, D, dtype=torch.float64)
     for j0 in range(0, int(hi.max()), bn):
         cols = torch.arange(j0, j0 + bn)
@@ -572,7 +572,7 @@ def _blocked(
         l_new = (l * alpha if l_rescaled else l) + p.sum(-1)
         acc_new = (acc * alpha[..., None] if acc_rescaled else acc) + p @ vb
         m = torch.where(active[:, 0], m_new, m)
-        l = torch.where(active[:, 0], l_new, l)
+        l = torch.where(active[:, 0], l_new, l)  # noqa: E741 - l: the softmax's running sum, as lesson 05 writes it
         acc = torch.where(active, acc_new, acc)
     return acc / l[..., None]
 
@@ -812,7 +812,7 @@ def _nan_cause(g, q, k, causal) -> tuple[str, str] | None:
     bad = ~torch.isfinite(g)
     if not bad.any():
         return None
-    S, D = q.shape[2], q.shape[3]
+    D = q.shape[3]
     rows = sorted({int(s) for s in bad.any(-1).nonzero()[:, 2]})
     top = float((q.double() @ k.double().transpose(-1, -2)).abs().max()) / math.sqrt(D)
     shown = ", ".join(map(str, rows[:6])) + (", ..." if len(rows) > 6 else "")

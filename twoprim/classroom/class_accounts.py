@@ -73,7 +73,7 @@ def record_created(course: Path, account: pwd.struct_passwd, role: str) -> None:
         "uid": account.pw_uid,
         "role": role,
         "home": account.pw_dir,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     _write_record(course, accounts)
 

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 from twoprim.classroom.hub_config import CourseSpec, Plan
+from twoprim.config import COURSE_ID, ROOT
 from twoprim.core.errors import CourseError
-from twoprim.config import COURSE_ID
-from twoprim.config import ROOT
 
 MARKER = {"student": "Two Primitives student", "instructor": "Two Primitives instructor"}  # their GECOS field
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # Debian's NAME_REGEX, without the trailing '$' of machine accounts
@@ -237,7 +236,7 @@ def check_public(host: str, cert: Path | None, key: Path | None, port: int) -> N
             f"{' nor '.join(missing)}: the hub is at https://{host}:{port}/ and each user's server at "
             f"https://<name>.{host}:{port}/, so the certificate must name {host} and *.{host}"
         )
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
         raise CourseError(
             f"--ssl-cert {cert} is valid from {certificate.not_valid_before_utc:%Y-%m-%d} to "

@@ -18,6 +18,7 @@ the limits added before it drops to the user's account):
 
 from __future__ import annotations
 
+import contextlib
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,10 +100,8 @@ def oom_kills(hierarchy: Hierarchy, name: str) -> int:
 def remove_user_group(hierarchy: Hierarchy, name: str) -> None:
     """The user's group, once no process is left in it (a group with processes stays: rmdir refuses)."""
     for folder in hierarchy.user(name):
-        try:
+        with contextlib.suppress(OSError):
             folder.rmdir()
-        except OSError:
-            pass
 
 
 class ClassroomSpawner(LocalProcessSpawner):
@@ -188,10 +187,8 @@ def remove_groups(root: Path = CGROUP_ROOT) -> None:
             for folder in parent.iterdir():
                 if folder.is_dir():
                     remove_user_group(Hierarchy(hierarchy.version, parent, parent), folder.name)
-            try:
+            with contextlib.suppress(OSError):
                 parent.rmdir()
-            except OSError:
-                pass
 
 
 def protected(plan, args):

@@ -57,7 +57,7 @@ def refused(status: int, message: str) -> web.HTTPError:
     return err
 
 
-def explain(err: Exception, auth: "CourseLTIAuthenticator") -> tuple[int, str]:
+def explain(err: Exception, auth: CourseLTIAuthenticator) -> tuple[int, str]:
     """What a launch the library refused was, in words, and what to do."""
     text = str(err)
     again = "Open the assignment again from the LMS; if this page comes back, tell your instructor."
@@ -359,4 +359,4 @@ c.CourseLTIAuthenticator.username_key = "sub"
 c.CourseLTIAuthenticator.manage_groups = True  # nbgrader-COURSE, formgrade-COURSE: from the launches
 c.Authenticator.allow_all = True  # whom the LMS sends, for a context CONFIG maps; everyone else is refused
 c.Authenticator.auto_login = True  # /hub/login says to start from the LMS (no password form)
-"""
+"""  # noqa: E501 - the generated file's first line names the configuration file and the platform

@@ -245,7 +245,7 @@ def record_launch(course: Path, claims: dict, account: str, role: str, owner: tu
     """Add or refresh the launch of `claims` (logged in as `account`) and the AGS endpoint it carried."""
     record = read_record(course)
     who = identity(claims)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     entry = record["users"].get(who) or {"first": now}
     entry.update(
         account=account,

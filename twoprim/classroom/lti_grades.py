@@ -210,7 +210,7 @@ def send(
                 same.append(s.student)
                 continue
             ok, answer, count = _send_one(ags, item, s, tries, backoff)
-            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+            stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
             store.execute(
                 "INSERT INTO sent (course, assignment, student, user_id, lineitem, score, maximum, progress, "
                 "timestamp, ok, status, answer, tries) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -240,7 +240,7 @@ def _send_one(ags, item, s: Score, tries: int, backoff: float) -> tuple[bool, tu
         .set_user_id(s.user_id)
         .set_activity_progress("Completed")
         .set_grading_progress(s.progress)
-        .set_timestamp(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"))
+        .set_timestamp(datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"))
     )
     if s.score is not None:
         grade.set_score_given(s.score)

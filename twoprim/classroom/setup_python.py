@@ -19,8 +19,8 @@ import pwd
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 PROBE = "import sys, venv, ensurepip, ssl, sqlite3; assert sys.version_info[:2] == (3, 11)"

@@ -7,7 +7,8 @@ Every case builder takes a `seed`, so a failing case is the same tensor on every
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
-
 import inspect
 import itertools
 import math
+import os
 import types
 import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -236,7 +236,7 @@ class Axis:
         if len(factors) == 1:
             return f"{self.name} {i}"
         coords = _unravel(i, [s for _, s in factors])
-        return f"{self.name} {i} (" + ", ".join(f"{n} {c}" for (n, _), c in zip(factors, coords)) + ")"
+        return f"{self.name} {i} (" + ", ".join(f"{n} {c}" for (n, _), c in zip(factors, coords, strict=True)) + ")"
 
 
 def _unravel(flat: int, shape: Sequence[int]) -> list[int]:
@@ -357,7 +357,7 @@ def _where(flat: int, shape: tuple, axes: Sequence[Axis] | None) -> str:
     coords = _unravel(flat, shape)
     text = f"[{', '.join(map(str, coords))}]"
     if axes is not None and len(axes) == len(shape):
-        text += " = " + ", ".join(a.at(c, n) for a, c, n in zip(axes, coords, shape))
+        text += " = " + ", ".join(a.at(c, n) for a, c, n in zip(axes, coords, shape, strict=True))
     return text
 
 
@@ -423,7 +423,7 @@ def _window(g, e, bad, coords: list[int], axes: list[Axis]) -> list[str]:
     r1, c1 = min(rows, r0 + 4), min(cols, c0 + _PREVIEW)
     col_axis = axes[-1]
     row_axis = axes[-2] if g.dim() > 1 else None
-    at = ", ".join(f"{a.name} {i}" for a, i in zip(axes, lead))
+    at = ", ".join(f"{a.name} {i}" for a, i in zip(axes, lead, strict=False))
     head = f"  around it{', at ' + at if at else ''} (* marks a wrong value):"
     labels = [f"{row_axis.name} {i}" if row_axis else "" for i in range(r0, r1)]
     width = max(len(x) for x in labels) + 2
@@ -460,14 +460,16 @@ def _reordering(g, e, atol: float, rtol: float, axes: list[Axis]) -> tuple[str, 
     gs, es = torch.sort(g.reshape(-1)).values, torch.sort(e.reshape(-1)).values
     if not bool(((gs - es).abs() <= atol + rtol * es.abs()).all()):
         return "", None
-    factors = [f for axis, size in zip(axes, g.shape) for f in axis.factors(size) if f[1] > 1]
+    factors = [f for axis, size in zip(axes, g.shape, strict=False) for f in axis.factors(size) if f[1] > 1]
     same = "the same values as expected, in another order"
     if len(factors) < 2 or len(factors) > _MAX_REORDER_AXES:
         return same + ": the values are right, their positions are not", None
     names, sizes = [n for n, _ in factors], [s for _, s in factors]
     E, flat = e.reshape(sizes), g.reshape(-1)
     identity = tuple(range(len(sizes)))
-    for perm in sorted(itertools.permutations(identity), key=lambda p: sum(a != b for a, b in zip(p, identity))):
+    for perm in sorted(
+        itertools.permutations(identity), key=lambda p: sum(a != b for a, b in zip(p, identity, strict=True))
+    ):
         if perm == identity:
             continue
         moved = E.permute(perm).reshape(-1)
@@ -600,7 +602,7 @@ def run_check(
 # ----------------------------------------------------------------------------------------------------------------
 
 _KERNEL_OUTCOMES: dict[tuple[str, str], dict] = {}  # in a kernel: (assignment, function) -> outcome
-_REPLAY_OUTCOMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # in the grader: one per submission
+_REPLAY_OUTCOMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # in the grader: one per submission
 
 
 def _outcomes() -> dict:
@@ -774,7 +776,7 @@ def _layout_cause(
             except Exception:  # noqa: BLE001 - not this reading (a Mismatch, or an oracle refusing it)
                 continue
             names = [f"`{params[i]}`" if i < len(params) else f"argument {i + 1}" for i in chosen]
-            strides = ", ".join(f"{n} strides {case.args[i].stride()}" for n, i in zip(names, chosen))
+            strides = ", ".join(f"{n} strides {case.args[i].stride()}" for n, i in zip(names, chosen, strict=True))
             which = " and ".join(names)
             were = "it were" if size == 1 else "they were"
             return (
@@ -828,7 +830,7 @@ def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses
                 raise _not_written(task, name) from None
             except CheckFailure:
                 raise
-            except Exception as err:  # noqa: BLE001 - the learner's error is reported, with the case
+            except Exception as err:
                 if capture:
                     capture.add("raised", error=f"{type(err).__name__}: {err}", **note)
                 raise _raised(task, name, case, tried, f"{type(err).__name__}: {err}") from err
@@ -859,7 +861,7 @@ def _run_cases(task, fn, name, cases, *, expected, judge, rules, next_step, uses
 # In a grading worker: the expected value of every case judged so far. Cases are built from a test cell's trusted
 # source with fixed seeds, so the same cell gives the same cases and the same expected values for every submission;
 # a worker computes each once (the oracle of ex06 traces graphs: seconds per submission otherwise).
-_EXPECTED: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+_EXPECTED: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 _EXPECTED_MAX = 2048
 
 

@@ -23,7 +23,11 @@ class CheckFailure(AssertionError):
         lines = str(self).splitlines() or [type(self).__name__]
         nexts = [i for i, line in enumerate(lines) if line.lstrip().startswith("next:")]
         if nexts and nexts[0] > 1:  # what to do, right under what went wrong
-            lines = [lines[0], *(lines[i] for i in nexts), *(l for i, l in enumerate(lines[1:], 1) if i not in nexts)]
+            lines = [
+                lines[0],
+                *(lines[i] for i in nexts),
+                *(line for i, line in enumerate(lines[1:], 1) if i not in nexts),
+            ]
         cause = self.__cause__
         if cause is not None and cause.__traceback__ is not None:
             import traceback
@@ -31,8 +35,8 @@ class CheckFailure(AssertionError):
             frames = [f for f in traceback.extract_tb(cause.__traceback__) if _learners(f.filename)]
             if frames:
                 lines += ["", "Your code raised it here:"]
-                lines += [l for chunk in traceback.format_list(frames) for l in chunk.rstrip("\n").splitlines()]
-                lines += [l.rstrip("\n") for l in traceback.format_exception_only(type(cause), cause)]
+                lines += [line for chunk in traceback.format_list(frames) for line in chunk.rstrip("\n").splitlines()]
+                lines += [line.rstrip("\n") for line in traceback.format_exception_only(type(cause), cause)]
         return lines
 
 

@@ -53,7 +53,7 @@ def same_length(fn: str, **vectors: Any) -> None:
         vector(fn, name, v)
     items = list(vectors.items())
     (n0, v0) = items[0]
-    for name, v in items[1:]:
+    for _, v in items[1:]:
         if v.shape != v0.shape:
             shapes = ", ".join(f"{k} has shape {_shape(t)}" for k, t in items)
             raise ValueError(f"{fn}: {shapes}; a dot product needs vectors of the same length (no broadcasting).")

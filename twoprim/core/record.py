@@ -11,14 +11,16 @@ Each recorder is a context manager around a block of code and fills one plain ob
 
 GEMM FLOPs themselves come from torch's own `FlopCounterMode` (2 per multiply-add); `gemm_flops(op, shapes)` gives
 the same count for one recorded op. All recorders work on tensors on the `meta` device (shapes only, no memory).
-"""
+"""  # noqa: E501 - the table's rows are one line each (Markdown)
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -264,10 +266,8 @@ def _function_name(func) -> str:
         name = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
     except Exception:  # noqa: BLE001 - naming must never break the learner's code
         name = repr(func)
-    try:
+    with contextlib.suppress(TypeError):  # unhashable: named again next time
         _NAMES[func] = name
-    except TypeError:  # unhashable: named again next time
-        pass
     return name
 
 

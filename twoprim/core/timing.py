@@ -9,13 +9,14 @@ The median counts the moments other programs held the cores; the fastest call me
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
@@ -129,7 +130,7 @@ def sweep(
         args = inputs(n)
         for name, fn in variants.items():
             if len(times[name]) == i and n <= limits.get(name, n):  # once a variant stops, it stays stopped
-                call = lambda: fn(*args)  # noqa: E731
+                call = functools.partial(fn, *args)
                 times[name].append(
                     fastest(call, budget=min_run_time).seconds if best else seconds(call, min_run_time=min_run_time)
                 )

@@ -15,8 +15,8 @@ dtype), FX graphs (as their nodes); files are read with `torch.load(weights_only
 Anything else arrives as a stand-in that says what it was, and the judge rejects it.
 
 Rules (a forbidden op inside the call) are observed where the code runs, in the kernel; `audit` reads the
-submitted code in the grader (`twoprim.grading.audit`) and holds a submission that reaches for the machinery that observes
-them.
+submitted code in the grader (`twoprim.grading.audit`) and holds a submission that reaches for the machinery that
+observes them.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _graph_module(nodes: list) -> torch.fx.GraphModule:
             fn = _resolve(str(target))
             if not callable(fn):
 
-                def fn(*args, **kwargs):  # noqa: ANN001 - a named stand-in; never called
+                def fn(*args, **kwargs):
                     raise RuntimeError("recorded graph")
 
                 fn.__name__ = fn.__qualname__ = str(target).rsplit(".", 1)[-1]
@@ -277,11 +277,11 @@ def start_capture(task: str, fn_name: str, labels: list[str]) -> Capture | None:
 # In the grader: replay the recorded results through the same checks
 # ----------------------------------------------------------------------------------------------------------------
 
-_REPLAY: ContextVar["Replay | None"] = ContextVar("twoprim_replay", default=None)
-_CELL: ContextVar["str | None"] = ContextVar("twoprim_cell", default=None)
+_REPLAY: ContextVar[Replay | None] = ContextVar("twoprim_replay", default=None)
+_CELL: ContextVar[str | None] = ContextVar("twoprim_cell", default=None)
 
 
-def current_replay() -> "Replay | None":
+def current_replay() -> Replay | None:
     """The replay the grader is judging in this context, or None in a learner's (or a graded) kernel."""
     return _REPLAY.get()
 
@@ -314,7 +314,7 @@ class Replay:
     priming = False
 
     @classmethod
-    def priming_run(cls) -> "Replay":
+    def priming_run(cls) -> Replay:
         replay = cls(None)
         replay.priming = True
         return replay
@@ -402,10 +402,12 @@ class GradedCell(NamedTuple):
 def graded_cells(nb) -> list[GradedCell]:
     """Every graded test cell of the notebook `nb` (an nbformat notebook), in order."""
     meta = [c.get("metadata", {}).get("nbgrader", {}) if c.get("cell_type") == "code" else {} for c in nb.cells]
-    learner = frozenset().union(*(defined_names(c.source) for c, m in zip(nb.cells, meta) if m.get("solution")))
+    learner = frozenset().union(
+        *(defined_names(c.source) for c, m in zip(nb.cells, meta, strict=True) if m.get("solution"))
+    )
     return [
         GradedCell(str(m.get("grade_id", "")), c.source, _points(m.get("points")), learner)
-        for c, m in zip(nb.cells, meta)
+        for c, m in zip(nb.cells, meta, strict=True)
         if m.get("grade") and not m.get("solution")
     ]
 

@@ -33,6 +33,7 @@ submissions, which stay in the exchange.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import os
@@ -41,11 +42,11 @@ import stat
 import tempfile
 from pathlib import Path
 
-from twoprim.config import COURSE_ID
-from twoprim.core.errors import CourseError
 from nbgrader.exchange.default.submit import ExchangeSubmit as _NbgraderSubmit
 from nbgrader.utils import find_all_notebooks
 
+from twoprim.config import COURSE_ID
+from twoprim.core.errors import CourseError
 from twoprim.exchange.intake import MAX_BYTES, SetAside, Submission, misplaced
 
 __all__ = ["gather", "ExchangeSubmit", "seal", "config_text"]
@@ -72,16 +73,14 @@ def _account(uid: int) -> str:
 
 
 def _utc(seconds: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).replace(tzinfo=None)
 
 
 def _what(st: os.stat_result, name: str, dir_fd: int) -> str:
     kind = _KINDS.get(stat.S_IFMT(st.st_mode), "a regular file" if stat.S_ISREG(st.st_mode) else "not a regular file")
     if stat.S_ISLNK(st.st_mode):
-        try:
+        with contextlib.suppress(OSError):
             kind += f" to {os.readlink(name, dir_fd=dir_fd)}"
-        except OSError:
-            pass
     return kind
 
 

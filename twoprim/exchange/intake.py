@@ -317,7 +317,7 @@ def admit(
         json.dumps(
             {
                 "assignment": aid,
-                "collected_at": stamp(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)),
+                "collected_at": stamp(datetime.datetime.now(datetime.UTC).replace(tzinfo=None)),
                 "new": report.new,
                 "unchanged": report.unchanged,
                 "set_aside": [asdict(s) for s in report.set_aside],
@@ -368,7 +368,7 @@ def _solution_answers(nb) -> dict[str, str]:
     markers = ("### BEGIN SOLUTION", "### END SOLUTION")
     out = {}
     for gid, text in answers(nb).items():
-        out[gid] = "\n".join(l for l in text.splitlines() if l.strip() not in markers).strip()
+        out[gid] = "\n".join(line for line in text.splitlines() if line.strip() not in markers).strip()
     return out
 
 
@@ -410,7 +410,7 @@ def flags(aid: str, *, root: Path) -> list[Flag]:
                 continue
             try:
                 given = answers(nbformat.reads(text, as_version=4))
-            except Exception:  # unreadable: grading says why
+            except Exception:  # noqa: BLE001 - unreadable: grading says why
                 continue
             answered = {gid: a for gid, a in given.items() if a and a != stubs.get(gid, "").strip()}
             if not answered:

@@ -59,6 +59,7 @@ handler decides who may do what and how much; split, a permission or a quota wou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import io
@@ -158,7 +159,7 @@ def _over_upload(size: int, limit: int) -> ExchangeRefusal:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
 # --- file sets as tar -----------------------------------------------------------------------------------------
@@ -381,16 +382,20 @@ class Store:
         return row[0]
 
     def release_files(self, course: str, aid: str) -> dict[str, bytes]:
-        with self._db() as db:
-            with db.blobopen("released", "files", self._release_version(db, course, aid), readonly=True) as blob:
-                return unpack(blob)
+        with (
+            self._db() as db,
+            db.blobopen("released", "files", self._release_version(db, course, aid), readonly=True) as blob,
+        ):
+            return unpack(blob)
 
     @contextmanager
     def release_tar(self, course: str, aid: str):
         """The newest release of `aid` as an open tar, read in pieces (a download sends it as it reads)."""
-        with self._db() as db:
-            with db.blobopen("released", "files", self._release_version(db, course, aid), readonly=True) as blob:
-                yield blob
+        with (
+            self._db() as db,
+            db.blobopen("released", "files", self._release_version(db, course, aid), readonly=True) as blob,
+        ):
+            yield blob
 
     def release_notebooks(self, course: str, aid: str) -> list[str]:
         """The notebooks of the newest release of `aid` (a 404 refusal when there is none)."""
@@ -646,7 +651,7 @@ class _Base(web.RequestHandler):
         return self.settings["exchange"]
 
     @property
-    def store(self) -> "Store":
+    def store(self) -> Store:
         """The exchange's store."""
         return self.ex["store"]
 
@@ -722,7 +727,7 @@ class _Base(web.RequestHandler):
             self.write(chunk)
             try:
                 await asyncio.wait_for(self.flush(), SEND_TIMEOUT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logging.getLogger(NAME).warning(
                     "%s took no data for %d s: download dropped", self.request.uri, SEND_TIMEOUT_S
                 )
@@ -836,7 +841,7 @@ class _Assignments(_Base):
         if self.ex["deadlines"] is not None:
             try:
                 due = self.ex["deadlines"](name)
-            except Exception:  # noqa: BLE001 - the gradebook unreadable: the listing still answers
+            except Exception:
                 logging.getLogger(NAME).exception("could not read the due dates from the gradebook")
         for entry in listing:
             entry["due"] = due.get(entry["assignment_id"])  # this student's deadline, or None
@@ -1199,10 +1204,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         await asyncio.Event().wait()  # serve until JupyterHub stops the service (SIGTERM) or Ctrl-C
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -44,7 +44,7 @@ def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: 
     The student must be known: in the gradebook, in grader/submitted/, or in the classroom's roster."""
     import json
 
-    from twoprim.grading.gradebook import database_url, grant_extension, gradebook, submitted_students
+    from twoprim.grading.gradebook import database_url, gradebook, grant_extension, submitted_students
 
     url = database_url(root, db)
     when = due_date(until, flag="--until") if until is not None else None
@@ -131,11 +131,12 @@ def collect(aid: str, *, root: Path = ROOT) -> str:
 
 
 def _publish_due_date(aid: str, root: Path):
-    """Write `aid`'s due date in the gradebook where students read it (`twoprim.learner.deadlines`), or take it out when it
-    has none; returns it."""
-    from twoprim.learner import deadlines
+    """Write `aid`'s due date in the gradebook where students read it (`twoprim.learner.deadlines`), or take it out
+    when it has none; returns it."""
     from twoprim.exchange.client import uses_service
-    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook
+    from twoprim.grading.gradebook import database_url
+    from twoprim.grading.gradebook import due_date as due_in_gradebook
+    from twoprim.learner import deadlines
 
     when = due_in_gradebook(aid, database_url(root))
     if uses_service(root):  # the classroom's exchange service reads it from the gradebook at each request
@@ -152,8 +153,9 @@ def collected(aid: str, *, root: Path = ROOT) -> str:
     extensions (`./course extend`)."""
     from nbgrader.utils import parse_utc
 
+    from twoprim.grading.gradebook import database_url, extensions, submitted_students
+    from twoprim.grading.gradebook import due_date as due_in_gradebook
     from twoprim.learner.deadlines import span
-    from twoprim.grading.gradebook import database_url, due_date as due_in_gradebook, extensions, submitted_students
 
     students = submitted_students(aid, root)
     line = f"{len(students)} submission(s) of {aid} in grader/submitted/"

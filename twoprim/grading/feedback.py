@@ -82,7 +82,10 @@ def _unmatchable(aid: str, student: str, root: Path) -> str | None:
             f"none), and the exchange finds a student's feedback by it"
         )
     except (NotRegularFile, OSError) as err:
-        return f"submission_secret.txt of {submitted} is unreadable ({err}), and the exchange finds a student's feedback by it"
+        return (
+            f"submission_secret.txt of {submitted} is unreadable ({err}), "
+            "and the exchange finds a student's feedback by it"
+        )
     try:
         if not secret.decode("utf-8").strip():
             return f"submission_secret.txt in {submitted} is empty, and the exchange finds a student's feedback by it"
@@ -107,7 +110,7 @@ def _arrival(aid: str, student: str, root: Path) -> str | None:
         pass
     folder = root / "grader" / "submitted" / student / aid
     times = [os.lstat(p).st_ctime for p in folder.glob("*.ipynb") if not p.is_symlink()] if folder.is_dir() else []
-    when = datetime.datetime.fromtimestamp(min(times) if times else os.lstat(feedback).st_ctime, datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(min(times) if times else os.lstat(feedback).st_ctime, datetime.UTC)
     stamp = when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     (feedback / "timestamp.txt").unlink(missing_ok=True)
     (feedback / "timestamp.txt").write_text(stamp)

@@ -26,8 +26,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from twoprim.config import COURSE_ID
 from twoprim.core.errors import CourseError
@@ -516,7 +516,6 @@ def merge(aid: str, outcome, root: Path, url: str | None = None, *, digest_of: s
     from nbgrader.api import MissingEntry
     from nbgrader.utils import parse_utc
     from sqlalchemy import delete
-
     from sqlalchemy import delete as _delete
 
     url = url or database_url(root)

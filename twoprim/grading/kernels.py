@@ -15,8 +15,8 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from twoprim.grading import forkserver, sandbox
 from twoprim.core.catalog import checks_modules
+from twoprim.grading import forkserver, sandbox
 
 __all__ = [
     "WARM_MODULES",

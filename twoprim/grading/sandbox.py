@@ -37,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import Callable, Iterator
+
 from twoprim.config import PACKAGE, ROOT
 
 ENV_BOX = "TWOPRIM_SANDBOX_BOX"  # the submission's writable box (set by the grader per submission)
@@ -123,10 +124,8 @@ def kill_until_gone(find: Callable[[], list[int]], wait_s: float = 10.0) -> None
     deadline = time.monotonic() + wait_s
     while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         time.sleep(0.02)
 
 

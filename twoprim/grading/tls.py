@@ -44,7 +44,7 @@ def issue(
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    start = start or datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    start = start or datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     end = start + datetime.timedelta(days=days, minutes=5)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name} CA")])

@@ -56,7 +56,7 @@ def publish(exchange: str | os.PathLike, aid: str, when: datetime.datetime | Non
 
 def describe(when: datetime.datetime, now: datetime.datetime | None = None) -> str:
     """'due 2026-12-09 22:59 UTC (in 2 days 3 h)', or '(passed 5 h ago: a submission now is late)'."""
-    now = now or datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     left = (when - now).total_seconds()
     how_long = span(abs(left))
     tail = f"in {how_long}" if left > 0 else f"passed {how_long} ago: a submission now is late"

@@ -4,8 +4,8 @@
 the course folder, or on the classroom hub the student's home). Lessons are judged from their saved outputs (never
 executed here). Each assignment's notebook in exercises/ is executed as a copy, in a fresh kernel, in a temporary
 folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the top of the
-workspace, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks, so
-an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
+workspace, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks,
+so an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
 
 On the classroom hub (`state.in_classroom`) the assignments are the ones released there and fetched from the
 Assignments tab, and the hidden checks run when the instructor grades a submission: the report shows when each was
@@ -31,18 +31,18 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 
-from twoprim.learner import deadlines
-from twoprim.core.failures import ANSWERED as ANSWERED_TEXT
-from twoprim.learner.hints import HINTS
 from twoprim.config import COURSE_ID, PACKAGE, ROOT
+from twoprim.core.failures import ANSWERED as ANSWERED_TEXT
 from twoprim.core.notebooks import assignments, lessons, outline
+from twoprim.learner import deadlines
+from twoprim.learner.hints import HINTS
 from twoprim.learner.state import STATE_FILE, in_classroom, load_state, update_state, workspace
 
 __all__ = ["STATE_FILE", "Report", "report", "show", "load_state", "update_state", "main"]
@@ -74,7 +74,7 @@ class LessonStatus:
 
 
 def _first_line(source: str) -> str:
-    line = next((l.strip() for l in source.splitlines() if l.strip()), "")
+    line = next((line.strip() for line in source.splitlines() if line.strip()), "")
     return line if len(line) <= 60 else line[:57] + "..."
 
 
@@ -176,9 +176,7 @@ def analyse(
     for fn, i in where.items():
         cell = nb.cells[i]
         errors = _errors(cell)
-        if stopped and i >= stopped[1]:
-            checks[fn] = NOT_RUN
-        elif cell.get("execution_count") is None:
+        if stopped and i >= stopped[1] or cell.get("execution_count") is None:
             checks[fn] = NOT_RUN
         elif not errors:
             checks[fn] = ANSWERED if _answered_only(cell) else PASS
@@ -324,7 +322,10 @@ class Report:
     def text(self) -> str:
         """The report as plain text for a terminal, each table's columns as wide as their widest cell."""
         out = [f"Progress in {self.root}"] + [f"note: {n}" for n in self.notes] + [""]
-        out += _columns([["", "lesson", "status"]] + [["✔" if l.done else "·", l.name, l.detail] for l in self.lessons])
+        out += _columns(
+            [["", "lesson", "status"]]
+            + [["✔" if lesson.done else "·", lesson.name, lesson.detail] for lesson in self.lessons]
+        )
         out += [""] + _columns(
             [["", "assignment", "visible checks", self.graded_column, "hints", "notebook"]]
             + [
@@ -348,9 +349,9 @@ class Report:
         style = "text-align:left;padding:2px 10px;vertical-align:top"
         nowrap = style + ";white-space:nowrap"
         rows = "".join(
-            f"<tr><td style='{style}'>{'✔' if l.done else '·'}</td><td style='{style}'><code>{e(l.name)}"
-            f"</code></td><td style='{style}'>{e(l.detail)}</td></tr>"
-            for l in self.lessons
+            f"<tr><td style='{style}'>{'✔' if lesson.done else '·'}</td><td style='{style}'><code>{e(lesson.name)}"
+            f"</code></td><td style='{style}'>{e(lesson.detail)}</td></tr>"
+            for lesson in self.lessons
         )
         lessons_html = (
             f"<table><tr><th></th><th style='{style}'>lesson</th><th style='{style}'>status</th></tr>{rows}</table>"
@@ -378,7 +379,9 @@ class Report:
 def _columns(rows: list[list[str]]) -> list[str]:
     """Rows of cells as lines, each column padded to its widest cell (the last one left as it is)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows
+    ]
 
 
 def _complete(a: AssignmentStatus) -> bool:
@@ -455,10 +458,8 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
         }
     if Path(rec.get("notebook") or "?").resolve() != notebook.resolve():
         return None  # a self-grade of another notebook (--notebook, a scratch copy) says nothing about this one
-    if notebook.stat().st_mtime > graded + 1:  # graded_at is rounded down to the second
-        stale = "you saved the notebook after the last one"
-    else:
-        stale = ""
+    # graded_at is rounded down to the second
+    stale = "you saved the notebook after the last one" if notebook.stat().st_mtime > graded + 1 else ""
     failing = sorted(gid.removeprefix(f"{aid}-") for gid, s in tests.items() if not s)
     return {"score": score, "max_score": max_score, "stale": stale, "failing": failing}
 
@@ -806,7 +807,7 @@ def chart(r: Report):
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("fraction")
-    done = sum(l.done for l in r.lessons)
+    done = sum(lesson.done for lesson in r.lessons)
     ax.set_title(f"lessons run to the end: {done} of {len(r.lessons)}", fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2, fontsize=8, frameon=False)
     fig.tight_layout()

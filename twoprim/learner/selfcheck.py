@@ -21,7 +21,7 @@ def _matches(answer: Any, expected: Any, rel: float) -> bool:
     if isinstance(expected, str) and isinstance(answer, str):
         return answer.strip().lower() == expected.strip().lower()
     if isinstance(expected, (list, tuple)) and isinstance(answer, (list, tuple)):
-        return len(answer) == len(expected) and all(_matches(a, e, rel) for a, e in zip(answer, expected))
+        return len(answer) == len(expected) and all(_matches(a, e, rel) for a, e in zip(answer, expected, strict=True))
     return answer == expected
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
 import torch
+from matplotlib.patches import Rectangle
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoprim.core.checks import counted
@@ -269,7 +270,7 @@ def heatmap(
         1, n, figsize=(size * n + 1.2, size * S_q / S_k + 1.0), squeeze=False, layout="constrained"
     )
     image = None
-    for c, (ax, (name, weights)) in enumerate(zip(axes[0], panels.items())):
+    for c, (ax, (name, weights)) in enumerate(zip(axes[0], panels.items(), strict=True)):
         w = weights.detach().double().cpu()
         cmap = plt.get_cmap("viridis").with_extremes(bad="0.88")  # light grey: a weight of exactly 0 (masked)
         image = ax.imshow(w.masked_fill(w == 0, float("nan")).numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
@@ -311,14 +312,14 @@ def share_bars(rows: Mapping[str, Mapping[str, float]], *, title: str, note: str
     left = [0.0] * len(names)
     for c, part in enumerate(parts):
         widths = []
-        for r, name in enumerate(names):
+        for name in names:
             total = sum(rows[name].values())
             widths.append(100.0 * rows[name].get(part, 0.0) / total if total else 0.0)
         ax.barh(names, widths, left=left, color=colors[c % len(colors)], label=part)
         for r, wdt in enumerate(widths):
             if wdt >= 6:
                 ax.text(left[r] + wdt / 2, r, f"{wdt:.0f}%", ha="center", va="center", fontsize=8, color="white")
-        left = [l + w for l, w in zip(left, widths)]
+        left = [start + w for start, w in zip(left, widths, strict=True)]
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
     ax.set(xlabel="share (%)", title=title)
@@ -333,7 +334,7 @@ def share_bars(rows: Mapping[str, Mapping[str, float]], *, title: str, note: str
 # The attention explorer
 # ----------------------------------------------------------------------------------------------------------------
 
-SENTENCE = tuple("the cat sat on the mat because it was tired".split())
+SENTENCE = tuple(["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"])
 HEADS = ("previous token", "same word", "average", "random (untrained)")
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
+from twoprim.config import DATA
 from twoprim.core.checks import counted
 from twoprim.core.record import record_allocations, record_calls
-from twoprim.config import DATA
 
 if TYPE_CHECKING:  # the explorer's widget layer (and pyplot) is imported when an explorer is made
     from twoprim.topics.explorers import Explorer
@@ -83,7 +84,7 @@ def conv2d_spec(
     """out[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q]·x[n, g·Cg + c, sh·i + dh·p − ph, sw·j + dw·q − pw], 0 outside x."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     N, C, H, W = x.shape
-    O, Cg, kh, kw = weight.shape
+    O, Cg, kh, kw = weight.shape  # noqa: E741 - O output channels, as lesson 04 writes it
     Hout, Wout = out_size(H, kh, sh, ph, dh), out_size(W, kw, sw, pw, dw)
     xs, ws = x.tolist(), weight.tolist()  # nested Python lists of floats
     bs = bias.tolist() if bias is not None else [0.0] * O
@@ -141,7 +142,7 @@ def conv2d_im2col(
     """F.conv2d as out_g = W_g (O/groups × K) @ cols_g (K × N·Hout·Wout), K = C/groups·kh·kw, one mm per group."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     N, C, H, W = x.shape
-    O, Cg, kh, kw = weight.shape
+    O, Cg, kh, kw = weight.shape  # noqa: E741 - O output channels, as lesson 04 writes it
     Hout, Wout = out_size(H, kh, sh, ph, dh), out_size(W, kw, sw, pw, dw)
     M, K, L = O // groups, Cg * kh * kw, Hout * Wout
     cols = F.unfold(x, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # (N, C·kh·kw, L)
@@ -155,7 +156,7 @@ def conv2d_im2col(
 def conv_flops(x_shape, w_shape, stride=1, padding=0, dilation=1, groups: int = 1) -> int:
     """FLOPs of a convolution (2 per multiply-add): 2·N·O·Hout·Wout·(C/groups)·kh·kw, the sum over its GEMMs."""
     N, _, H, W = x_shape
-    O, Cg, kh, kw = w_shape
+    O, Cg, kh, kw = w_shape  # noqa: E741 - O output channels, as lesson 04 writes it
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     return 2 * N * O * out_size(H, kh, sh, ph, dh) * out_size(W, kw, sw, pw, dw) * Cg * kh * kw
 
@@ -295,7 +296,8 @@ def receptive_field_figure(
 
 def h200_conv_fact() -> dict:
     """The im2col-vs-vendor convolution ratio measured for this course on an NVIDIA H200 (`gemm.h200_probe`)."""
-    from twoprim.topics.gemm import H200_PROBE as path, h200_probe
+    from twoprim.topics.gemm import H200_PROBE as path
+    from twoprim.topics.gemm import h200_probe
 
     probe = h200_probe()
     return {

@@ -22,7 +22,7 @@ import html
 import importlib
 import io
 import threading
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 

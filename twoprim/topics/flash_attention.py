@@ -78,10 +78,8 @@ def traffic(
     """
     n = -(-S // block_m)  # query blocks
     once = 4 * B * H * S * D
-    if causal:  # query block i streams the keys up to its own last row
-        streamed = sum(min((i + 1) * block_m, S) for i in range(n))
-    else:
-        streamed = n * S
+    # causal: query block i streams the keys up to its own last row
+    streamed = sum(min((i + 1) * block_m, S) for i in range(n)) if causal else n * S
     return {
         "unfused": itemsize * (once + 4 * B * H * S * S),
         "fused, K and V once per query block": itemsize * (2 * B * H * S * D + 2 * B * H * streamed * D),
@@ -170,7 +168,9 @@ class LoopEvidence:
 
     def round_trips(self) -> list[tuple]:
         """(store, load) pairs on the same kernel argument: data the kernel writes to global memory and reads back."""
-        return [(s, l) for s in self.stores for l in self.loads if set(s.arguments) & set(l.arguments)]
+        return [
+            (store, load) for store in self.stores for load in self.loads if set(store.arguments) & set(load.arguments)
+        ]
 
     def lines(self) -> list[str]:
         """The evidence in words, one line each: dots, state, stores, tensor-core work."""

@@ -21,20 +21,20 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from twoprim.topics import plots
+from twoprim.config import ROOT
 from twoprim.core import timing
-from twoprim.core.timing import warn_if_busy  # noqa: F401 - lesson 02's cells call gemm.warn_if_busy
 from twoprim.core.cases import dtype_name, matrix
 from twoprim.core.checks import Case, counted
-from twoprim.config import ROOT
+from twoprim.core.timing import warn_if_busy
+from twoprim.topics import plots
 
 __all__ = [
     "matmul_cases",

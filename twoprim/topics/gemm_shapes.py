@@ -10,8 +10,8 @@ import math
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -104,7 +104,7 @@ def gemm_sweep(
     """
     gen = torch.Generator().manual_seed(seed)
     max_m: dict[int, int] = {}
-    for M, N, K in shapes:
+    for M, _, K in shapes:
         max_m[K] = max(max_m.get(K, 0), M)
     As = {K: torch.randn(M, K, generator=gen).to(dtype) for K, M in max_m.items()}
     Bs = {(K, N): torch.randn(K, N, generator=gen).to(dtype) for M, N, K in shapes}
@@ -112,8 +112,8 @@ def gemm_sweep(
     for _ in range(rounds):
         for i, (M, N, K) in enumerate(shapes):
             A, B = As[K][:M], Bs[(K, N)]
-            best[i] = min(best[i], timing.fastest(lambda: A @ B, budget=budget, min_calls=2).seconds)
-    return [timing.gflops(2 * M * N * K, t) for (M, N, K), t in zip(shapes, best)]
+            best[i] = min(best[i], timing.fastest(lambda A=A, B=B: A @ B, budget=budget, min_calls=2).seconds)
+    return [timing.gflops(2 * M * N * K, t) for (M, N, K), t in zip(shapes, best, strict=True)]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def tiling_figure(view: TilingView):
         view.row_blocks,
         view.col_blocks,
     )
-    for k, (a, b) in enumerate(zip(view.a_tiles, view.b_tiles)):
+    for k, (a, b) in enumerate(zip(view.a_tiles, view.b_tiles, strict=True)):
         colour = colours(k / max(pairs - 1, 1) * 0.85)
         fill(ax_a, *a, colour, f"k{k}")
         fill(ax_b, *b, colour, f"k{k}")

@@ -33,17 +33,17 @@ import subprocess
 import sys
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves
 
-from twoprim.core.record import FlopRule, count_other_flops
-from twoprim.core.record import target_name
+from twoprim.core.record import FlopRule, count_other_flops, target_name
 
 __all__ = [
     "LEVELS",

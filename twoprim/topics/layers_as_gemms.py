@@ -13,8 +13,8 @@ import math
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn

@@ -25,9 +25,10 @@ import shutil
 import subprocess
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 try:
     import mlx.core as mx
@@ -124,9 +125,9 @@ class Graph:
         return Counter(n.label for n in self.primitives())
 
     def add(self, node: Node) -> None:
-        if node.id not in self.nodes:
-            self.nodes[node.id] = node
-        elif node.kind in ("input", "constant", "output", "source") and self.nodes[node.id].kind == "array":
+        if node.id not in self.nodes or (
+            node.kind in ("input", "constant", "output", "source") and self.nodes[node.id].kind == "array"
+        ):
             self.nodes[node.id] = node
 
 
@@ -381,7 +382,7 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
         ref = preds if sweep % 2 == 0 else succs
         for r in order:
 
-            def centre(n: str) -> float:
+            def centre(n: str, ref: dict = ref) -> float:
                 near = [pos_in_row[m] for m in ref[n]]
                 return sum(near) / len(near) if near else pos_in_row[n]
 
@@ -402,7 +403,7 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
         y -= 0.5 + 0.09 * tall  # half of this row's height below the previous row's centre
         widths = [width(n) for n in row]
         x, total = 0.0, sum(widths)
-        for n, w in zip(row, widths):
+        for n, w in zip(row, widths, strict=True):
             pos[n] = (x + w / 2 - total / 2, y)
             x += w
         y -= 0.5 + 0.09 * tall

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
@@ -57,10 +57,10 @@ def sweep_plot(
     "multiple of 16": lambda n: n % 16 == 0). Returns the figure."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot(x, y, marker="o", color="0.55", label="every size", zorder=1)
-    for (label, holds), marker in zip((marks or {}).items(), ("s", "D", "^", "v")):
-        pts = [(a, b) for a, b in zip(x, y) if holds(a)]
+    for (label, holds), marker in zip((marks or {}).items(), ("s", "D", "^", "v"), strict=False):
+        pts = [(a, b) for a, b in zip(x, y, strict=True) if holds(a)]
         if pts:
-            ax.scatter(*zip(*pts), marker=marker, s=70, label=label, zorder=2)
+            ax.scatter(*zip(*pts, strict=True), marker=marker, s=70, label=label, zorder=2)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_ylim(0, max(y) * 1.12 if len(y) else 1.0)  # room above the highest marker
     ax.grid(True, alpha=0.3)
@@ -106,6 +106,6 @@ def format_table(rows: Iterable[Sequence], columns: Sequence[str]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
 
     def line(r):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False)))
 
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])

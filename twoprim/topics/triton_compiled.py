@@ -718,7 +718,7 @@ def specialize(fn: Any, args: tuple, kwargs: dict, target: str = "sm_90") -> Spe
     )
 
 
-_BINDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Python function -> {target: binder}
+_BINDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Python function -> {target: binder}
 
 
 def _binder(py: Any, target: str):
@@ -1022,7 +1022,7 @@ def _compiling():
     from triton.runtime.interpreter import InterpretedFunction
 
     remember_pristine()
-    import triton.compiler.code_generator  # noqa: F401 - it imports Gluon, which asserts the interpreter's state:
+    import triton.compiler.code_generator
     import triton.experimental.gluon.language  # noqa: F401 - imported as it is, before the interpreter goes off
 
     twins: dict = dict(_LIBRARY_TWINS)  # Triton's own library functions, made JITFunctions once per process
@@ -1035,7 +1035,7 @@ def _compiling():
     interpret = knobs.runtime.interpret
     knobs.runtime.interpret = False
     try:
-        for obj, pristine in zip(_patched_objects(), _PRISTINE or []):
+        for obj, pristine in zip(_patched_objects(), _PRISTINE or [], strict=False):
             for name, value in list(vars(obj).items()):
                 original = pristine.get(name, _MISSING)
                 if _from_interpreter(value):

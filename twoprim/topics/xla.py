@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 
@@ -304,7 +305,7 @@ def check_dims(dims: Any, lhs_shape: Sequence[int], rhs_shape: Sequence[int]) ->
             f"{len(rb)}) dimensions"
         )
     for kind, ld, rd in (("contracting", lc, rc), ("batch", lb, rb)):
-        for a, b in zip(ld, rd):
+        for a, b in zip(ld, rd, strict=True):
             if lhs_shape[a] != rhs_shape[b]:
                 raise ValueError(f"{kind} dimension lhs[{a}] = {lhs_shape[a]} does not match rhs[{b}] = {rhs_shape[b]}")
 
