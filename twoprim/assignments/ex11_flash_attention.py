@@ -289,12 +289,9 @@ _FUSE = (
 )
 
 
-def _flash_problem(kernel, c) -> tuple[str, str] | None:
-    """What the compiled kernel does that FlashAttention does not, and the next step; None when it is FlashAttention:
-    nothing written and read back, no store inside the loop or to anything but O, two tt.dot in the loop over key
-    blocks with both products on the tensor cores, and m, l and the accumulator carried in float32."""
-    ev = flash.loop_evidence(c)
-    at = f"compiled for {c.target}"
+def _store_problem(kernel, ev, at: str) -> tuple[str, str] | None:
+    """What the kernel stores that FlashAttention does not (a tile written and read back, a store inside the loop,
+    a store to anything but O), and the next step; None when it stores O only, once."""
     trips = ev.round_trips()
     if trips:
         s, load = trips[0]
@@ -321,6 +318,18 @@ def _flash_problem(kernel, c) -> tuple[str, str] | None:
             f"{at}, the kernel stores to {', '.join(targets)}: FlashAttention's forward pass writes only O",
             "store O's (BLOCK_M, D) tile once, after the loop; keep everything else in registers",
         )
+    return None
+
+
+def _flash_problem(kernel, c) -> tuple[str, str] | None:
+    """What the compiled kernel does that FlashAttention does not, and the next step; None when it is FlashAttention:
+    nothing written and read back, no store inside the loop or to anything but O, two tt.dot in the loop over key
+    blocks with both products on the tensor cores, and m, l and the accumulator carried in float32."""
+    ev = flash.loop_evidence(c)
+    at = f"compiled for {c.target}"
+    stored = _store_problem(kernel, ev, at)
+    if stored is not None:
+        return stored
     dots = c.dots()
     if ev.loop is None:
         if not dots:

@@ -446,6 +446,18 @@ def check_environment_reach(folder: Path) -> None:
         )
 
 
+def _internal_ports(port: int) -> tuple[int, int, int]:
+    """Three free loopback ports, none of them `port` nor each other: the hub's, the proxy's API's, the service's."""
+    hub_port = free_port()
+    proxy_api_port = free_port()
+    while proxy_api_port in (hub_port, port):
+        proxy_api_port = free_port()
+    service_port = free_port()
+    while service_port in (hub_port, proxy_api_port, port):
+        service_port = free_port()
+    return hub_port, proxy_api_port, service_port
+
+
 def make_plan(args, *, course: Path = ROOT) -> Plan:
     """Every check, in the order a user fixes them; raises CourseError with what to do."""
     several = getattr(args, "courses", None) is not None
@@ -493,13 +505,7 @@ def make_plan(args, *, course: Path = ROOT) -> Plan:
         check_exchange(args.exchange)
     hint = f' HUB_ARGS="{" ".join(sys.argv[2:])}"' if len(sys.argv) > 2 and sys.argv[1] == "hub" else ""
     check_environment(course, course / ".venv", hint)
-    hub_port = free_port()
-    proxy_api_port = free_port()
-    while proxy_api_port in (hub_port, args.port):
-        proxy_api_port = free_port()
-    service_port = free_port()
-    while service_port in (hub_port, proxy_api_port, args.port):
-        service_port = free_port()
+    hub_port, proxy_api_port, service_port = _internal_ports(args.port)
     max_file_mb = getattr(args, "max_file_mb", 100.0)
     if not max_file_mb > 0:
         raise CourseError(

@@ -232,25 +232,7 @@ def admit(
     expected = release_notebooks(root, aid)
     valid: dict[str, list[Submission]] = {}
     for sub in submissions:
-        bad = next((why for why in map(check_name, sub.files) if why), None)
-        if bad is None:
-            bad = next(
-                (
-                    f"{rel} is {len(data):,} bytes, over the limit of {MAX_BYTES:,}"
-                    for rel, data in sub.files.items()
-                    if len(data) > MAX_BYTES
-                ),
-                None,
-            )
-        if bad is None and (
-            check_name(sub.student) is not None
-            or "/" in sub.student
-            or sub.student.startswith(".")
-            or "+" in sub.student
-        ):
-            bad = f"{sub.student!r} cannot be a student's folder name"
-        if bad is None:
-            bad = misplaced(aid, expected, sub.files)
+        bad = _why_set_aside(aid, expected, sub)
         if bad is not None:
             report.set_aside.append(SetAside(sub.student, sub.student, sub.source, bad))
             continue
@@ -311,7 +293,35 @@ def admit(
             }
         )
     report.flags = flags(aid, root=root)
-    reports = grader / "reports"
+    _write_collect_report(grader / "reports", report)
+    return report
+
+
+def _why_set_aside(aid: str, expected: set[str], sub: Submission) -> str | None:
+    """Why a submission cannot be collected (a file's name or size, the student's name, a misplaced notebook), or
+    None when it can."""
+    bad = next((why for why in map(check_name, sub.files) if why), None)
+    if bad is None:
+        bad = next(
+            (
+                f"{rel} is {len(data):,} bytes, over the limit of {MAX_BYTES:,}"
+                for rel, data in sub.files.items()
+                if len(data) > MAX_BYTES
+            ),
+            None,
+        )
+    if bad is None and (
+        check_name(sub.student) is not None or "/" in sub.student or sub.student.startswith(".") or "+" in sub.student
+    ):
+        bad = f"{sub.student!r} cannot be a student's folder name"
+    if bad is None:
+        bad = misplaced(aid, expected, sub.files)
+    return bad
+
+
+def _write_collect_report(reports: Path, report: CollectReport) -> None:
+    """grader/reports/<aid>-collect.json: what the collect did, each submission set aside or skipped with why."""
+    aid = report.aid
     reports.mkdir(parents=True, exist_ok=True)
     (reports / f"{aid}-collect.json").write_text(
         json.dumps(
@@ -329,7 +339,6 @@ def admit(
         )
         + "\n"
     )
-    return report
 
 
 def _held(target: Path) -> tuple[datetime.datetime, dict[str, bytes]] | None:

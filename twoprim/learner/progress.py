@@ -568,11 +568,11 @@ def _read_submission(aid: str, notebook: Path) -> dict:
     return {"at": latest[0], "stale": "you saved the notebook after submitting it" if saved_after else ""}
 
 
-def _next_step(
-    root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus], classroom: bool = False
-) -> str:
-    """One concrete thing to do, in course order: each lesson, then its assignment as the course outline pairs them
-    (README.md's lesson table: lesson 09 comes with ex09_triton), else the assignment with the lesson's number."""
+def _in_course_order(
+    root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus]
+) -> list[LessonStatus | AssignmentStatus]:
+    """Each lesson, then its assignment as the course outline pairs them (README.md's lesson table: lesson 09 comes
+    with ex09_triton), else the assignment with the lesson's number; the assignments no lesson takes last."""
     by_aid = {a.aid: a for a in work}
     paired: dict[str, list[str]] = {}  # a lesson may have more than one assignment (README's continuation rows)
     for row in outline(root) or outline(ROOT):
@@ -585,7 +585,14 @@ def _next_step(
         aids = paired.get(lesson.name) or [a for a in by_aid if a[2:4] == lesson.name[:2] and a not in named][:1]
         steps += [by_aid.pop(aid) for aid in aids if aid in by_aid]
     steps += list(by_aid.values())
-    for step in steps:
+    return steps
+
+
+def _next_step(
+    root: Path, lesson_list: list[LessonStatus], work: list[AssignmentStatus], classroom: bool = False
+) -> str:
+    """One concrete thing to do, in course order (`_in_course_order`)."""
+    for step in _in_course_order(root, lesson_list, work):
         if isinstance(step, LessonStatus):
             if not step.done:
                 where = step.path.relative_to(root)

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -308,7 +309,34 @@ def _field(cpuinfo: str, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-_FROM_THIS_MACHINE = object()
+_FROM_THIS_MACHINE: Any = object()  # a default that means "read it from this machine"
+
+
+def _simd_width(cpuinfo: str, flags: set[str]) -> tuple[int, str] | None:
+    """The SIMD width in bits and the flag it was read from, or None when /proc/cpuinfo lists no flag the course
+    knows."""
+    vendor, family = _field(cpuinfo, "vendor_id"), _field(cpuinfo, "cpu family")
+    if "avx512f" in flags:
+        if vendor == "AuthenticAMD" and family == "25":  # Zen 4 runs 512-bit FMAs as two 256-bit halves
+            return 256, "flag avx512f, but AMD Zen 4 (family 25) executes it as 2 × 256 bits"
+        return 512, "flag avx512f"
+    if "avx2" in flags or "avx" in flags:
+        return 256, "flag avx2" if "avx2" in flags else "flag avx"
+    if "asimd" in flags:
+        return 128, "flag asimd (Arm NEON)"
+    if "sse2" in flags:
+        return 128, "flag sse2"
+    return None
+
+
+def _usable_cores(cpuinfo: str, usable_cpus: int | None) -> tuple[int | None, str]:
+    """The cores this process may use (its CPUs when fewer than the physical cores), and where that was read."""
+    cores = _physical_cores(cpuinfo)
+    if usable_cpus is _FROM_THIS_MACHINE:
+        usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if cores and usable_cpus and usable_cpus < cores:
+        return usable_cpus, f"{usable_cpus} CPUs this process may use, of {cores} physical cores"
+    return cores, "physical cores (distinct core ids) in /proc/cpuinfo"
 
 
 def peak_estimate(
@@ -316,8 +344,8 @@ def peak_estimate(
     *,
     system: str | None = None,
     cpuinfo: str | None = None,
-    max_khz=_FROM_THIS_MACHINE,
-    usable_cpus=_FROM_THIS_MACHINE,
+    max_khz: float | None = _FROM_THIS_MACHINE,
+    usable_cpus: int | None = _FROM_THIS_MACHINE,
 ) -> PeakEstimate:
     """Estimate peak GFLOP/s = cores × SIMD lanes × 2 × FMA units × GHz from what the platform reports.
 
@@ -343,29 +371,10 @@ def peak_estimate(
     flags = set((_field(cpuinfo, "flags") or _field(cpuinfo, "Features") or "").split())
     sources: dict[str, str] = {}
 
-    cores = _physical_cores(cpuinfo)
-    if usable_cpus is _FROM_THIS_MACHINE:
-        usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    if cores and usable_cpus and usable_cpus < cores:
-        sources["cores"] = f"{usable_cpus} CPUs this process may use, of {cores} physical cores"
-        cores = usable_cpus
-    else:
-        sources["cores"] = "physical cores (distinct core ids) in /proc/cpuinfo"
+    cores, sources["cores"] = _usable_cores(cpuinfo, usable_cpus)
 
-    vendor, family = _field(cpuinfo, "vendor_id"), _field(cpuinfo, "cpu family")
-    if "avx512f" in flags:
-        simd = 512
-        sources["simd"] = "flag avx512f"
-        if vendor == "AuthenticAMD" and family == "25":  # Zen 4 runs 512-bit FMAs as two 256-bit halves
-            simd = 256
-            sources["simd"] = "flag avx512f, but AMD Zen 4 (family 25) executes it as 2 × 256 bits"
-    elif "avx2" in flags or "avx" in flags:
-        simd, sources["simd"] = 256, "flag avx2" if "avx2" in flags else "flag avx"
-    elif "asimd" in flags:
-        simd, sources["simd"] = 128, "flag asimd (Arm NEON)"
-    elif "sse2" in flags:
-        simd, sources["simd"] = 128, "flag sse2"
-    else:
+    found = _simd_width(cpuinfo, flags)
+    if found is None:
         return PeakEstimate(
             name,
             None,
@@ -373,6 +382,7 @@ def peak_estimate(
             sources=sources,
             reason="/proc/cpuinfo lists no SIMD flag this course knows (avx512f, avx2, avx, asimd, sse2)",
         )
+    simd, sources["simd"] = found
     has_fma = "fma" in flags or "asimd" in flags  # NEON always has fused multiply-add
     fma_units = 2
     sources["fma"] = "ASSUMED: no platform reports it; 2 on most current cores" + (

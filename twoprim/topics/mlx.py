@@ -410,6 +410,48 @@ def _layout(g: Graph) -> tuple[dict[str, tuple[float, float]], list[tuple[str, s
     return pos, edges, shown
 
 
+def _draw_node(ax, node: Node, x: float, y: float) -> None:
+    """One node of `draw`: a primitive as a coloured box with its name, an array as a small circle labelled with its
+    name and shape."""
+    if node.kind == "primitive":
+        colour = (
+            _GEMM_COLOUR
+            if node.label in GEMM_PRIMITIVES
+            else _FUSED_COLOUR
+            if node.label.startswith("Compiled")
+            else _OTHER_COLOUR
+        )
+        ax.text(
+            x,
+            y,
+            _short(node.label),
+            ha="center",
+            va="center",
+            fontsize=8,
+            zorder=3,
+            bbox=dict(boxstyle="round,pad=0.3", fc=colour, ec="#555555", lw=0.8),
+        )
+        return
+    name = "" if _is_auto_name(node.label) else node.label
+    if not name and node.kind in ("output", "input"):
+        name = node.kind
+    if node.kind == "constant":
+        name = "const"
+    text = f"{name} {tuple(node.shape)}" if node.shape is not None else name
+    ax.plot([x], [y], "o", ms=7, mfc=_ARRAY_COLOUR, mec="#333333", zorder=3)
+    below = node.kind == "output"  # outputs: arrows come in from above, so the label goes underneath
+    ax.text(
+        x,
+        y - 0.16 if below else y + 0.16,
+        text.strip(),
+        ha="center",
+        va="top" if below else "bottom",
+        fontsize=7,
+        color="#333333",
+        zorder=4,
+    )
+
+
 def draw(graph: Graph, *, title: str = "", ax=None):
     """Draw a graph with matplotlib: GEMM primitives orange, fused (compiled) ones purple, arrays as circles.
 
@@ -442,44 +484,7 @@ def draw(graph: Graph, *, title: str = "", ax=None):
             arrowprops=dict(arrowstyle="-|>", color="#7a7a7a", lw=0.8, shrinkA=1, shrinkB=1),
         )
     for nid in shown:
-        node, (x, y) = graph.nodes[nid], pos[nid]
-        if node.kind == "primitive":
-            colour = (
-                _GEMM_COLOUR
-                if node.label in GEMM_PRIMITIVES
-                else _FUSED_COLOUR
-                if node.label.startswith("Compiled")
-                else _OTHER_COLOUR
-            )
-            ax.text(
-                x,
-                y,
-                _short(node.label),
-                ha="center",
-                va="center",
-                fontsize=8,
-                zorder=3,
-                bbox=dict(boxstyle="round,pad=0.3", fc=colour, ec="#555555", lw=0.8),
-            )
-            continue
-        name = "" if _is_auto_name(node.label) else node.label
-        if not name and node.kind in ("output", "input"):
-            name = node.kind
-        if node.kind == "constant":
-            name = "const"
-        text = f"{name} {tuple(node.shape)}" if node.shape is not None else name
-        ax.plot([x], [y], "o", ms=7, mfc=_ARRAY_COLOUR, mec="#333333", zorder=3)
-        below = node.kind == "output"  # outputs: arrows come in from above, so the label goes underneath
-        ax.text(
-            x,
-            y - 0.16 if below else y + 0.16,
-            text.strip(),
-            ha="center",
-            va="top" if below else "bottom",
-            fontsize=7,
-            color="#333333",
-            zorder=4,
-        )
+        _draw_node(ax, graph.nodes[nid], *pos[nid])
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
     ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
     ax.axis("off")
