@@ -58,8 +58,9 @@ class Keeper(threading.Thread):
 
 
 def warm_worker(module: str, threads: int | None, cells: list[list[str]]) -> None:
-    """At once, in the worker (`Client.run`): its keeper starts the forkserver (`kernels.warm_forkserver(threads)`)
-    and has it warm `module` and each notebook's test `cells`. Returns before any of that has run."""
+    """At once, in the worker (`Client.run`): its keeper starts the forkserver (`kernels.warm_forkserver(threads)`),
+    has it warm `module` and each notebook's test `cells`, and meanwhile imports what the worker's grading tasks
+    import (nbgrader, the grading modules: a worker's first task would). Returns before any of that has run."""
     def job():
         import json
         import socket
@@ -67,14 +68,32 @@ def warm_worker(module: str, threads: int | None, cells: list[list[str]]) -> Non
         from twoprim.grading import kernels
 
         server = kernels.warm_forkserver(threads)
-        for notebook in cells:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        asked = []
+        try:
+            for notebook in cells:
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                asked.append(conn)
                 conn.settimeout(WAIT_S)
                 conn.connect(str(server.socket))
                 conn.sendall((json.dumps({"warm": True, "module": module, "cells": notebook}) + "\n").encode())
+            _import_grading()  # while the forkserver warms
+            for conn in asked:
                 conn.recv(1024)  # its answer, once warmed
+        finally:
+            for conn in asked:
+                conn.close()
 
     Keeper.get().do(job)
+
+
+def _import_grading() -> None:
+    """What a worker's first grading task would import (nbgrader's autograde, the grader's judging)."""
+    import nbgrader.apps.api  # noqa: F401
+    import nbgrader.preprocessors  # noqa: F401
+
+    import twoprim.grading.execute  # noqa: F401
+    import twoprim.grading.oracle  # noqa: F401
+    import twoprim.grading.submission  # noqa: F401
 
 
 def forkserver(threads: int | None) -> None:
