@@ -287,9 +287,6 @@ class _Run:
         folder = root / "solutions" / aid
         self.source = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.ipynb"))
                        if ".ipynb_checkpoints" not in p.parts}
-        if self.client is not None:  # computed on the workers while this process makes the snapshot and the tasks
-            with contextlib.suppress(Exception):
-                self.first_expected = self._expected(todo)
         with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
             self.snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
         self.tasks = {student: make_task(aid, student, files[student], root=root, released=released,
@@ -381,18 +378,17 @@ class _Run:
         client, seen, dataset = self.client, set(), None
         try:
             snap = client.scatter(self.snap, broadcast=True, workers=self.on_workers, timeout=SCATTER_TIMEOUT_S)
-            expected = self.__dict__.pop("first_expected", None)  # the first round's, submitted in `grade`
-            expected = self._expected(students) if expected is None else expected
+            expected = self._expected(students, snap)
             if expected:  # not a dependency of the grading tasks: each judge takes what it needs (`oracle.Expected`)
                 dataset = f"twoprim-expected-{self.aid}-{id(self):x}-{next(_RUNS)}"
                 client.publish_dataset(**{dataset: expected})
-            self.futures = {}
-            for student in students:
-                tag = attempts[student]
-                key = f"grade-{self.aid}-{student}-{self.digests[student][:12]}" + ("" if tag == 1 else f".{tag}")
-                future = client.submit(_grade_on_worker, self.tasks[student], snap, dataset, key=key, pure=False,
-                                       workers=self.on_workers, allow_other_workers=False)
-                self.futures[future] = student
+            keys = [f"grade-{self.aid}-{student}-{self.digests[student][:12]}" +
+                    ("" if attempts[student] == 1 else f".{attempts[student]}") for student in students]
+            # in one batch, as the expected values: the scheduler orders each batch by priority as a whole
+            futures = client.map(_grade_on_worker, [self.tasks[s] for s in students], [snap] * len(students),
+                                 [dataset] * len(students), key=keys, pure=False, workers=self.on_workers,
+                                 allow_other_workers=False)
+            self.futures = dict(zip(futures, students))
             for future in as_completed(self.futures, loop=client.loop):
                 student = self.futures[future]
                 seen.add(student)
@@ -409,19 +405,28 @@ class _Run:
                 with contextlib.suppress(Exception):  # (bounded: a scheduler that went away answers nothing)
                     client.unpublish_dataset(dataset, callback_timeout=10)
 
-    def _expected(self, students) -> dict:
+    def _expected(self, students, snap) -> dict:
         """The expected values of every graded test cell, one task per cell spread over the workers, by the cell's
         digest, for every grading task to take (`oracle`): each is computed once in the run, not once per worker.
-        No tasks for a single submission or a single worker, which would compute them all anyway."""
+        No tasks for a single submission or a single worker, which would compute them all anyway. They are submitted
+        in one batch (`Client.map`), as the grading tasks are after them, and depend on the scattered snapshot
+        `snap` as those do (they ignore it): Dask decides once per batch whether to queue a batch's tasks at the
+        scheduler or send them to the workers at once, and one task at a time (`submit`) sent the first few of each
+        kind at once and queued the rest, so that submissions ran before most of the expected values they wait
+        for; batched alike, both kinds are queued and go out by priority, the expected values first."""
         from twoprim.core.verdicts import cell_digest
 
         if len(students) < 2 or self._threads() < 2:
             return {}
-        return {cell_digest(gid, code): self.client.submit(
-                    oracle.cell_values, gid, code, learner, pure=False, priority=1,
-                    key=f"expected-{self.aid}-{cell_digest(gid, code)[:16]}-{id(self):x}",
-                    workers=self.on_workers, allow_other_workers=False)
-                for gid, code, learner in oracle.graded_cells(self.source)}
+        cells = oracle.graded_cells(self.source)
+        if not cells:
+            return {}
+        gids, codes, learners = zip(*cells)
+        futures = self.client.map(oracle.cell_values, gids, codes, learners, [snap] * len(cells), pure=False,
+                                  priority=1, key=[f"expected-{self.aid}-{cell_digest(g, c)[:16]}-{id(self):x}"
+                                                   for g, c in zip(gids, codes)],
+                                  workers=self.on_workers, allow_other_workers=False)
+        return {cell_digest(g, c): f for g, c, f in zip(gids, codes, futures)}
 
     def _recover(self) -> bool:
         """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""

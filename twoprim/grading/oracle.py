@@ -62,9 +62,10 @@ def prime(source: dict[str, bytes]) -> int:
     return sum(len(computed(*cell)) for cell in graded_cells(source))
 
 
-def cell_values(grade_id: str, code: str, learner: tuple[str, ...]) -> bytes:
+def cell_values(grade_id: str, code: str, learner: tuple[str, ...], *_after) -> bytes:
     """The expected values of one test cell's cases, computed here, pickled with the torch they were computed on.
-    Never raises: what could not be computed is left out."""
+    Never raises: what could not be computed is left out. `_after`: what the task waits for and ignores (its
+    place among the run's tasks, `cluster`)."""
     import torch
 
     values = computed(grade_id, code, learner)
