@@ -2,4 +2,4 @@
 # course configuration in grader/.
 import os
 
-load_subconfig(os.path.join(os.path.dirname(os.path.abspath(__file__)), "grader", "nbgrader_config.py"))  # noqa: F821
+load_subconfig(os.path.join(os.path.dirname(os.path.abspath(__file__)), "grader", "nbgrader_config.py"))  # noqa: F821  # pyright: ignore[reportUndefinedVariable] (traitlets')

@@ -156,7 +156,7 @@ def build(out: Path, folder: Path | None = None) -> tuple[subprocess.CompletedPr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DOCS / "_build", help="the build folder (html/ is the site)")
     parser.add_argument(
         "--executed",

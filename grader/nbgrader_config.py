@@ -12,7 +12,7 @@ command run from the wrong folder never creates an empty gradebook somewhere els
 import os
 from pathlib import Path
 
-c = get_config()  # noqa: F821 (injected by traitlets)
+c = get_config()  # noqa: F821  # pyright: ignore[reportUndefinedVariable] (injected by traitlets)
 
 GRADER = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(GRADER)

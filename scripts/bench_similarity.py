@@ -136,7 +136,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     runs = data.get("runs", []) if data.get("columns") == COLUMNS else []  # another layout: an earlier class
     data = {
         "title": "`./course similarity`: precision and recall on classes built as an instructor's",
-        "about": " ".join(__doc__.split("\n\n")[0].split()) + " Precision: flagged pairs within a copy group / "
+        "about": " ".join((__doc__ or "").split("\n\n")[0].split()) + " Precision: flagged pairs within a copy group / "
         "flagged pairs; recall: copies flagged with the student they copied / copies; per disguise: "
         "copies of that kind flagged with their source.",
         "columns": COLUMNS,
@@ -164,7 +164,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[14, 30, 60])
     parser.add_argument("--seeds", type=int, default=5, help="classes per size (default 5)")
     parser.add_argument("--first-seed", type=int, default=100, help="the first class's seed (default 100)")

@@ -120,7 +120,9 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         # the import system returns whatever sys.modules holds under the name once this returns
-        sys.modules[module.__name__] = importlib.import_module(_home(module.__name__.rpartition(".")[2]))
+        home = _home(module.__name__.rpartition(".")[2])
+        assert home is not None  # (find_spec gives a spec only to a name with a home)
+        sys.modules[module.__name__] = importlib.import_module(home)
 
 
 if not any(isinstance(f, _Alias) for f in sys.meta_path):

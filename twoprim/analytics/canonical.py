@@ -54,7 +54,7 @@ def _false_flags(tree: ast.AST) -> set[str]:
                     if isinstance(n, ast.Name):
                         values.setdefault(n.id, []).append(node.value if target is n else None)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.With)):
-            for n in ast.walk(node.target if hasattr(node, "target") else node):
+            for n in ast.walk(getattr(node, "target", node)):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                     values.setdefault(n.id, []).append(None)
         elif isinstance(node, ast.arg):
@@ -98,7 +98,7 @@ class _Canonical(ast.NodeTransformer):
         return None
 
     def visit_If(self, node: ast.If):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         if _never(node.test, self.flags):
             return node.orelse or None
         if isinstance(node.test, ast.Constant) and node.test.value:
@@ -106,11 +106,11 @@ class _Canonical(ast.NodeTransformer):
         return node
 
     def visit_While(self, node: ast.While):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         return (node.orelse or None) if _never(node.test, self.flags) else node
 
     def visit_Assign(self, node: ast.Assign):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         target = node.targets[0] if len(node.targets) == 1 else None
         value = node.value
         if (
@@ -123,13 +123,13 @@ class _Canonical(ast.NodeTransformer):
         return node
 
     def visit_BinOp(self, node: ast.BinOp):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         if isinstance(node.op, (ast.Add, ast.Mult)) and _form(node.right) < _form(node.left):
             node.left, node.right = node.right, node.left
         return node
 
     def visit_Call(self, node: ast.Call):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         if isinstance(node.func, ast.Name) and node.func.id == "range" and not node.keywords:
             node.args = _range_args(node.args)
         return node
@@ -174,7 +174,11 @@ def _in_order(body: list[ast.stmt]) -> list[ast.stmt]:
             run.append(stmt)
             continue
         while run:
-            writes = [_names(s, ast.Store) | ({s.target.id} if isinstance(s, ast.AugAssign) else set()) for s in run]
+            writes = [
+                _names(s, ast.Store)
+                | ({s.target.id} if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) else set())
+                for s in run
+            ]
             reads = [_names(s, ast.Load) for s in run]
             ready = [
                 n
@@ -232,7 +236,8 @@ def _counted_whiles(body: list[ast.stmt]) -> list[ast.stmt]:
     for stmt in body:
         test = stmt.test if isinstance(stmt, ast.While) and not stmt.orelse else None
         if not (
-            isinstance(test, ast.Compare)
+            isinstance(stmt, ast.While)  # (test is None otherwise)
+            and isinstance(test, ast.Compare)
             and len(test.ops) == 1
             and isinstance(test.ops[0], ast.Lt)
             and isinstance(test.left, ast.Name)
@@ -253,7 +258,8 @@ def _counted_whiles(body: list[ast.stmt]) -> list[ast.stmt]:
             for n in ast.walk(s)
         )
         if (
-            not (
+            start is None  # (then init is None too)
+            or not (
                 isinstance(init, ast.Assign)
                 and len(init.targets) == 1
                 and isinstance(init.targets[0], ast.Name)
@@ -290,15 +296,15 @@ def _drop_dead_stores(tree: ast.Module) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             reads[node.id] = reads.get(node.id, 0) + 1
-        target = (
-            node.target
-            if isinstance(node, ast.AugAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-        )
-        if isinstance(target, ast.Name):
+        if isinstance(node, ast.AugAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            target = value = None
+        if isinstance(target, ast.Name) and value is not None:
             own[target.id] = own.get(target.id, 0) + sum(
-                isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)
-                for n in ast.walk(node.value)
+                isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load) for n in ast.walk(value)
             )
     dead = {name for name in own if reads.get(name, 0) <= own[name]}
     dropped = False
@@ -337,5 +343,6 @@ def _drop_dead_stores(tree: ast.Module) -> bool:
 def _refill(tree: ast.AST) -> None:
     """A block the rewrites emptied gets a `pass` (the tree stays valid Python)."""
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Module) and isinstance(getattr(node, "body", None), list) and not node.body:
-            node.body.append(ast.Pass())
+        body = getattr(node, "body", None)
+        if not isinstance(node, ast.Module) and isinstance(body, list) and not body:
+            body.append(ast.Pass())

@@ -92,7 +92,7 @@ def parse_assignments(
         aid, _, canvas_id = spec.partition("=")
         if aid not in known:
             raise CourseError(f"no assignment {aid!r}; known: {', '.join(known)}.")
-        if canvas and not canvas_id.strip() and aid in (ids or {}):
+        if canvas and not canvas_id.strip() and ids and aid in ids:
             canvas_id = ids[aid]
         if canvas and not canvas_id.strip().isdigit():
             raise CourseError(

@@ -248,6 +248,7 @@ def _uncommented(code: str) -> str:
     chars = list(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            assert node.end_lineno is not None and node.end_col_offset is not None  # (set by ast.parse)
             begin = starts[node.lineno - 1] + len(lines[node.lineno - 1].encode()[: node.col_offset].decode())
             end = starts[node.end_lineno - 1] + len(lines[node.end_lineno - 1].encode()[: node.end_col_offset].decode())
             for i in range(begin, end):
@@ -356,7 +357,7 @@ def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     if (
         body
         and isinstance(body[0], ast.Expr)
-        and isinstance(getattr(body[0], "value", None), ast.Constant)
+        and isinstance(body[0].value, ast.Constant)
         and isinstance(body[0].value.value, str)
     ):
         return body[1:]
@@ -488,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the top shares per lesson and every give-away; exit status 1 when there is one."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--top", type=int, default=3, help="lines per lesson (give-aways are always shown)")
     args = parser.parse_args(argv)
     found = scores(course_cells(), solutions())

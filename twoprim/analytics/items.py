@@ -38,6 +38,10 @@ import html
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from twoprim.analytics.misconceptions import Misconceptions
 
 __all__ = [
     "Item",
@@ -87,7 +91,7 @@ class Analysis:
     left_out: dict[str, str] = field(default_factory=dict)  # student -> status
     blank: list[str] = field(default_factory=list)  # blank notebooks, left out unless with_blank
     with_blank: bool = False
-    misconceptions: object = None  # misconceptions.Misconceptions
+    misconceptions: Misconceptions | None = None
 
     def flagged(self) -> list[Item]:
         return [i for i in self.items if i.flags]
@@ -165,7 +169,7 @@ def bootstrap_interval(
 
 
 def item_statistics(
-    scores: dict[str, dict[str, float]], points: dict[str, float], *, hidden: set[str] = frozenset()
+    scores: dict[str, dict[str, float]], points: dict[str, float], *, hidden: set[str] | frozenset[str] = frozenset()
 ) -> list[Item]:
     """Items from `scores` (student -> test -> points got) and `points` (test -> its points); `hidden`: the tests
     that are hidden."""
@@ -181,7 +185,8 @@ def item_statistics(
         difficulty = sum(frac) / len(frac) if frac else math.nan
         r = None
         if len(set(frac)) > 1 and len(set(rest)) > 1:
-            r = float(stats.pearsonr(frac, rest).statistic)
+            # PearsonRResult is a tuple-bunch whose fields scipy declares at run time, unseen by its stubs
+            r = float(stats.pearsonr(frac, rest).statistic)  # pyright: ignore[reportAttributeAccessIssue]
         item = Item(
             name,
             full,
@@ -411,19 +416,20 @@ def _write_csvs(analysis: Analysis, items_path: Path, causes_path: Path) -> None
     with open(causes_path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["function", "students", "of", "cause", "next_step", "who", "tests"])
-        for function, causes in m.causes.items() if m is not None else ():
-            for c in causes:
-                writer.writerow(
-                    [
-                        function,
-                        len(c.students),
-                        len(m.students),
-                        c.label,
-                        c.next_step,
-                        " ".join(c.students),
-                        " ".join(c.tests),
-                    ]
-                )
+        if m is not None:
+            for function, causes in m.causes.items():
+                for c in causes:
+                    writer.writerow(
+                        [
+                            function,
+                            len(c.students),
+                            len(m.students),
+                            c.label,
+                            c.next_step,
+                            " ".join(c.students),
+                            " ".join(c.tests),
+                        ]
+                    )
 
 
 def _misconceptions_html(analysis: Analysis) -> str:

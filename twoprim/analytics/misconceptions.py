@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,7 +184,7 @@ def messages(notebook) -> dict[str, str]:
     return out
 
 
-def count(aid: str, root: Path, students: list[str], *, blank: list[str] = ()) -> Misconceptions:
+def count(aid: str, root: Path, students: list[str], *, blank: Sequence[str] = ()) -> Misconceptions:
     """The causes named in the autograded notebooks of `students` (grader/autograded/<student>/<aid>/), blank
     notebooks (`blank`) left out."""
     import nbformat

@@ -44,10 +44,14 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twoprim.analytics.canonical import normalise
 from twoprim.config import ROOT
 from twoprim.core.notebooks import answers
+
+if TYPE_CHECKING:
+    from copydetect import CodeFingerprint
 
 __all__ = [
     "Pair",
@@ -256,7 +260,8 @@ def _pair(a: str, b: str, prints: dict, weights: dict) -> Pair:
         found[1] += wb * fb.token_coverage
         raw[0] += ra * fa.token_coverage
         raw[1] += rb * fb.token_coverage
-    pair.sides = tuple(f / c if c else 0.0 for f, c in zip(found, covered, strict=True))
+    a_side, b_side = (f / c if c else 0.0 for f, c in zip(found, covered, strict=True))
+    pair.sides = (a_side, b_side)
     pair.overall = sum(pair.sides) / 2
     pair.overall_raw = sum(r / c if c else 0.0 for r, c in zip(raw, covered, strict=True)) / 2
     near = sorted((g for g, s in pair.raw.items() if s >= NEAR), key=lambda g: (-pair.answers[g], g))[:2]
@@ -277,7 +282,7 @@ def compare_answers(
     `boilerplate`: grade_id -> the released code of that cell (and any other key -> other released code)."""
     gids = list(dict.fromkeys(g for a in by_student.values() for g in a))
     shared = _boilerplate("\n\n".join(boilerplate.values()))
-    prints: dict[str, dict[str, object]] = {}
+    prints: dict[str, dict[str, CodeFingerprint]] = {}
     for student, given in by_student.items():
         prints[student] = {
             gid: _fingerprint(f"{student}-{gid}", _written(given.get(gid, ""), boilerplate.get(gid, "")), shared)

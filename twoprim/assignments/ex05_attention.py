@@ -250,7 +250,7 @@ def softmax_cases(
                 )
             if neg_inf:
                 hide = torch.rand(shape, generator=gen) < 0.25
-                first = [slice(None)] * len(shape)
+                first: list[slice | int] = [slice(None)] * len(shape)
                 first[dim] = 0
                 hide[tuple(first)] = False  # every slice along dim keeps at least one finite entry
                 x = x.masked_fill(hide, -math.inf)

@@ -141,7 +141,8 @@ class MLPWithBreak(MLP):
     def __init__(self, n_in: int, hidden: int, n_out: int):
         super().__init__(n_in, hidden, n_out)
 
-    def forward(self, x):
+    # x as in every model here (Sequential names it `input`; it is only ever passed positionally)
+    def forward(self, x):  # pyright: ignore[reportIncompatibleMethodOverride]
         linear1, relu, linear2 = self  # unpacked, not self[i]: Dynamo traces Sequential.__getitem__ (a quarter of
         h = relu(linear1(x))  # a capture), and the graphs are the same
         if not torch.isfinite(h).all():  # Python needs a bool from a tensor: a graph break
@@ -163,7 +164,8 @@ class LoggedMLP(MLP):
     def __init__(self, n_in: int, hidden1: int, hidden2: int, n_out: int):
         super().__init__(n_in, hidden1, hidden2, n_out)
 
-    def forward(self, x):
+    # x as in every model here (Sequential names it `input`; it is only ever passed positionally)
+    def forward(self, x):  # pyright: ignore[reportIncompatibleMethodOverride]
         linear1, relu1, linear2, relu2, linear3 = self  # unpacked, as MLPWithBreak
         h = relu1(linear1(x))
         _record_activation(h)  # Dynamo may not trace it: a graph break
@@ -175,7 +177,7 @@ class LoggedMLP(MLP):
         return f"LoggedMLP({_arrow(self.sizes)}, a compiler.disable'd hook after each ReLU)"
 
 
-MODELS: dict[str, Callable[[], nn.Module]] = {
+MODELS: dict[str, Callable[[], MLP | MatmulMLP | EinsumAttention]] = {
     "mlp": lambda: MLP(16, 32, 8),
     "mlp_no_bias": lambda: MLP(16, 32, 8, bias=False),
     "matmul": lambda: MatmulMLP(16, 32, 8),

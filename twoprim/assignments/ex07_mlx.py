@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,11 +34,15 @@ from twoprim.core.cases import dtype_name
 from twoprim.core.checks import ANSWERED, CallLog, Case, CheckResult, Mismatch, Rule, judge_values, run_check
 from twoprim.topics import mlx as mlx_tools
 
-try:
+if TYPE_CHECKING:  # MLX's types; at run time it may be missing
     import mlx.core as mx
     import mlx.nn as nn
-except ImportError:  # the package imports everywhere; the checks need MLX
-    mx = nn = None
+else:
+    try:
+        import mlx.core as mx
+        import mlx.nn as nn
+    except ImportError:  # the package imports everywhere; the checks need MLX
+        mx = nn = None
 
 __all__ = [
     "MLX",
@@ -111,7 +115,8 @@ def _same_dtype(fn: str, **arrays) -> None:
 
 def _number(fn: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        shape = f" of shape {tuple(value.shape)}" if hasattr(value, "shape") else ""
+        shape = getattr(value, "shape", None)
+        shape = f" of shape {tuple(shape)}" if shape is not None else ""
         raise TypeError(f"{fn}: {name} must be a Python number (int or float), got {type(value).__name__}{shape}.")
 
 

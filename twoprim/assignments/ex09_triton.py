@@ -954,7 +954,9 @@ def _k_loop_cause(g, A64, B64, tol: float) -> tuple[str, str] | None:
                 "every step of the loop over K must add its block's product to the accumulator, which lives "
                 "outside the loop",
             )
-        repeated = sum(A64[:, : min(bk, K - k0)] @ B64[: min(bk, K - k0)] for k0 in range(0, K, bk))
+        repeated = sum(
+            (A64[:, : min(bk, K - k0)] @ B64[: min(bk, K - k0)] for k0 in range(0, K, bk)), torch.zeros_like(first)
+        )
         if _close(g, steps * first, tol) or _close(g, repeated, tol):
             return (
                 f"C equals the product of the first block of K (columns 0–{bk - 1} of A, rows 0–{bk - 1} of B) "

@@ -217,7 +217,7 @@ def guard_dims(fn: str, dims: Any, lhs_shape: Any, rhs_shape: Any) -> None:
     """dims = ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), valid for these shapes."""
     for name, shape in (("lhs_shape", lhs_shape), ("rhs_shape", rhs_shape)):
         if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in shape
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) and int(s) >= 0 for s in shape
         ):
             raise TypeError(f"{fn}: {name} must be a tuple of sizes (ints ≥ 0), e.g. (64, 1024), got {shape!r}.")
     try:

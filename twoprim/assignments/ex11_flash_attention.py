@@ -755,10 +755,12 @@ def _stride_cause(g, q, k, v, causal, want, atol, rtol) -> tuple[str, str] | Non
     loose = [(name, t) for name, t in (("q", q), ("k", k), ("v", v)) if not t.is_contiguous()]
     if not loose:
         return None
-    read = {name: as_contiguous(t) for name, t in loose}
-    if any(t is None for t in read.values()):
-        return None
-    args = {"q": q, "k": k, "v": v} | read
+    args = {"q": q, "k": k, "v": v}
+    for name, t in loose:
+        read = as_contiguous(t)
+        if read is None:
+            return None
+        args[name] = read
     if _fits(g, flash.reference(args["q"], args["k"], args["v"], causal).double(), want, atol, rtol):
         names = ", ".join(name for name, _ in loose)
         return (

@@ -31,6 +31,7 @@ import os
 import pwd
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 from jupyterhub.handlers import BaseHandler
 from ltiauthenticator.lti13.auth import LTI13Authenticator
@@ -47,11 +48,18 @@ TIMEOUT_S = 60  # each account command and each copy made at a launch
 log = logging.getLogger("JupyterHub")
 
 
+class _Refused(web.HTTPError):
+    """An HTTPError with the two messages JupyterHub's error page shows when an exception carries them."""
+
+    jupyterhub_message: str
+    jupyterhub_html_message: str
+
+
 def refused(status: int, message: str) -> web.HTTPError:
     """An HTTPError whose page (JupyterHub's error page) says `message`, marked for tests and styles."""
     import html
 
-    err = web.HTTPError(status, "LTI launch refused: %s", message)
+    err = _Refused(status, "LTI launch refused: %s", message)
     err.jupyterhub_message = f"LTI launch refused: {message}"
     err.jupyterhub_html_message = f'<p id="twoprim-lti-refused">LTI launch refused: {html.escape(message)}</p>'
     return err
@@ -77,6 +85,11 @@ def explain(err: Exception, auth: CourseLTIAuthenticator) -> tuple[int, str]:
     return 400, f"{text}. {again}"
 
 
+def _authenticator(handler: BaseHandler) -> CourseLTIAuthenticator:
+    """The hub's authenticator, as the handlers it registers see it: it registers them only when it is this one."""
+    return cast(CourseLTIAuthenticator, handler.authenticator)
+
+
 class CallbackHandler(LTI13CallbackHandler):
     """The library's callback with pages that say why a launch was refused, and the assignment as the next URL."""
 
@@ -86,7 +99,7 @@ class CallbackHandler(LTI13CallbackHandler):
         try:
             id_token = self.decode_and_validate_launch_request()
         except ValidationError as err:
-            raise refused(*explain(err, self.authenticator)) from err
+            raise refused(*explain(err, _authenticator(self))) from err
         except web.HTTPError as err:  # the state or nonce: a launch not started here, or replayed
             if err.status_code == 400 and "LTI launch refused" not in (err.log_message or ""):
                 raise refused(
@@ -101,7 +114,7 @@ class CallbackHandler(LTI13CallbackHandler):
             raise refused(400, str(err)) from err
         if user is None:
             raise refused(403, "the hub did not log this account in")
-        self.redirect(self.twoprim_next or self.get_next_url(user))
+        self.redirect(self.twoprim_next or cast(str, self.get_next_url(user)))  # (a URL, untyped in JupyterHub)
 
 
 class LoginInitHandler(LTI13LoginInitHandler):
@@ -129,7 +142,7 @@ class JWKSHandler(BaseHandler):
 
     def get(self):
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"keys": [self.authenticator.lti.public_jwk()]}))
+        self.finish(json.dumps({"keys": [_authenticator(self).lti.public_jwk()]}))
 
 
 class ConfigHandler(LTI13ConfigHandler):
@@ -167,7 +180,7 @@ class CourseLTIAuthenticator(LTI13Authenticator):
         return [*super().get_handlers(app), (self.login_url("").replace("oauth_login", "jwks"), JWKSHandler)]
 
     async def authenticate(self, handler, data=None):
-        claims = data or {}
+        claims: dict[str, Any] = data or {}  # the launch's JWT claims
         config = self.lti
         deployment = claims.get(lc.CLAIM + "deployment_id")
         if deployment not in config.deployment_ids:
@@ -259,9 +272,12 @@ def create_student(name: str, course: Path, python: str) -> pwd.struct_passwd:
     if existing is not None and not course_made(existing):
         raise refused(409, f"the account {name} exists and is not the course's: the instructor renames one of them")
     if existing is None:
+        useradd = _tool("useradd")
+        if useradd is None:
+            raise refused(500, "`useradd` was not found on the hub's machine: the administrator installs passwd")
         subprocess.run(
             [
-                _tool("useradd"),
+                useradd,
                 "--create-home",
                 "--user-group",
                 "--shell",

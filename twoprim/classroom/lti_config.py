@@ -36,6 +36,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from twoprim.core.errors import CourseError
 
@@ -246,7 +247,7 @@ def record_launch(course: Path, claims: dict, account: str, role: str, owner: tu
     record = read_record(course)
     who = identity(claims)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    entry = record["users"].get(who) or {"first": now}
+    entry: dict[str, Any] = record["users"].get(who) or {"first": now}
     entry.update(
         account=account,
         role=role,

@@ -26,6 +26,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from twoprim.classroom import lti_config as lc
 from twoprim.config import COURSE_ID
@@ -88,9 +89,9 @@ def _session():
     import requests
 
     class Bounded(requests.Session):
-        def request(self, method, url, **kw):
+        def request(self, *args: Any, **kw: Any):
             kw.setdefault("timeout", HTTP_TIMEOUT)
-            return super().request(method, url, **kw)
+            return super().request(*args, **kw)
 
     session = Bounded()
     session.headers["User-Agent"] = "two-primitives (pylti1p3)"
@@ -99,11 +100,11 @@ def _session():
 
 def service(config: lc.LTIConfig, lineitems: str, scope: list[str] | None = None):
     """pylti1p3's AssignmentsGradesService for the platform of `config`, at the line items URL `lineitems`."""
-    from pylti1p3.assignments_grades import AssignmentsGradesService
+    from pylti1p3.assignments_grades import AssignmentsGradesService, TAssignmentsGradersData
     from pylti1p3.service_connector import ServiceConnector
-    from pylti1p3.tool_config import ToolConfDict
+    from pylti1p3.tool_config.dict import TIssConf, ToolConfDict
 
-    settings = {
+    settings: TIssConf = {
         "default": True,
         "client_id": config.client_id,
         "auth_login_url": config.auth_login_url,
@@ -121,7 +122,9 @@ def service(config: lc.LTIConfig, lineitems: str, scope: list[str] | None = None
     tool.set_public_key(config.issuer, JWK.from_pem(pem.encode()).export_to_pem().decode(), client_id=config.client_id)
     registration = tool.find_registration_by_params(config.issuer, config.client_id)
     connector = ServiceConnector(registration, requests_session=_session())
-    return AssignmentsGradesService(connector, {"scope": list(scope or SCOPES), "lineitems": lineitems})
+    # the scopes are AGS's own (SCOPES, or the caller's choice among them), typed there as literals
+    data = cast(TAssignmentsGradersData, {"scope": list(scope or SCOPES), "lineitems": lineitems})
+    return AssignmentsGradesService(connector, data)
 
 
 def _retrying(call, tries: int = TRIES, backoff: float = BACKOFF_S):
@@ -130,6 +133,7 @@ def _retrying(call, tries: int = TRIES, backoff: float = BACKOFF_S):
     import requests
     from pylti1p3.exception import LtiServiceException
 
+    why: tuple[int | None, str] = (None, f"not tried (tries={tries})")
     for attempt in range(1, tries + 1):
         try:
             return call(), None, attempt
@@ -199,6 +203,7 @@ def send(
             f"the LMS refused {aid}'s line item at {lineitems} ({error[1]}): nothing was sent; check "
             f"the tool's AGS scopes in the LMS (line items and scores)"
         )
+    assert item is not None  # (no error: the platform's line item)
     failed, sent, same, unknown = [], [], [], []
     with _db(root) as store:
         for s in todo:
@@ -234,6 +239,7 @@ def send(
 def _send_one(ags, item, s: Score, tries: int, backoff: float) -> tuple[bool, tuple, int]:
     from pylti1p3.grade import Grade
 
+    assert s.user_id is not None  # (a student who never launched from the LMS is not sent)
     grade = (
         Grade()
         .set_score_maximum(s.maximum)
@@ -247,5 +253,6 @@ def _send_one(ags, item, s: Score, tries: int, backoff: float) -> tuple[bool, tu
     answer, error, count = _retrying(lambda: ags.put_grade(grade, item), tries, backoff)
     if error:
         return False, error, count
+    assert answer is not None  # (no error: the platform's answer)
     body = answer.get("body")
     return True, (200, json.dumps(body) if body is not None else "accepted"), count

@@ -60,7 +60,8 @@ def machine() -> dict[str, str]:
     try:
         import mlx.core as mx
 
-        info["mlx"] = f"{mx.__version__} ({mx.default_device()})"
+        # mlx.core has __version__ at run time; its stubs leave it out
+        info["mlx"] = f"{mx.__version__} ({mx.default_device()})"  # pyright: ignore[reportAttributeAccessIssue]
     except ImportError:
         info["mlx"] = "not installed"
     return info

@@ -103,15 +103,14 @@ def assignment_ids(root: Path | None = None) -> list[str]:
 def _hints_in(path: Path) -> dict[str, tuple[str, ...]]:
     """The `HINTS` literal of one checks module's source, {} when it defines none."""
     for node in ast.parse(path.read_text()).body:
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else node.targets[0]
-            if isinstance(node, ast.Assign)
-            else None
-        )
-        if isinstance(target, ast.Name) and target.id == "HINTS":
-            return ast.literal_eval(node.value)
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "HINTS" and value is not None:
+            return ast.literal_eval(value)
     return {}
 
 

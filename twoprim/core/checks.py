@@ -31,7 +31,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -83,6 +83,16 @@ class Rule:
     name: str
     test: Callable[[CallLog, Case], str | None]
     next_step: str
+
+
+class _RuleLike(Protocol):
+    """What `run_check` reads of a rule: a `Rule`, or an object that sets its next step as it tests (ex09's and
+    ex11's compiled-code rules)."""
+
+    name: str
+    next_step: str
+
+    def test(self, log: CallLog, case: Case) -> str | None: ...
 
 
 def forbid(what: str, functions: Iterable[str] = (), aten: Iterable[str] = (), *, next_step: str) -> Rule:
@@ -529,7 +539,7 @@ def run_check(
     expected: Callable[..., Any],
     judge: Callable[[Any, Any, Case], str],
     proves: str,
-    rules: Sequence[Rule] = (),
+    rules: Sequence[Rule | _RuleLike] = (),
     hidden: int = 0,
     next_step: str = "",
     quiet: bool = False,

@@ -19,6 +19,8 @@ class CheckFailure(AssertionError):
     Validate and feedback print). The verdict comes first, then the next step, then the case; when the learner's
     own code raised, its traceback follows, cut to the learner's frames."""
 
+    not_written = False  # the learner's function is still the stub (it raised NotImplementedError): no blame passed on
+
     def _render_traceback_(self) -> list[str]:
         lines = str(self).splitlines() or [type(self).__name__]
         nexts = [i for i, line in enumerate(lines) if line.lstrip().startswith("next:")]

@@ -20,7 +20,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -477,7 +477,9 @@ def target_name(node: torch.fx.Node) -> str:
     name, or for an input its placeholder name."""
     if node.op == "call_function":
         try:
-            return torch.fx.node._get_qualified_name(node.target)
+            from torch.fx.node import _get_qualified_name
+
+            return _get_qualified_name(cast(Callable[..., Any], node.target))  # a call_function's target is one
         except Exception:  # noqa: BLE001 - a name is only for reading
             return str(node.target)
     return str(node.target)

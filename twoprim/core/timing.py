@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 from torch.utils.benchmark import Timer
@@ -56,6 +57,26 @@ class Fastest:
     stopped: bool
 
 
+@overload
+def fastest(
+    fn: Callable[[], object],
+    *,
+    budget: float = ...,
+    min_calls: int = ...,
+    max_calls: int = ...,
+    stop: None = None,
+    progress: Callable[[int, int], object] | None = ...,
+) -> Fastest: ...
+@overload
+def fastest(
+    fn: Callable[[], object],
+    *,
+    budget: float = ...,
+    min_calls: int = ...,
+    max_calls: int = ...,
+    stop: threading.Event | None,
+    progress: Callable[[int, int], object] | None = ...,
+) -> Fastest | None: ...
 def fastest(
     fn: Callable[[], object],
     *,
@@ -63,12 +84,14 @@ def fastest(
     min_calls: int = 3,
     max_calls: int = 1000,
     stop: threading.Event | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Fastest | None:
     """The fastest single call of `fn()`: one warm-up call (first-call costs, allocation and thread start-up, are not
     the operation's speed) sets how many calls fit in about `budget` seconds (at least `min_calls`, at most
     `max_calls`); `progress(done, planned)` after each; no new call once `stop` is set. None when stopped before any
-    timed call."""
+    timed call (so never without a `stop`)."""
+    if min_calls < 1 or max_calls < 1:
+        raise ValueError(f"fastest times at least one call: min_calls={min_calls}, max_calls={max_calls}")
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start

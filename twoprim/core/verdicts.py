@@ -173,7 +173,7 @@ def decode(data: Any) -> Any:
             return torch.Size(items)
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[t](items)
     if t == "dict":
-        cls = {"Counter": collections.Counter, "OrderedDict": collections.OrderedDict}.get(data.get("cls"), dict)
+        cls = {"Counter": collections.Counter, "OrderedDict": collections.OrderedDict}.get(data.get("cls") or "", dict)
         return cls({decode(k): decode(v) for k, v in data["items"]})
     if t == "opaque":
         stand_in = type(str(data.get("type", "object"))[:100] or "object", (Opaque,), {})

@@ -28,6 +28,7 @@ import pwd
 import secrets
 from pathlib import Path
 
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange import abc
 from nbgrader.exchange.abc.exchange import ExchangeError
 from traitlets import Bool, Dict, Unicode, default
@@ -246,6 +247,7 @@ class ServiceExchange(abc.Exchange):
         "gives each user's server)"
     ).tag(config=True)
     path_includes_course = Bool(False, help="Fetch into <assignment_dir>/<course>/<assignment>").tag(config=True)
+    coursedir: CourseDirectory  # nbgrader's trait (allow_none): every app that runs an exchange sets it
     service_urls = Dict(
         help="A hub serving several courses: course id -> that course's exchange service URL, for "
         "the courses this user is in (default: $TWOPRIM_EXCHANGE_URLS, which ./course hub "

@@ -42,6 +42,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange.default.submit import ExchangeSubmit as _NbgraderSubmit
 from nbgrader.utils import find_all_notebooks
 
@@ -251,6 +252,8 @@ class ExchangeSubmit(_NbgraderSubmit):
     """nbgrader's submit into the shared folder, sealed: the submission is copied into a private folder inside
     inbound/, sealed (`seal`: only its owner may change it) and then renamed into place, never the 0777 folder
     nbgrader's own submit leaves; a notebook not where the release put it is refused, naming the expected path."""
+
+    coursedir: CourseDirectory  # nbgrader's trait (allow_none): every app that runs an exchange sets it
 
     def copy_files(self):
         import secrets

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -159,7 +160,7 @@ def refusal_lines(refused: list[dict]) -> list[str]:
     for student, theirs in sorted(by.items()):
         kinds: dict[str, int] = {}
         for r in theirs:
-            label = LIMITS.get(r.get("limit"), "refused for another reason")
+            label = LIMITS.get(r.get("limit") or "", "refused for another reason")
             kinds[label] = kinds.get(label, 0) + 1
         last = theirs[-1]
         out.append(
@@ -223,7 +224,7 @@ def misplaced(aid: str, expected, submitted) -> str | None:
 
 
 def admit(
-    aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path, refused: list[dict] = ()
+    aid: str, submissions: list[Submission], set_aside: list[SetAside], *, root: Path, refused: Sequence[dict] = ()
 ) -> CollectReport:
     """Write each student's newest submission of `aid` into grader/submitted/ (timestamp.txt = its arrival),
     keeping any version it replaces under grader/archive/; flag copies; write the collect report, which names every

@@ -72,9 +72,11 @@ import tarfile
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, cast
 from urllib.parse import urlparse
 
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 
 from twoprim.exchange.intake import MAX_BYTES, STAMP, check_name, misplaced
 
@@ -205,21 +207,32 @@ def _members(tar: tarfile.TarFile, max_file: int | None, what: str):
         yield member
 
 
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo, size: int = -1) -> bytes:
+    """A member's bytes (at most `size`): `_members` yields only regular files, which `extractfile` always opens."""
+    f = tar.extractfile(member)
+    assert f is not None
+    return f.read(size)
+
+
 def unpack(
-    data: bytes | os.PathLike | io.IOBase, *, max_file: int | None = None, what: str = "the upload"
+    data: bytes | os.PathLike | io.IOBase | sqlite3.Blob, *, max_file: int | None = None, what: str = "the upload"
 ) -> dict[str, bytes]:
     """A tar of regular files (bytes, a path or an open file) back to relative path -> bytes. Refused
     (ExchangeRefusal): anything but regular files and folders (links, devices), a path that is not plainly
     relative, a file over `max_file` bytes."""
     try:
         with _open_tar(data) as tar:
-            return {m.name: tar.extractfile(m).read() for m in _members(tar, max_file, what)}
+            return {m.name: _read(tar, m) for m in _members(tar, max_file, what)}
     except tarfile.TarError as err:
         raise ExchangeRefusal(400, f"{what} is not a tar of files ({err})") from err
 
 
 def scan(
-    path: os.PathLike, *, max_file: int | None = None, what: str = "the upload", small: tuple[str, ...] = ()
+    path: os.PathLike | sqlite3.Blob,
+    *,
+    max_file: int | None = None,
+    what: str = "the upload",
+    small: tuple[str, ...] = (),
 ) -> tuple[list[str], dict[str, bytes]]:
     """A tar file's regular files, checked as `unpack` checks them, without reading them: their names, and the
     bytes of the `small` ones (at most 4 KB each: the secret, the student's timestamp)."""
@@ -229,7 +242,7 @@ def scan(
             for member in _members(tar, max_file, what):
                 names.append(member.name)
                 if member.name in small:
-                    read[member.name] = tar.extractfile(member).read(4096)
+                    read[member.name] = _read(tar, member, 4096)
     except tarfile.TarError as err:
         raise ExchangeRefusal(400, f"{what} is not a tar of files ({err})") from err
     return names, read
@@ -351,11 +364,13 @@ class Store:
                     "INSERT INTO released (course, assignment, released_at, by, files) VALUES (?,?,?,?,zeroblob(?))",
                     (course, aid, _now().strftime(STAMP), by, size),
                 )
-                with db.blobopen("released", "files", cur.lastrowid) as blob:  # copied in pieces, never whole
+                version = cur.lastrowid
+                assert version is not None  # (an INSERT's row)
+                with db.blobopen("released", "files", version) as blob:  # copied in pieces, never whole
                     while chunk := f.read(CHUNK):
                         blob.write(chunk)
                 db.execute("COMMIT")
-                return cur.lastrowid
+                return version
         finally:
             path.unlink(missing_ok=True)
 
@@ -731,7 +746,8 @@ class _Base(web.RequestHandler):
                 logging.getLogger(NAME).warning(
                     "%s took no data for %d s: download dropped", self.request.uri, SEND_TIMEOUT_S
                 )
-                self.request.connection.close()
+                # tornado's HTTPServer serves every request over an HTTP1Connection (typed as the abstract one)
+                cast(HTTP1Connection, self.request.connection).close()
                 return
         self.finish()
 
@@ -748,10 +764,16 @@ class _Upload(_Base):
     as it passes what this upload may be (`allowance`); refused then once the rest has arrived."""
 
     user: str | None = None
-    _file = None
+    _file: IO[bytes] | None = None
     _path: Path | None = None
     _over: ExchangeRefusal | None = None
     _size = 0
+
+    @property
+    def me(self) -> str:
+        """The hub user this request is from (`prepare` asked the hub before any handler runs)."""
+        assert self.user is not None
+        return self.user
 
     async def prepare(self):
         self.user = await self.who()
@@ -790,6 +812,7 @@ class _Upload(_Base):
         """The upload's file, complete; refused when it was cut off."""
         if self._over is not None:
             raise self._over
+        assert self._file is not None and self._path is not None  # (prepare opened it for this POST)
         self._file.close()
         self._file = None
         return self._path
@@ -856,12 +879,12 @@ class _Assignment(_Upload):
             await self.send_file(blob)
 
     async def allowance(self) -> int:
-        self.only_instructor(self.user, f"release {self.path_args[1]}")
+        self.only_instructor(self.me, f"release {self.path_args[1]}")
         return await super().allowance()
 
     async def post(self, course, aid):
         force = self.get_argument("force", "0") in ("1", "true", "yes")
-        version = self.store.release(self.course(course), aid, self.staged(), by=self.user, force=force)
+        version = self.store.release(self.course(course), aid, self.staged(), by=self.me, force=force)
         self.send_json(
             {
                 "assignment_id": aid,
@@ -896,7 +919,7 @@ class _Submit(_Upload):
 
     @property
     def _key(self) -> tuple[str, str, str]:
-        return (self.path_args[0], self.path_args[1], self.user)
+        return (self.path_args[0], self.path_args[1], self.me)
 
     async def allowance(self) -> int:
         course, aid = self.path_args
@@ -909,7 +932,7 @@ class _Submit(_Upload):
             )
         self.course(course)
         self.store.release_notebooks(course, aid)  # 404 unless released
-        count, self._stored = self.store.usage(course, aid, self.user)
+        count, self._stored = self.store.usage(course, aid, self.me)
         arriving = self.ex["arriving"].setdefault(self._key, {})
         if count + len(arriving) >= self.ex["max_submissions"]:
             raise over_count(aid, count + len(arriving), self.ex["max_submissions"])
@@ -935,7 +958,7 @@ class _Submit(_Upload):
             self.store.submit(
                 course,
                 aid,
-                self.user,
+                self.me,
                 self.staged(),
                 max_submissions=self.ex["max_submissions"],
                 max_stored=self.ex["max_stored"],
@@ -1002,7 +1025,7 @@ class _ReleaseFeedback(_Upload):
     """POST api/feedback/<course>/<aid>/<student>: the instructor's feedback for a submission."""
 
     async def allowance(self) -> int:
-        self.only_instructor(self.user, f"release feedback for {self.path_args[1]}")
+        self.only_instructor(self.me, f"release feedback for {self.path_args[1]}")
         return await super().allowance()
 
     async def post(self, course, aid, student):
@@ -1085,7 +1108,7 @@ def limit_memory(megabytes_: float) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m twoprim.exchange.service", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m twoprim.exchange.service", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--store", type=Path, required=True, help="the folder of the store (0700, the service's own)")
     p.add_argument("--course", required=True, help="nbgrader's course id")
     p.add_argument("--instructor", action="append", default=[], help="a hub user who may release and collect")

@@ -34,9 +34,10 @@ def due_date(text: str, flag: str = "--due"):
             when = dateutil.parser.parse(text)
     except (ValueError, OverflowError) as err:
         raise CourseError(f"{flag} {text!r} is not a date and time ({err}): {example}") from err
-    if when.tzinfo is None:
+    offset = when.utcoffset()
+    if offset is None:  # naive: no time zone (or one that gives no offset)
         raise CourseError(f"{flag} {text!r} has no time zone, and a deadline must say which: {example}")
-    return (when - when.utcoffset()).replace(tzinfo=None)
+    return (when - offset).replace(tzinfo=None)
 
 
 def extend(aid: str, student: str, until: str | None, *, root: Path = ROOT, db: str | None = None) -> str:

@@ -117,7 +117,7 @@ def _library_roots() -> set[str]:
 
 def _literal_size(node: ast.AST) -> float | None:
     """The value of +, -, *, ** over number literals, never computing a huge power (None: not such an expression)."""
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return float(node.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Pow)):
         a, b = _literal_size(node.left), _literal_size(node.right)

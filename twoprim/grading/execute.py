@@ -11,15 +11,19 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from queue import Empty
+from typing import TYPE_CHECKING
 
-from jupyter_client import AsyncKernelManager
-from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
 from nbgrader.preprocessors import Execute
 from traitlets import default
 
 from twoprim.grading.forkserver import ENV_CELLS, ENV_SOCKET
 from twoprim.grading.kernels import scratch
 from twoprim.grading.preprocessors import CPU_LIMIT_LOG_ENV, KERNEL_UID_ENV, STRETCH
+
+if TYPE_CHECKING:
+    import psutil
 
 __all__ = [
     "CpuTimedExecute",
@@ -77,7 +81,7 @@ def _tell(cell, phase: str) -> None:
             callback(cell, phase)
 
 
-_KERNEL: dict[int, object] = {}  # pid -> psutil.Process of the graded kernel's uid, found once, read cheaply
+_KERNEL: dict[int, psutil.Process] = {}  # pid -> psutil.Process of the graded kernel's uid, found once, read cheaply
 
 
 def kernel_cpu_seconds(rescan: bool = False) -> float | None:
@@ -165,7 +169,8 @@ class PromptKernelManager(AsyncKernelManager):
     `SHUTDOWN_POLL_S` (jupyter_client polls every 0.1 s: 0.05-0.1 s idle at the end of every submission)."""
 
     @default("client_factory")
-    def _client_factory_default(self):
+    # jupyter_client annotates its own default `-> Type` (traitlets' trait class), where it returns a class
+    def _client_factory_default(self):  # pyright: ignore[reportIncompatibleMethodOverride]
         return PromptKernelClient
 
     async def _async_finish_shutdown(self, waittime=None, pollinterval=0.1, restart=False):
@@ -208,7 +213,7 @@ class CpuTimedExecute(Execute):
         started, cpu0 = getattr(self, "_cell_clock", (None, None))
         cpu = kernel_cpu_seconds(rescan=True) if cpu0 is not None else None
         verdict = "wall"
-        if started is not None and cpu is not None:
+        if started is not None and cpu is not None and cpu0 is not None:
             wall, used = time.monotonic() - started, cpu - cpu0
             if used < 0.9 * timeout and used >= 0.1 * wall and wall < STRETCH * timeout:
                 self.log.warning(

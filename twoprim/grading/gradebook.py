@@ -28,6 +28,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from twoprim.config import COURSE_ID
 from twoprim.core.errors import CourseError
@@ -39,6 +40,9 @@ from twoprim.grading.submitted import (
     submission_files,
     submitted_students,
 )
+
+if TYPE_CHECKING:
+    from nbgrader.plugins import LateSubmissionPlugin
 
 __all__ = [
     "DB_ENV",
@@ -391,16 +395,18 @@ def statuses(aid: str, url: str) -> dict[str, dict]:
 
 
 @functools.lru_cache(maxsize=8)
-def _late_plugin(config_folder: str):
+def _late_plugin(config_folder: str) -> LateSubmissionPlugin:
     """The late-submission plugin the course's nbgrader configuration names (`AssignLatePenalties.plugin_class`,
     nbgrader's `LateSubmissionPlugin` by default, whose `penalty_method` is 'none' unless configured)."""
+    from nbgrader.plugins import LateSubmissionPlugin
     from nbgrader.preprocessors import AssignLatePenalties
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=config_folder).load_config()
     assigner = AssignLatePenalties(config=config)
     assigner.init_plugin()
-    return assigner.plugin_inst
+    # typed as any BasePlugin; nbgrader itself calls late_submission_penalty on it
+    return cast(LateSubmissionPlugin, assigner.plugin_inst)
 
 
 def late_penalties(gb, sub, root: Path) -> None:

@@ -105,7 +105,7 @@ def warm_forkserver(threads: int | None) -> forkserver.Forkserver:
     if threads:
         os.environ.update({v: str(threads) for v in sandbox.THREAD_VARIABLES})
     try:
-        modules = [*WARM_MODULES, *(f"{__package__.rsplit('.', 1)[0]}.{m}" for m in checks_modules())]
+        modules = [*WARM_MODULES, *(f"{__name__.split('.')[0]}.{m}" for m in checks_modules())]
         server = forkserver.Forkserver(scratch() / "boxes", scratch() / "control", modules).start()
     finally:
         for k, v in saved.items():
@@ -146,7 +146,7 @@ class Watchdog:
     kernel's launcher and what it started), but none of `spare` (the forkserver's) and none that was already running
     (a test's servers, a learner's other work, when grading runs in their process)."""
 
-    def __init__(self, seconds: float, spare: set[int] = frozenset()):
+    def __init__(self, seconds: float, spare: set[int] | frozenset[int] = frozenset()):
         import psutil
 
         self.fired = False

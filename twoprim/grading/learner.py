@@ -189,10 +189,11 @@ def selfgrade(
             refused=refused,
         )
         with watching_cells(on_cell):
-            for _ in range(MAX_ATTEMPTS):  # a fault of the grader is tried again, as autograde does
-                outcome = grade_task(task, snap)
+            outcome = grade_task(task, snap)
+            for _ in range(MAX_ATTEMPTS - 1):  # a fault of the grader is tried again, as autograde does
                 if outcome.status != NOT_GRADED:
                     break
+                outcome = grade_task(task, snap)
         autograded, outcome.autograded = outcome.autograded, {}
         result = SelfGrade(aid, outcome, None)
         if dry:

@@ -57,6 +57,8 @@ def nbgrader(
     env = environment()
     preflight(env)
     exe = shutil.which("nbgrader", path=env["PATH"])
+    if exe is None:
+        raise CourseError(f"`nbgrader` is not on the course environment's PATH ({env['PATH']}): run `make setup`")
     proc = subprocess.run([exe, *args], cwd=grader, env=env, text=True, capture_output=capture, timeout=timeout)
     if check and proc.returncode != 0:
         detail = f"\n{proc.stdout}\n{proc.stderr}" if capture else ""
@@ -65,7 +67,7 @@ def nbgrader(
 
 
 @functools.cache
-def _alembic_head() -> str:
+def _alembic_head() -> str | None:
     from alembic.script import ScriptDirectory
     from nbgrader import dbutil
 
@@ -87,6 +89,9 @@ def checked_schema_once() -> None:
     validator kept. The cells are validated exactly as before, with the same error (`best_match`) raised.
     Left as it is when nbgrader's method is not the one this replaces (another nbgrader)."""
     import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.protocols
+    import jsonschema.validators
     from nbgrader.nbgraderformat import common
 
     method = common.BaseMetadataValidator.validate_cell

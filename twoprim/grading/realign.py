@@ -46,7 +46,7 @@ def realign(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> t
     notebook (a copy) and what was repaired, in words; raises `NotTheAssignment` when no cell matches at all.
     """
     nb = copy.deepcopy(student)
-    by_id = {grade_id(c): c for c in release.cells if grade_id(c)}
+    by_id = {gid: c for c in release.cells if (gid := grade_id(c))}
     is_answer = {gid: bool(c.metadata["nbgrader"].get("solution")) for gid, c in by_id.items()}
     notes: list[str] = []
     seen: set[str] = set()
@@ -60,7 +60,7 @@ def realign(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> t
     order = {gid: i for i, gid in enumerate(by_id)}
     unanswered, deleted = [], []
     for gid in [g for g in by_id if g not in seen]:  # put the rest back where they were
-        before = [i for i, c in enumerate(cells) if grade_id(c) in order and order[grade_id(c)] < order[gid]]
+        before = [i for i, c in enumerate(cells) if (cid := grade_id(c)) in order and order[cid] < order[gid]]
         cells.insert(before[-1] + 1 if before else 0, copy.deepcopy(by_id[gid]))
         if is_answer[gid]:
             unanswered.append(gid)

@@ -293,11 +293,12 @@ def _process_limit() -> int:
 
 def rlimits() -> dict[str, tuple[int, int]]:
     """The limits of a submission's processes, by `resource` name (set in each forked kernel)."""
+    nproc = _process_limit()
     return {
-        "RLIMIT_AS": (MEMORY_LIMIT_BYTES,) * 2,
-        "RLIMIT_CPU": (CPU_LIMIT_SECONDS,) * 2,
-        "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES,) * 2,
-        "RLIMIT_NPROC": (_process_limit(),) * 2,
+        "RLIMIT_AS": (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES),
+        "RLIMIT_CPU": (CPU_LIMIT_SECONDS, CPU_LIMIT_SECONDS),
+        "RLIMIT_FSIZE": (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES),
+        "RLIMIT_NPROC": (nproc, nproc),
         "RLIMIT_CORE": (0, 0),
     }
 

@@ -464,7 +464,7 @@ def _read_selfgrade(root: Path, aid: str, notebook: Path) -> dict | None:
     return {"score": score, "max_score": max_score, "stale": stale, "failing": failing}
 
 
-def _assignment_ids(root: Path, released: set[str] = frozenset()) -> list[str]:
+def _assignment_ids(root: Path, released: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Assignments from solutions/ (twoprim.core.notebooks.assignments) and, for a learner's copy without solutions/,
     from exercises/; on the classroom hub also every one `released`, fetched or not."""
     found = {p.parent.name for p in (root / "exercises").glob("*/*.ipynb") if p.stem == p.parent.name}
@@ -513,12 +513,12 @@ def _classroom(notes: list[str]) -> Classroom | None:
         )
         return None
     due = {e["assignment_id"]: datetime.datetime.strptime(e["due"], deadlines.FORMAT) for e in listing if e.get("due")}
-    room = Classroom({e["assignment_id"] for e in listing}, due, {})
+    submitted: dict[str, dict] = {}
     for record in mine:  # oldest first: the newest of each assignment wins
         at = record["timestamp"]
         epoch = calendar.timegm(time.strptime(at.split(".")[0], "%Y-%m-%d %H:%M:%S"))
-        room.submitted[record["assignment_id"]] = {"at": at, "epoch": epoch}
-    return room
+        submitted[record["assignment_id"]] = {"at": at, "epoch": epoch}
+    return Classroom({e["assignment_id"] for e in listing}, due, submitted)
 
 
 def _released() -> set[str]:
@@ -537,7 +537,7 @@ def _late(a: AssignmentStatus) -> bool:
     from nbgrader.utils import parse_utc
 
     try:
-        return a.due is not None and bool(a.submitted and a.submitted["at"]) and parse_utc(a.submitted["at"]) > a.due
+        return bool(a.due is not None and a.submitted and a.submitted["at"] and parse_utc(a.submitted["at"]) > a.due)
     except (ValueError, OverflowError):
         return False
 

@@ -60,6 +60,7 @@ def load_state(root: Path = ROOT) -> tuple[dict, str | None]:
     path = Path(root) / STATE_FILE
     if not path.exists():
         return _fresh_state(), None
+    data: dict = {}
     try:
         data = json.loads(path.read_text())
         problem = _state_problem(data)

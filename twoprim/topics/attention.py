@@ -295,6 +295,7 @@ def heatmap(
                             fontsize=7,
                             color="black" if value > 0.6 else "white",
                         )
+    assert image is not None  # (one per panel, and there is at least one)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)

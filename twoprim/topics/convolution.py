@@ -76,9 +76,9 @@ def conv2d_spec(
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
-    stride=1,
-    padding=0,
-    dilation=1,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
     groups: int = 1,
 ) -> torch.Tensor:
     """out[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q]·x[n, g·Cg + c, sh·i + dh·p − ph, sw·j + dw·q − pw], 0 outside x."""
@@ -134,9 +134,9 @@ def conv2d_im2col(
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
-    stride=1,
-    padding=0,
-    dilation=1,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
     groups: int = 1,
 ) -> torch.Tensor:
     """F.conv2d as out_g = W_g (O/groups × K) @ cols_g (K × N·Hout·Wout), K = C/groups·kh·kw, one mm per group."""
@@ -161,7 +161,14 @@ def conv_flops(x_shape, w_shape, stride=1, padding=0, dilation=1, groups: int = 
     return 2 * N * O * out_size(H, kh, sh, ph, dh) * out_size(W, kw, sw, pw, dw) * Cg * kh * kw
 
 
-def recorded_gemms(x_shape, w_shape, stride=1, padding=0, dilation=1, groups: int = 1) -> list:
+def recorded_gemms(
+    x_shape,
+    w_shape,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    groups: int = 1,
+) -> list:
     """The GEMMs `conv2d_im2col` runs for these shapes, as recorded ATen ops [(op, operand shapes), ...].
 
     It runs on the `meta` device: shapes and ops only, no memory and no arithmetic, so real layer sizes are free.
@@ -215,7 +222,13 @@ def allocations(fn: Callable[[], object]) -> dict:
 
 
 def receptive_field_figure(
-    x: torch.Tensor, kernel_size, *, stride=1, padding=0, dilation=1, position: tuple[int, int] = (0, 0)
+    x: torch.Tensor,
+    kernel_size: int | tuple[int, int],
+    *,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    position: tuple[int, int] = (0, 0),
 ):
     """Input channels (padding in grey) with the receptive field of output `position` outlined, beside
     cols = F.unfold(x) (C·kh·kw × Hout·Wout) with the column it becomes outlined. x is (C, H, W) or (1, C, H, W)."""

@@ -23,6 +23,7 @@ import importlib
 import io
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 
@@ -101,7 +102,7 @@ class Explorer:
     def __init__(
         self,
         title: str,
-        controls: Mapping[str, object],
+        controls: Mapping[str, Any],  # ipywidgets' controls (their traits are untyped)
         render: Callable[..., tuple] | None,
         *,
         limits: Callable[..., Mapping[str, int]] | None = None,
@@ -144,6 +145,7 @@ class Explorer:
                 self._adjusting = False
         try:
             with DRAW:
+                assert self._render is not None  # (an explorer without one draws in a refresh of its own)
                 fig, text = self._render(**self.values)
                 png = figure_png(fig)
         except ValueError as err:
@@ -169,6 +171,7 @@ class Explorer:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         bundle = self.widget._repr_mimebundle_()  # the widget view (and its repr as text/plain)
+        assert bundle is not None  # (None only for a widget without a view; a VBox has one)
         if self.first_png:
             bundle["image/png"] = base64.b64encode(self.first_png).decode("ascii")
         bundle["text/plain"] = f"{self.title} (interactive in JupyterLab)\n{self.first_text}"

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -411,6 +411,8 @@ def peak_estimate(
         ghz = float(mhz) / 1e3
         sources["clock"] = "`cpu MHz` in /proc/cpuinfo: the clock when read (a VM reports its host's base clock)"
     estimate = PeakEstimate(name, None, cores, simd, fma_units, ghz, sources)
+    if cores is None or estimate.lanes is None:  # (a /proc/cpuinfo without a `processor` line)
+        return replace(estimate, reason="/proc/cpuinfo lists no processor")
     gflops = cores * estimate.lanes * 2 * fma_units * ghz
     return PeakEstimate(name, gflops, cores, simd, fma_units, ghz, sources)
 

@@ -162,7 +162,7 @@ def measure_gemm(
     min_calls: int = 3,
     max_calls: int = 200,
     stop: threading.Event | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], object] | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Measurement | None:
     """Fastest single call of A (M×K) @ B (K×N), one call per step: `progress(done, planned)` after each, and no

@@ -191,7 +191,8 @@ class Capture:
 
 def _keeping(graphs: list) -> Callable:
     """An AOTAutograd compiler that keeps the ATen graph and runs it as it is (boxed: AOTAutograd passes a list)."""
-    from torch._functorch.aot_autograd import make_boxed_func
+    # torch's documented helper; its module takes it from another without re-exporting it for type checkers
+    from torch._functorch.aot_autograd import make_boxed_func  # pyright: ignore[reportPrivateImportUsage]
 
     def compiler(gm: torch.fx.GraphModule, example_inputs) -> Callable:
         graphs.append(gm)
@@ -220,7 +221,8 @@ def skip_guard_profiling() -> None:
         return 0.0
 
     profile_guard_manager.skipped_by_twoprim = True  # type: ignore[attr-defined]
-    guards.profile_guard_manager = profile_guard_manager
+    # torch._dynamo.guards imports it from its C extension (not re-exported for type checkers); it is patched there
+    guards.profile_guard_manager = profile_guard_manager  # pyright: ignore[reportPrivateImportUsage]
 
 
 def capture_graphs(model: Callable, x: torch.Tensor, level: str, train: bool = False) -> Capture:
@@ -408,7 +410,7 @@ def captured_output(**logs: Any) -> Iterator[Printed]:
     log_buf, out_buf, err_buf = io.StringIO(), io.StringIO(), io.StringIO()
     env_logs = os.environ.pop("TORCH_LOGS", None)
     try:
-        torch._logging.set_logs(**logs)
+        torch_logs.set_logs(**logs)
         for qname in torch_logs.log_registry.get_log_qnames():
             for handler in logging.getLogger(qname).handlers:
                 if torch_logs._is_torch_handler(handler) and type(handler) is logging.StreamHandler:
@@ -422,7 +424,7 @@ def captured_output(**logs: Any) -> Iterator[Printed]:
         for w in caught:
             log_buf.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     finally:
-        torch._logging.set_logs()
+        torch_logs.set_logs()
         if env_logs is not None:  # put TORCH_LOGS back, and the logging it asks for, as import torch set it up
             os.environ["TORCH_LOGS"] = env_logs
             torch_logs._init_logs()

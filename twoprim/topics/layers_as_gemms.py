@@ -87,7 +87,8 @@ def gemm_mnk(op: str, shapes: Sequence[Sequence[int]]) -> Gemm:
     shapes = [tuple(s) for s in shapes]
     if op in _ADDS_C_FIRST:
         shapes = shapes[1:]  # the first operand is the C that is added
-    a, b = shapes[0], shapes[1] if len(shapes) > 1 else ()
+    a = shapes[0]
+    b = shapes[1] if len(shapes) > 1 else tuple[int, ...]()  # (no second operand: an empty shape)
     if op in ("dot", "vdot"):
         return Gemm(op, 1, 1, 1, a[0])
     if op in ("outer", "ger", "addr"):
@@ -95,7 +96,8 @@ def gemm_mnk(op: str, shapes: Sequence[Sequence[int]]) -> Gemm:
     if op == "addbmm":
         return Gemm(op, 1, a[1], b[2], a[0] * a[2])
     # mm, addmm, mv, addmv, bmm, baddbmm, matmul, linear: A (..., M, K) or (K,), B (..., K, N) or (K,)
-    M, K = (a[-2], a[-1]) if len(a) >= 2 else (1, a[-1])
+    K = a[-1]
+    M = a[-2] if len(a) >= 2 else 1
     N = b[-1] if len(b) >= 2 else 1
     if op == "linear":  # aten.linear(x, W): W is (N, K)
         N = b[0] if b else 1
@@ -242,7 +244,9 @@ def op_tree(
         for child in event.cpu_children:
             walk(child, depth + 1)
 
-    for event in prof.events():
+    events = prof.events()
+    assert events is not None  # (None only before the profile has run)
+    for event in events:
         if event.cpu_parent is None:
             walk(event, 0)
     return "\n".join(lines)
@@ -279,7 +283,9 @@ def time_share(fn: Callable, *args, repeats: int = 5) -> dict:
         with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(repeats):
                 fn(*args)
-    events = list(prof.events())
+    recorded = prof.events()
+    assert recorded is not None  # (None only before the profile has run)
+    events = list(recorded)
     gemm_us = 0.0
     inside_gemm: set[int] = set()
     for e in events:

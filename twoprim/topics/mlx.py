@@ -28,12 +28,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
+if TYPE_CHECKING:  # MLX's types; at run time it may be missing
     import mlx.core as mx
-except ImportError:  # the course package must import on machines without MLX; the lessons guard their MLX cells
-    mx = None
+else:
+    try:
+        import mlx.core as mx
+    except ImportError:  # the course package must import on machines without MLX; the lessons guard their MLX cells
+        mx = None
 
 __all__ = [
     "GEMM_PRIMITIVES",
@@ -137,6 +140,7 @@ def _dtype_name(dtype: Any) -> str:
 
 def _export(fun: Callable, args: tuple, kwargs: dict) -> list[dict]:
     need_mlx()
+    assert _EXPORT is not None  # (MLX is installed)
     entries: list[dict] = []
     _EXPORT(entries.append, fun, *args, **kwargs)
     return entries
@@ -195,6 +199,7 @@ def dot_source(*arrays, **named) -> str:
     need_mlx()
     _note("dot_source")
     out = io.StringIO()
+    assert _TO_DOT is not None  # (MLX is installed)
     _TO_DOT(out, *arrays, **named)
     return out.getvalue()
 

@@ -252,7 +252,7 @@ class Compiled:
     spilled: int = 0  # bytes of stack (local memory) per thread: registers that did not fit
     shared: int = 0  # bytes of shared memory per program (Triton's dynamic + the kernel's static)
     seconds: float = 0.0
-    cached: bool = False
+    cached: bool | None = False  # kept on disk; None: a failure of this machine, not kept (tried again next time)
 
     # ---- what the IR holds ----
     def dots(self) -> list[Dot]:
@@ -476,7 +476,9 @@ def _dots(ttir: str) -> list[Dot]:
             text,
         )
         if m:
-            shape = re.match(r"tensor<((?:\d+x)+)", m.group(7)).group(1).rstrip("x")
+            tile = re.match(r"tensor<((?:\d+x)+)", m.group(7))
+            assert tile is not None  # (a tt.dot's result is a tile: tensor<MxNx...>)
+            shape = tile.group(1).rstrip("x")
             found.append(
                 Dot(
                     _element(m.group(5)),
@@ -883,6 +885,7 @@ def _build(jit_fn, py, signature, constexprs, target, num_warps, num_stages, att
         py.__name__, target, dict(signature), dict(constexprs), num_warps, num_stages, attrs=attrs, ones=ones
     )
     start = time.perf_counter()
+    said: list[str] = []  # (empty when the block fails before it starts keeping stderr)
     try:
         with knobs.cache.scope(), _stderr_kept() as said:
             knobs.cache.dir = str(cache_dir() / "triton")

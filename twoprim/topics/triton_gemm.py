@@ -142,7 +142,8 @@ def _interpret_every_jit_function() -> None:
             return functools.partial(self, obj)
         return compiled_get(self, obj, objtype) if compiled_get else self
 
-    cls.__call__, cls.run, cls.__get__ = __call__, run, __get__
+    # Triton's own class, patched: each replacement wraps the method it replaces, with the same call
+    cls.__call__, cls.run, cls.__get__ = __call__, run, __get__  # pyright: ignore[reportAttributeAccessIssue]
     _STATE["every_jit"] = True
 
 
@@ -200,8 +201,9 @@ def _patch_bounds() -> None:
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
         ranges = []
         for arg in list(args_hst) + list(kwargs_hst.values()):
-            if hasattr(arg, "untyped_storage"):
-                storage = arg.untyped_storage()
+            untyped_storage = getattr(arg, "untyped_storage", None)
+            if untyped_storage is not None:
+                storage = untyped_storage()
                 ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
         _STATE["ranges"] = ranges
         return args_hst, kwargs_hst
@@ -337,7 +339,7 @@ def launches():
             finally:
                 _STATE["launch"] = outer
 
-        cls.run = run
+        cls.run = run  # pyright: ignore[reportAttributeAccessIssue] (Triton's class, patched: `run` wraps its own)
     try:
         yield seen
     finally:

@@ -83,7 +83,9 @@ def stablehlo(f: Callable, *args) -> str:
 
 def hlo(f: Callable, *args) -> str:
     """The HLO module XLA compiled for the CPU, after its optimizations (`.lower(*args).compile().as_text()`)."""
-    return jax.jit(f).lower(*args).compile().as_text()
+    text = jax.jit(f).lower(*args).compile().as_text()
+    assert text is not None  # (None only for a backend without a text form; the CPU has one)
+    return text
 
 
 def module_kind(text: str) -> str:
@@ -225,7 +227,9 @@ def fusions(text: str) -> list[dict[str, Any]]:
         for op, line in body:
             if op != "fusion":
                 continue
-            name = re.match(r"^(?:ROOT\s+)?%?([\w.\-]+)", line).group(1)
+            named = re.match(r"^(?:ROOT\s+)?%?([\w.\-]+)", line)
+            assert named is not None  # (every instruction line starts with its name)
+            name = named.group(1)
             kind = re.search(r"\bkind=(\w+)", line)
             calls = re.search(r"\bcalls=%?([\w.\-]+)", line)
             backend = re.search(r'"fusion_config":\{"kind":"(\w+)"', line)
@@ -340,7 +344,9 @@ def dot_dims(closed: ClosedJaxpr) -> list[tuple[tuple, tuple, tuple]]:
             if eqn.primitive.name == "dot_general":
                 (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
                 dims = ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
-                out.append((dims, tuple(eqn.invars[0].aval.shape), tuple(eqn.invars[1].aval.shape)))
+                # a dot_general's operands are ShapedArrays; jax types an aval as the AbstractValue they subclass
+                lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape  # pyright: ignore[reportAttributeAccessIssue]
+                out.append((dims, tuple(lhs), tuple(rhs)))
             for sub in _sub_jaxprs(eqn):
                 walk(sub)
 
