@@ -26,13 +26,14 @@ import urllib.parse
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from lti1p3platform.exceptions import LineItemNotFoundException
-from lti1p3platform.ltiplatform import LTI1P3PlatformConfAbstract
+from lti1p3platform.lineitem import TLineItem
+from lti1p3platform.ltiplatform import JWKS, LTI1P3PlatformConfAbstract
 from lti1p3platform.message_launch import LTIAdvantageMessageLaunchAbstract
 from lti1p3platform.oidc_login import OIDCLoginAbstract
 from lti1p3platform.registration import Registration
-from lti1p3platform.request import Request
+from lti1p3platform.request import Request, TRequest
 from lti1p3platform.score import UpdateScoreStatus
-from lti1p3platform.service_connector import AssignmentsGradesService
+from lti1p3platform.service_connector import AssignmentsGradesService, TPage
 from tornado import httpserver, web
 
 CLIENT_ID = "tool-client-1"
@@ -62,7 +63,7 @@ def public_pem(private: str) -> str:
 class TornadoRequest(Request):
     """lti1p3platform's request, from a tornado request."""
 
-    def build_metadata(self, request):
+    def build_metadata(self, request) -> TRequest:
         first = lambda args: {k: v[0].decode() for k, v in args.items()}  # noqa: E731
         body = request.body or b""
         is_json = "json" in (request.headers.get("Content-Type") or "")
@@ -78,8 +79,8 @@ class TornadoRequest(Request):
 
 
 class PlatformConf(LTI1P3PlatformConfAbstract):
-    def init_platform_config(self, registration: Registration) -> None:
-        self._registration = registration
+    def init_platform_config(self, **kwargs: t.Any) -> None:
+        self._registration: Registration = kwargs["registration"]
 
     def get_registration_by_params(self, **kwargs):
         return self._registration
@@ -111,6 +112,7 @@ class Launch(LTIAdvantageMessageLaunchAbstract):
         launch = super().generate_launch_request()
         if self.variant == "bad-signature":
             message, _ = self.get_launch_data()
+            assert self._registration is not None  # (the launch is the platform's, registered)
             launch["id_token"] = Registration.encode_and_sign(
                 message, self.wrong_key, headers={"kid": self._registration.get_kid()}, expiration=300
             )
@@ -137,7 +139,7 @@ class Grades(AssignmentsGradesService):
 
     def find_lineitems(
         self, page=1, limit=None, line_item_id=None, resource_link_id=None, resource_id=None, tag=None, **_
-    ):
+    ) -> TPage:
         items = [
             i
             for i in self.store["lineitems"].values()
@@ -151,14 +153,16 @@ class Grades(AssignmentsGradesService):
                 return item
         raise LineItemNotFoundException()
 
-    def create_lineitem(self, creation_data):
+    def create_lineitem(self, creation_data) -> TLineItem:
         number = str(len(self.store["lineitems"]) + 1)
-        item = {**creation_data, "id": f"{self.ags.lineitems_url}/{number}"}
+        item: TLineItem = {**creation_data, "id": f"{self.ags.lineitems_url}/{number}"}
         self.store["lineitems"][number] = item
         return item
 
     def update_lineitem(self, update_data):
-        item = self.find_lineitem(update_data["id"].rsplit("/", 1)[-1])
+        item_id = update_data.get("id")
+        assert item_id is not None, update_data
+        item = self.find_lineitem(item_id.rsplit("/", 1)[-1])
         item.update(update_data)
         return item
 
@@ -167,14 +171,16 @@ class Grades(AssignmentsGradesService):
 
     def update_score(self, line_item_id, score):
         self.find_lineitem(line_item_id)
-        fail = self.store["fail"].get(score.get("userId"), 0)
+        user = score.get("userId")
+        assert user is not None, score
+        fail = self.store["fail"].get(user, 0)
         if fail:
-            self.store["fail"][score["userId"]] = fail - 1
+            self.store["fail"][user] = fail - 1
             raise web.HTTPError(503)
-        self.store["scores"].setdefault(line_item_id, {})[score["userId"]] = score
+        self.store["scores"].setdefault(line_item_id, {})[user] = score
         return UpdateScoreStatus.SUCCESS
 
-    def get_results(self, line_item_id, page=1, limit=None, user_id=None, **_):
+    def get_results(self, line_item_id, page=1, limit=None, user_id=None, **_) -> TPage:
         scores = self.store["scores"].get(line_item_id, {})
         return {
             "content": [
@@ -188,13 +194,14 @@ class Grades(AssignmentsGradesService):
 class Platform:
     """The LMS: `start()` serves it on 127.0.0.1 (a free port), `stop()` ends it; both bounded."""
 
-    def __init__(self, tool_login_url: str, tool_launch_url: str, tool_jwks: dict):
+    def __init__(self, tool_login_url: str, tool_launch_url: str, tool_jwks: JWKS):
         self.key, self.wrong_key = private_pem(), private_pem()
         self.tool_login_url, self.tool_launch_url, self.tool_jwks = tool_login_url, tool_launch_url, tool_jwks
         self.store: dict[str, t.Any] = {"lineitems": {}, "scores": {}, "fail": {}}
         self.hints: dict[str, dict] = {}
         self.port = 0
-        self._loop = self._server = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: httpserver.HTTPServer | None = None
 
     @property
     def url(self) -> str:
@@ -238,10 +245,10 @@ class Platform:
         def serve():
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
-            self._server = httpserver.HTTPServer(self._app())
+            self._server = server = httpserver.HTTPServer(self._app())
             sockets = __import__("tornado.netutil", fromlist=["bind_sockets"]).bind_sockets(0, "127.0.0.1")
             self.port = sockets[0].getsockname()[1]
-            self._server.add_sockets(sockets)
+            server.add_sockets(sockets)
             ready.set()
             self._loop.run_forever()
 
@@ -255,6 +262,7 @@ class Platform:
             return
 
         def close():
+            assert self._server is not None and self._loop is not None  # (started)
             self._server.stop()
             self._loop.stop()
 

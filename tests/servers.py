@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
 
@@ -45,7 +46,7 @@ class Postgres:
         self.data = self.base / "data"
         self.port = free_port()
         self.password = secrets.token_urlsafe(16)
-        self.user = None
+        self.user: pwd.struct_passwd | None = None
         self.running = False
         if os.geteuid() == 0:
             try:
@@ -53,8 +54,8 @@ class Postgres:
             except KeyError:
                 self.user = pwd.getpwnam("nobody")
 
-    def _run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        ids = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[]) if self.user else {}
+    def _run(self, *argv: str | Path | int, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        ids: dict[str, Any] = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[]) if self.user else {}
         proc = subprocess.run(
             [str(a) for a in argv],
             capture_output=True,

@@ -29,6 +29,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 AID = "ex02_gemm"
 FUNCTIONS = ("matmul_loops", "matmul_dots", "matmul_outer", "gemm", "matmul_tiled", "gemm_flops")
@@ -806,6 +807,7 @@ def _as_function(body: str) -> str:
 def _body_of(function_code: str) -> str:
     """The body of the single function in `function_code`, as code."""
     fn = ast.parse(function_code).body[0]
+    assert isinstance(fn, ast.FunctionDef), function_code
     return "\n".join(ast.unparse(s) for s in fn.body)
 
 
@@ -926,7 +928,7 @@ class _Reorder(ast.NodeTransformer):
         return node
 
     def visit_For(self, node: ast.For):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         inner = node.body[0] if len(node.body) == 1 else None
         if isinstance(inner, ast.For) and not inner.orelse and _independent_loops(node, inner):
             node.target, inner.target = inner.target, node.target
@@ -934,7 +936,7 @@ class _Reorder(ast.NodeTransformer):
         return node
 
     def visit_BinOp(self, node: ast.BinOp):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         if (
             isinstance(node.op, (ast.Mult, ast.Add))
             and not isinstance(node.op, ast.MatMult)
@@ -949,7 +951,12 @@ def _names(node: ast.AST, ctx) -> set[str]:
 
 
 def _writes(s: ast.stmt) -> set[str]:
-    targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+    if isinstance(s, ast.Assign):
+        targets = s.targets
+    elif isinstance(s, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        targets = [s.target]
+    else:
+        raise TypeError(f"not an assignment: {ast.unparse(s)}")
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
@@ -991,7 +998,7 @@ class _WhileLoops(ast.NodeTransformer):
         self.rng = rng
 
     def visit_For(self, node: ast.For):
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # in place: it returns `node` itself
         if not (
             isinstance(node.target, ast.Name)
             and isinstance(node.iter, ast.Call)
@@ -1007,7 +1014,7 @@ class _WhileLoops(ast.NodeTransformer):
             else (args[0], args[1], args[2] if len(args) > 2 else ast.Constant(1))
         )
         v = node.target.id
-        counter = ast.parse(f"{v} += 0").body[0]
+        counter = cast(ast.AugAssign, ast.parse(f"{v} += 0").body[0])
         counter.value = step
         dead = (
             [
@@ -1020,7 +1027,7 @@ class _WhileLoops(ast.NodeTransformer):
             if self.rng.random() < 0.5
             else []
         )
-        init = ast.parse(f"{v} = 0").body[0]
+        init = cast(ast.Assign, ast.parse(f"{v} = 0").body[0])
         init.value = start
         loop = ast.While(
             test=ast.Compare(ast.Name(v, ast.Load()), [ast.Lt()], [stop]), body=[*node.body, *dead, counter], orelse=[]
@@ -1092,7 +1099,7 @@ class Class:
         """Every pair within a copy group: the pairs a report should link."""
         return {frozenset((a, b)) for g in self.groups for n, a in enumerate(g) for b in g[n + 1 :]}
 
-    def copied_pairs(self) -> dict[frozenset, str]:
+    def copied_pairs(self) -> dict[frozenset, str | None]:
         """Each copy with the student it copied -> its disguise (the pairs recall is measured on)."""
         return {frozenset((s.name, s.copied)): s.disguise for s in self.students.values() if s.copied}
 
@@ -1239,7 +1246,11 @@ def verify(klass: Class) -> list[str]:
     for (name, fn), ok in right.items():
         s = klass.students[name]
         how = s.made.get(fn, "")
-        meant = right[s.copied, fn] if how.startswith("copied") else how.split(" (")[0] in RULE_BROKEN or "(" not in how
+        if how.startswith("copied"):
+            assert s.copied is not None, name
+            meant = right[s.copied, fn]
+        else:
+            meant = how.split(" (")[0] in RULE_BROKEN or "(" not in how
         if ok != meant and not (fn == "gemm" and "gemm_in_place" in how):
             # (gemm_in_place is right once: it is wrong in that it changes C)
             problems.append(f"{name} {fn} ({how}): {'right' if ok else 'wrong'}")

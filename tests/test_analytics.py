@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+from typing import Any
 
 import nbformat
 import pytest
@@ -100,7 +101,7 @@ def test_the_compared_form_undoes_each_disguise_and_keeps_what_the_code_does(bui
     calls = {"gemm": (1.5, A, B, 0.5, C), "matmul_tiled": (A, B, 2), "gemm_flops": (5, 3, 7)}
 
     def outcome(code: str, fn: str):
-        ns = {"torch": torch, "ex02": ex02}
+        ns: dict[str, Any] = {"torch": torch, "ex02": ex02}
         try:
             exec(code, ns)  # noqa: S102 - the class's own answer
             got = ns[fn](*calls.get(fn, (A, B)))
@@ -236,12 +237,14 @@ def test_item_analysis_flags_the_broken_test_and_matches_a_hand_computation(grad
             assert item.discrimination is None and item.interval is None, name
         else:
             assert item.discrimination == pytest.approx(sxy / math.sqrt(sxx * syy)), name
+            assert item.interval is not None and item.discrimination is not None, name
             low, high = item.interval  # the bootstrap interval holds the estimate
             assert -1 <= low <= item.discrimination <= high <= 1, (name, item.interval)
         assert item.hidden == name.endswith("-hidden")
     # the broken test stands out: the most negative of all (in a class of seven a sound test can dip below 0)
-    ordered = sorted((i for i in analysis.items if i.discrimination is not None), key=lambda i: i.discrimination)
+    ordered = sorted((i for i in analysis.items if i.discrimination is not None), key=lambda i: i.discrimination or 0)
     sound = by_name[f"{AID}-top_k-hidden"]  # the sound check of the same function
+    assert sound.discrimination is not None and broken.discrimination is not None and sound.interval is not None
     assert ordered[0] is broken and sound.discrimination - broken.discrimination > 0.5, analysis.describe()
     assert not sound.flags and sound.interval[1] - sound.interval[0] > 0.5  # a small class: a wide interval
     # a class of eight is small: the report says so, and gives every discrimination its interval
@@ -271,6 +274,7 @@ def test_misconceptions_count_the_causes_each_students_feedback_names(graded_cla
     course = graded_class
     analysis = items.analyse(AID, database_url(course), course)
     m = analysis.misconceptions
+    assert m is not None
     assert m.students == analysis.students and m.blank == ["blank"] and not m.unread
     feedback = {
         s: {
@@ -365,7 +369,7 @@ def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
     as64 = message(ex02.check_matmul_loops, loops(torch.float64), ex02.matmul_cases([(3, 4, 5)], [torch.float32]))
     assert "dtype float32, expected float64" in as32 and "dtype float64, expected float32" in as64
     assert misconceptions.cause_of(as32) == misconceptions.cause_of(as64)
-    assert misconceptions.cause_of(as32)[1] == "dtype ‹dtype›, expected ‹dtype› (the input's dtype)"
+    assert (misconceptions.cause_of(as32) or ("", ""))[1] == "dtype ‹dtype›, expected ‹dtype› (the input's dtype)"
     # the same wrong count on other sizes: one key; another wrong count: another key (its next step differs)
     half = [
         message(ex02.check_gemm_flops, lambda M, N, K: M * N * K, ex02.flops_cases([s]))
@@ -374,7 +378,9 @@ def test_a_cause_is_the_checks_diagnosis_with_the_case_taken_out():
     minus = message(ex02.check_gemm_flops, lambda M, N, K: M * N * (2 * K - 1))
     assert misconceptions.cause_of(half[0]) == misconceptions.cause_of(half[1]) != misconceptions.cause_of(minus)
     # a rule broken is named with what was found; a wrong value with no diagnosis is said to be one
-    rule = misconceptions.cause_of(message(ex02.check_matmul_outer, lambda A, B: A @ B))[1]
+    cause = misconceptions.cause_of(message(ex02.check_matmul_outer, lambda A, B: A @ B))
+    assert cause is not None
+    rule = cause[1]
     assert rule.startswith("no dot, matrix-vector or matrix-matrix product (outer products only): it called aten.mm")
     outer_short = lambda A, B: sum(torch.outer(A[:, k], B[k]) for k in range(A.shape[1] - 1))  # noqa: E731
     plain = misconceptions.cause_of(message(ex02.check_matmul_outer, outer_short))
@@ -486,9 +492,10 @@ def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(g
     url = database_url(course)
     due = datetime.datetime(2026, 11, 30, 9, 0)
     with Gradebook(url, grading.COURSE_ID) as gb:
-        gb.update_or_create_assignment(AID, duedate=due)
+        gb.update_or_create_assignment(AID, duedate=due)  # pyright: ignore[reportArgumentType] (nbgrader: **kwargs: dict)
         for sub in gb.assignment_submissions(AID):
-            sub.timestamp = due + (
+            # a SQLAlchemy column of nbgrader's, typed as the Column itself
+            sub.timestamp = due + (  # pyright: ignore[reportAttributeAccessIssue]
                 datetime.timedelta(hours=2, minutes=31) if sub.student.id == "weak2" else -datetime.timedelta(hours=1)
             )
         gb.db.commit()
@@ -519,7 +526,7 @@ def test_a_canvas_gradebook_export_is_the_roster_and_late_work_is_in_the_notes(g
     ]
     assert result.notes[0].startswith("late policy: none (nbgrader's LateSubmissionPlugin, penalty_method 'none'")
     assert any(n.startswith("Student, Test (Canvas ID 1099) has no SIS Login ID: not exported") for n in result.notes)
-    assert result.notes_path.read_text().splitlines() == result.notes
+    assert result.notes_path is not None and result.notes_path.read_text().splitlines() == result.notes
     # a semicolon-separated export (Canvas's setting for a comma decimal separator), first and last names apart
     semi = tmp_path / "semicolon.csv"
     semi.write_text(

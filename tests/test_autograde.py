@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ast
 import shutil
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
 import nbformat
 import pytest
@@ -141,7 +143,10 @@ EXTRA = {
 def plan(aid: str) -> dict[str, tuple]:
     """student id -> (how to build their notebook, the one function whose points they lose; None: all or nothing).
     Built from solutions/ only, so collecting the tests never needs exercises/."""
-    out = {"perfect": (lambda: submission(aid), None), "blank": (lambda: submission(aid, answered=False), None)}
+    out: dict[str, tuple[Callable[[], Any], str | None]] = {
+        "perfect": (lambda: submission(aid), None),
+        "blank": (lambda: submission(aid, answered=False), None),
+    }
     for fn in leaf_functions(aid):
         out[f"broken_{fn}"] = (lambda fn=fn: submission(aid, broken(aid, fn)), fn)
     for (a, student), (make, fn) in EXTRA.items():
@@ -190,7 +195,8 @@ def gradebook_scores(course: Path, aid: str, student: str) -> tuple[float, float
     with Gradebook(f"sqlite:///{course / 'grader' / 'gradebook.db'}", "two-primitives") as gb:
         sub = gb.find_submission(aid, student)
         per_test = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
-        return sub.score, sub.max_score, per_test
+        # nbgrader declares both None on the class and makes them column properties afterwards
+        return sub.score, sub.max_score, per_test  # pyright: ignore[reportReturnType]
 
 
 def reason(course: Path, aid: str, student: str) -> str:
@@ -252,6 +258,7 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
     still validated, with nbgrader's own errors: the same ValidationError for broken metadata, SchemaTooOld and
     SchemaTooNew for another schema version."""
     import jsonschema
+    import jsonschema.validators
     from nbgrader.nbgraderformat import SchemaTooNewError, SchemaTooOldError, ValidationError
     from nbgrader.nbgraderformat.v3 import MetadataValidatorV3
 
@@ -265,8 +272,9 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
         cls, "check_schema", classmethod(lambda c, schema, **kw: (checks.append(1), original(c, schema, **kw))[1])
     )
     cells = [cell for cell in _source("ex06_compile").cells if "nbgrader" in cell.metadata]
-    broken = nbformat.from_dict(
-        {**cells[1], "metadata": {"nbgrader": {**cells[1].metadata["nbgrader"], "points": "two"}}}
+    broken = cast(  # (a dict in, a NotebookNode out)
+        nbformat.NotebookNode,
+        nbformat.from_dict({**cells[1], "metadata": {"nbgrader": {**cells[1].metadata["nbgrader"], "points": "two"}}}),
     )
     with pytest.raises(ValidationError) as nbgraders:
         jsonschema.validate(broken.metadata["nbgrader"], validator.schema)  # what nbgrader's method calls
@@ -284,8 +292,11 @@ def test_nbgraders_metadata_schema_is_checked_once_and_every_cell_validated_as_b
         validator.validate_cell(broken)
     assert str(ours.value) == str(nbgraders.value) and "'two' is not of type 'number'" in str(ours.value)
     for version, error in ((2, SchemaTooOldError), (4, SchemaTooNewError)):
-        old = nbformat.from_dict(
-            {**cells[0], "metadata": {"nbgrader": {**cells[0].metadata["nbgrader"], "schema_version": version}}}
+        old = cast(
+            nbformat.NotebookNode,
+            nbformat.from_dict(
+                {**cells[0], "metadata": {"nbgrader": {**cells[0].metadata["nbgrader"], "schema_version": version}}}
+            ),
         )
         with pytest.raises(error):
             validator.validate_cell(old)
@@ -300,7 +311,7 @@ def test_the_graders_kernel_is_ready_once_it_answers_and_its_first_cell_reads_on
     import time
     from queue import Empty
 
-    from jupyter_client import AsyncKernelManager
+    from jupyter_client.manager import AsyncKernelManager
 
     from twoprim.grading.execute import CpuTimedExecute, PromptKernelClient, PromptKernelManager
 

@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,13 +62,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api(base: str, path: str, method: str = "GET", body: dict | None = None):
+def _api(base: str, path: str, method: str = "GET", body: dict | None = None) -> Any:
     headers = {"Authorization": f"token {TOKEN}", "Content-Type": "application/json"}
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"{base}{path}", method=method, headers=headers, data=data)
     with urllib.request.urlopen(request, timeout=10) as response:
-        body = response.read()
-    return json.loads(body) if body else None
+        raw = response.read()
+    return json.loads(raw) if raw else None
 
 
 @pytest.fixture(scope="module")

@@ -184,7 +184,7 @@ def test_nested_recorders_share_one_hook_and_each_sees_only_its_own_block():
     assert _get_current_dispatch_mode() is None
     assert [a.op for a in allocs] == ["add", "mm", "mul"]
     assert dict(log.aten) == {"mm": 1} and [op for op, _ in log.gemms] == ["mm"]
-    assert len(hook.seens) == 1  # the inner recorder's callback went with it
+    assert len(getattr(hook, "seens", ())) == 1  # the inner recorder's callback went with it
 
 
 def test_the_recorders_tensor_finder_matches_pytree():

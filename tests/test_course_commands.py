@@ -177,7 +177,7 @@ def test_the_help_lists_every_command_of_the_table_under_who_runs_it():
         "Learners": {course.LEARNER},
     }
     listed, allowed = {}, None
-    for line in course.__doc__.splitlines():
+    for line in (course.__doc__ or "").splitlines():
         if line and not line.startswith(" "):
             allowed = next((who for head, who in headings.items() if line.startswith(head)), None)
         found = re.match(r"\s+\./course ([a-z-]+)", line)

@@ -79,7 +79,9 @@ def test_the_readme_links_only_to_files_that_exist():
 
 
 def test_the_guides_say_the_class_size_the_cluster_test_grades():
-    size = int(re.search(r"^CLASS_SIZE = (\d+)", (ROOT / "tests" / "test_cluster.py").read_text(), re.M)[1])
+    found = re.search(r"^CLASS_SIZE = (\d+)", (ROOT / "tests" / "test_cluster.py").read_text(), re.M)
+    assert found, "tests/test_cluster.py states its CLASS_SIZE"
+    size = int(found[1])
     for page in ("cluster.md", "development.md"):
         said = re.findall(r"a class of (\d+)", (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8"))
         assert said and {int(n) for n in said} == {size}, (

@@ -188,6 +188,7 @@ def test_gemm_cases_keep_c_before_and_fill_it():
     (case,) = ex02.gemm_cases([(2, 3, 4, 1.0, 0.0)], [torch.float32], fill_c="inf", layout="transposed")
     alpha, A, B, beta, C = case.args
     assert A.shape == (2, 4) and B.shape == (4, 3) and C.shape == (2, 3) and not C.is_contiguous()
+    assert case.C_before is not None
     assert torch.isinf(C).all() and torch.equal(case.C_before, C) and case.C_before.data_ptr() != C.data_ptr()
 
 
@@ -463,7 +464,7 @@ def test_plots_draw_peak_roof_and_points():
     import matplotlib.pyplot as plt
 
     fig = gemm.ladder_plot([16, 32, 64], {"BLAS": [1.0, 5.0, 20.0], "loops": [0.01, 0.01]}, peak=300.0)
-    assert any(line.get_ydata()[0] == 300.0 for line in fig.axes[0].lines)
+    assert any(np.asarray(line.get_ydata())[0] == 300.0 for line in fig.axes[0].lines)
     fig2 = gemm.roofline(300.0, 20.0, {"GEMM": (170.0, 150.0), "GEMV": (0.5, 8.0)}, title="t")
     labels = fig2.axes[0].get_legend_handles_labels()[1]
     assert labels == ["GEMM: 150 GFLOP/s", "GEMV: 8 GFLOP/s"]

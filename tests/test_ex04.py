@@ -20,6 +20,7 @@ from .conftest import fails, solution_namespace
 from .visible_rules import assert_rule_is_visible, ignores_strides, named
 
 matplotlib.use("Agg")
+Size = int | tuple[int, int]  # a size, or one per axis (height, width), as F.unfold takes them
 
 
 @pytest.fixture(scope="module")
@@ -148,11 +149,11 @@ def test_a_view_on_non_contiguous_input_reports_the_case(sol04):
 # ---- im2col's rules: forbidden spellings caught, allowed ones pass
 
 
-def _unfold(x, kernel_size, stride=1, padding=0, dilation=1):
+def _unfold(x, kernel_size, stride: Size = 1, padding: Size = 0, dilation: Size = 1):
     return F.unfold(x, kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
-def _offset_loop_im2col(x, kernel_size, stride=1, padding=0, dilation=1):
+def _offset_loop_im2col(x, kernel_size, stride: Size = 1, padding: Size = 0, dilation: Size = 1):
     """Allowed: one strided slice per kernel offset (kh·kw of them), stacked."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(conv.pair, (kernel_size, stride, padding, dilation))
     N, C, H, W = x.shape
@@ -166,7 +167,7 @@ def _offset_loop_im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     return torch.stack(taps, dim=2).reshape(N, C * kh * kw, Hout * Wout)
 
 
-def _one_hot_conv(x, kernel_size, stride=1, padding=0, dilation=1):
+def _one_hot_conv(x, kernel_size, stride: Size = 1, padding: Size = 0, dilation: Size = 1):
     """im2col as a convolution with one-hot kernels: right numbers, but a convolution."""
     (kh, kw), C = conv.pair(kernel_size), x.shape[1]
     eye = torch.eye(C * kh * kw, dtype=x.dtype).reshape(C * kh * kw, C, kh, kw)
@@ -174,7 +175,7 @@ def _one_hot_conv(x, kernel_size, stride=1, padding=0, dilation=1):
     return out.reshape(x.shape[0], C * kh * kw, -1)
 
 
-def _selection_gemm(x, kernel_size, stride=1, padding=0, dilation=1):
+def _selection_gemm(x, kernel_size, stride: Size = 1, padding: Size = 0, dilation: Size = 1):
     """im2col as (N, C·H·W) @ a 0/1 selection matrix built from F.unfold's indices: right numbers, GEMM FLOPs."""
     N, C, H, W = x.shape
     index = torch.arange(1, C * H * W + 1, dtype=torch.float64).reshape(1, C, H, W)
@@ -185,7 +186,7 @@ def _selection_gemm(x, kernel_size, stride=1, padding=0, dilation=1):
     return (flat @ select).reshape(N, *where.shape)
 
 
-def _loop_over_positions(x, kernel_size, stride=1, padding=0, dilation=1):
+def _loop_over_positions(x, kernel_size, stride: Size = 1, padding: Size = 0, dilation: Size = 1):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(conv.pair, (kernel_size, stride, padding, dilation))
     N, C, H, W = x.shape
     xp = F.pad(x, (pw, pw, ph, ph))
@@ -207,7 +208,8 @@ def _loop_over_positions(x, kernel_size, stride=1, padding=0, dilation=1):
             "torch.nn.functional.unfold",
         ),
         (
-            lambda x, k, stride=1, padding=0, dilation=1: torch._C._nn.im2col(
+            # ATen's im2col binding, which torch's stubs leave out of torch._C
+            lambda x, k, stride=1, padding=0, dilation=1: torch._C._nn.im2col(  # pyright: ignore[reportAttributeAccessIssue]
                 x, conv.pair(k), conv.pair(dilation), conv.pair(padding), conv.pair(stride)
             ),
             "aten.im2col",
@@ -283,6 +285,7 @@ def _module_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
     with torch.no_grad():
         layer.weight.copy_(weight)
         if bias is not None:
+            assert layer.bias is not None  # (made with bias=True)
             layer.bias.copy_(bias)
         return layer(x)
 
@@ -575,7 +578,9 @@ def test_receptive_field_figure_outlines_the_field_and_its_column():
     assert wout == 3 and "column 4 = output (1, 1)" in axes[2].get_title()
     with pytest.raises(ValueError, match="outside"):
         conv.receptive_field_figure(x, 3, position=(5, 0))
-    matplotlib.pyplot.close("all")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def test_h200_fact_comes_from_the_probe_file_with_its_machine():

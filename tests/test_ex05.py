@@ -4,6 +4,7 @@ call; the guards name bad input; the attention helpers (spec, FLOP counting, all
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import matplotlib
 import pytest
@@ -199,7 +200,7 @@ def test_one_pass_variance_fails_far_from_zero():
 
 
 def test_fully_masked_query_returning_nan_is_explained():
-    def attention_nan(q, k, v, mask=None, causal=False):
+    def attention_nan(q, k, v, mask: Any = None, causal=False):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
         return torch.softmax(scores, -1) @ v
@@ -360,10 +361,10 @@ def test_broadcastable_masks_are_accepted(sol05):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"mask": "bool"}, {"mask": "additive"}])
-def test_attention_spec_and_two_gemm_attention_match_sdpa(kwargs):
+def test_attention_spec_and_two_gemm_attention_match_sdpa(kwargs: dict[str, Any]):
     q, k, v = (torch.randn(2, 2, 5, 3, dtype=torch.float64) for _ in range(3))
     if kwargs.get("mask") == "bool":
-        kwargs = {"mask": torch.rand(2, 1, 5, 5) > 0.3}
+        kwargs = {"mask": torch.rand(2, 1, 5, 5) > 0.3}  # (the parameter's dict: str -> Any)
         kwargs["mask"][..., 0] = True
     elif kwargs.get("mask") == "additive":
         kwargs = {"mask": torch.randn(5, 5, dtype=torch.float64)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def _set(name, **fields):
     def change(row, a):
         if row[0] != name:
             return row
-        values = dict(zip(("name", "count", "M", "N", "K"), row, strict=True))
+        values: dict[str, Any] = dict(zip(("name", "count", "M", "N", "K"), row, strict=True))
         values.update({k: v(a) for k, v in fields.items()})
         return tuple(values.values())
 

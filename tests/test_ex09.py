@@ -373,7 +373,7 @@ def matmul_no_k_mask(
     )
 
 
-def _matmul_with(kernel, block_k=32):
+def _matmul_with(kernel, block_k: int | None = 32):
     def matmul(A, B, out=None):
         (M, K), N = A.shape, B.shape[1]
         C = torch.empty(M, N, dtype=A.dtype) if out is None else out

@@ -11,6 +11,7 @@ import itertools
 import linecache
 import math
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -237,7 +238,7 @@ def test_strides_ignored_are_told_their_cause():
 
 # ---- right values, not FlashAttention: read from the compiled kernel -------------------------------------------
 
-SCRATCH = """
+SCRATCH: str = """
 @triton.jit
 def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, H, S, scale,
                            stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
@@ -290,7 +291,7 @@ def test_scores_written_to_a_buffer_and_read_back_are_not_flash_attention():
     """Right values (the first case alone passes the judge), yet the rule read from the compiled kernel fails."""
     name = "<ex11-scratch>"
     linecache.cache[name] = (len(SCRATCH), None, SCRATCH.splitlines(keepends=True), name)
-    ns = {"torch": torch, "triton": triton, "tl": tl, "math": math}
+    ns: dict[str, Any] = {"torch": torch, "triton": triton, "tl": tl, "math": math}
     exec(compile(SCRATCH, name, "exec"), ns)  # noqa: S102
     q, k, v = ex11.attention_cases([(1, 2, 64, 32)], seed=1)[0].args
     assert torch.allclose(ns["flash_attention"](q, k, v), flash.reference(q, k, v), atol=1e-5)

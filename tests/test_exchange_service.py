@@ -24,10 +24,12 @@ import tarfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 import requests
+from tornado.httpserver import HTTPServer
 
 from twoprim.exchange import service as svc
 
@@ -53,6 +55,8 @@ class StubHubAuth:
 
 class Running:
     """The service app on a free loopback port, in a thread of its own."""
+
+    server: HTTPServer  # (once `run` has started it)
 
     def __init__(self, store: Path, **kw):
         self.store = svc.Store(store)
@@ -361,7 +365,7 @@ def test_the_hub_configuration_runs_the_service_or_keeps_the_shared_folder(tmp_p
 
     from twoprim.classroom.hub_config import Plan, write_run_folder
 
-    common = dict(
+    common: dict[str, Any] = dict(
         course=tmp_path / "course",
         venv=tmp_path / "venv",
         proxy=tmp_path / "chp",
@@ -718,7 +722,7 @@ class _StubHub(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args):
+    def log_message(self, *args: Any, **kwargs: Any) -> None:
         pass
 
 

@@ -12,6 +12,7 @@ import time
 
 import matplotlib
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -47,8 +48,11 @@ def test_tiling_feeding_tiles_sum_to_each_c_tile_and_cover_c_once(M, N, K, tile)
         (r0, r1), (c0, c1) = view.c_tile
         assert len(view.a_tiles) == len(view.b_tiles) == math.ceil(K / tile)
         total = sum(
-            A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
-            for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles, strict=True)
+            (
+                A[a0:a1, k0:k1] @ B[k2:k3, b0:b1]
+                for ((a0, a1), (k0, k1)), ((k2, k3), (b0, b1)) in zip(view.a_tiles, view.b_tiles, strict=True)
+            ),
+            torch.zeros_like(C[r0:r1, c0:c1]),
         )
         assert torch.allclose(total, C[r0:r1, c0:c1]), f"C tile ({row}, {col}) of {M}×{N}×{K}, tile {tile}"
         covered[r0:r1, c0:c1] += 1
@@ -95,16 +99,17 @@ def test_im2col_highlighted_patch_is_the_matching_unfold_column(case):
     Hout, Wout = (
         conv.out_size(n, case["kernel_size"], case["stride"], case["padding"], case["dilation"]) for n in (6, 7)
     )
+    view = None
     for i, j in itertools.product(range(Hout), range(Wout)):
         view = conv.im2col_view(**case, position=(i, j), x=x, out_channels=5)
         assert view.out_hw == (Hout, Wout) and view.column == i * Wout + j
         assert torch.equal(view.patch, cols[0, :, view.column]), f"output ({i}, {j})"
-        for (c, r, s), value in zip(
-            view.field, view.patch, strict=True
-        ):  # the outlined cells are the numbers of the column
+        # the outlined cells are the numbers of the column
+        for (c, r, s), value in zip(view.field, view.patch, strict=True):
             inside = 0 <= r < 6 and 0 <= s < 7
             assert float(value) == (float(x[0, c, r, s]) if inside else 0.0)
     k = case["kernel_size"]
+    assert view is not None  # (the output has at least one position)
     assert view.gemm == (5, Hout * Wout, 3 * k * k)  # (O, N·Hout·Wout, C·kh·kw), recorded from the reference conv
 
 
@@ -195,12 +200,13 @@ def test_shape_point_counts_the_asked_flops_over_the_measured_time():
 def test_measure_gemm_reports_progress_and_stops_between_calls():
     seen = []
     result = gemm_shapes.measure_gemm(32, 16, 8, budget=0.0, min_calls=4, progress=lambda d, p: seen.append((d, p)))
+    assert result is not None  # (no stop: a measurement)
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)] and result.calls == 4 and not result.stopped
     assert 0 < result.seconds < 1
 
     stop = threading.Event()
     result = gemm_shapes.measure_gemm(32, 16, 8, budget=10.0, progress=lambda d, p: d == 2 and stop.set(), stop=stop)
-    assert result.calls == 2 and result.stopped and result.planned > 2
+    assert result is not None and result.calls == 2 and result.stopped and result.planned > 2
     stop.set()  # set before the first timed call: nothing measured
     assert gemm_shapes.measure_gemm(8, 8, 8, stop=stop) is None
 
@@ -209,7 +215,7 @@ def test_shape_figure_places_each_point_at_its_intensity_and_measured_gflops():
     points = [gemm_shapes.shape_point(64, 64, 64, 1e-4), gemm_shapes.shape_point(1, 512, 512, 2e-4)]
     fig = gemm_shapes.shape_figure(points, peak=100.0, bandwidth_gbs=10.0, peak_label="peak")
     marks = {
-        line.get_label(): (line.get_xdata()[0], line.get_ydata()[0])
+        line.get_label(): (np.asarray(line.get_xdata())[0], np.asarray(line.get_ydata())[0])
         for line in fig.axes[0].lines
         if line.get_marker() not in ("None", None, "")
     }

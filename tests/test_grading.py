@@ -532,7 +532,7 @@ def _late_class(course: Path, *, release: bool = True) -> Path:
         grading.init_db(database_url(course))
         grading.released_notebooks(AID, course, database_url(course))
         with Gradebook(database_url(course), grading.COURSE_ID) as gb:
-            gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 10))
+            _with_due(gb, datetime.datetime(2026, 12, 1, 10))
     return course
 
 
@@ -559,7 +559,7 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
     assert grading.autograde(AID, root=ours, workers=2, progress=False) == []  # nothing is graded again, but
     assert (_rows(ours)["late"]["score"], _rows(ours)["late"]["late_penalty"]) == ("15", "0")  # on time now
     with Gradebook(database_url(ours), grading.COURSE_ID) as gb:  # moved back, in the formgrader this time
-        gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 10))
+        _with_due(gb, datetime.datetime(2026, 12, 1, 10))
     grading.autograde(AID, root=ours, workers=2, progress=False)
     assert _rows(ours)["late"]["late_penalty"] == "15"
 
@@ -588,14 +588,19 @@ def test_a_late_submission_gets_nbgraders_penalty_and_the_report_says_how_late(t
             assert (late.score, late.late_submission_penalty, late.total_seconds_late) == (15, 15, 1800), course
 
     with Gradebook(database_url(ours), grading.COURSE_ID) as gb:  # the due date edited in the formgrader
-        gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 9))
+        _with_due(gb, datetime.datetime(2026, 12, 1, 9))
     assert course_cli.collect(AID, root=ours).splitlines()[-1] == (
         "2 submission(s) of ex01_dot in grader/submitted/; due 2026-12-01 09:00 UTC: 1 late (late 1 h 30 min)"
     )
     assert deadlines.read(tmp_path / "exchange") == {AID: datetime.datetime(2026, 12, 1, 9)}  # students see it too
 
 
-def _late_and_penalty(course: Path, student: str) -> tuple[float, float]:
+def _with_due(gb: Gradebook, due: datetime.datetime) -> None:
+    """The assignment in the gradebook with this due date (nbgrader annotates its **kwargs as dicts)."""
+    gb.update_or_create_assignment(AID, duedate=due)  # pyright: ignore[reportArgumentType]
+
+
+def _late_and_penalty(course: Path, student: str) -> tuple[float, float | None]:
     with Gradebook(database_url(course), grading.COURSE_ID) as gb:
         sub = gb.find_submission(AID, student)
         return sub.total_seconds_late, sub.late_submission_penalty
@@ -690,6 +695,7 @@ def test_the_benchmark_splits_a_run_into_fixed_seconds_and_a_marginal_rate():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
+    assert spec is not None and spec.loader is not None, spec
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     # 12 s before the first grade, then one every 0.5 s (two workers: in pairs), arriving out of order
@@ -703,6 +709,7 @@ def test_the_benchmark_names_every_student_whose_score_moved_between_runs():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
+    assert spec is not None and spec.loader is not None, spec
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     same = {"s000": 15.0, "s001": 0.0}

@@ -39,6 +39,7 @@ import subprocess
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import psutil
@@ -131,7 +132,7 @@ def _course(clone: Path, *args: str, user: pwd.struct_passwd | None = None, time
     env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": user.pw_dir if user else os.environ.get("HOME", "/root")}
     if user:
         env.update(USER=user.pw_name, LOGNAME=user.pw_name)
-    ids = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
+    ids: dict[str, Any] = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
     return subprocess.run(
         [str(clone / "course"), *args], cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, **ids
     )
@@ -416,7 +417,8 @@ def _tls_names(port: int, ca: Path, name: str) -> str:
         socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
         context.wrap_socket(raw, server_hostname=name) as tls,  # verifies the chain and the name
     ):
-        return dict(x[0] for x in tls.getpeercert()["subject"])["commonName"]
+        cert: Any = tls.getpeercert()  # (verified: the peer's certificate, as a dict)
+        return dict(x[0] for x in cert["subject"])["commonName"]
 
 
 def _plain_http(port: int) -> str:
@@ -838,7 +840,8 @@ class _Service:
             time.sleep(0.5)
         return False
 
-    def _server(self, name: str):
+    @staticmethod
+    def _server(name: str):
         for proc in psutil.process_iter(["username", "cmdline"]):
             if proc.info["username"] == name and any("jupyterhub-singleuser" in a for a in proc.info["cmdline"] or []):
                 return proc
@@ -977,6 +980,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                 with _step("01-instructor-lab", ipage, hub):
                     _lab_ready(ipage, instructor, port)
                     response = ipage.goto(ipage.url)
+                    assert response is not None  # (a page load has a response)
                     assert response.headers.get("content-security-policy") == "frame-ancestors 'self'", response.headers
                     ipage.locator(".jp-DirListing-item", has_text="solutions").wait_for()  # the course folder
                     _shot(ipage, "01-instructor-lab")
@@ -1011,6 +1015,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     with _step(f"03-{who}-fetch-answer", page, hub):
                         _lab_ready(page, name, port)
                         response = page.goto(page.url)
+                        assert response is not None  # (a page load has a response)
                         assert response.headers.get("content-security-policy", "").startswith(
                             "frame-ancestors 'none'"
                         ), f"a student's server must forbid framing: {response.headers}"
@@ -1129,14 +1134,17 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     with _step(f"09-{who}-cannot-open-the-other", page, hub):
                         other_page = page.context.new_page()
                         response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/lab")
+                        assert response is not None  # (a page load has a response)
                         assert response.status == 403 and response.url.startswith(f"{base}hub/"), (
                             response.status,
                             response.url,
                         )  # the hub refuses to log them in to it
                         other_page.screenshot(path=str(ARTIFACTS / f"09-{who}-cannot-open-the-other.png"))
                         response = other_page.goto(f"http://{other}.localhost:{port}/user/{other}/api/contents")
+                        assert response is not None  # (a page load has a response)
                         assert response.status == 403, response.status  # and the server refuses its API
                         response = other_page.goto(f"http://{name}.localhost:{port}/user/{name}/formgrader")
+                        assert response is not None  # (a page load has a response)
                         assert response.status == 404, response.status  # no formgrader on a student's own server
                         other_page.close()
                     if name == wrong:
@@ -1244,10 +1252,12 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     _lab_ready(page, right, port, f"https://{PUBLIC_HOST}")
                     _shot(page, "11-public-student-lab")  # their JupyterLab as they left it (its layout restored)
                     response = page.goto(f"https://{right}.{PUBLIC_HOST}:{port}/user/{right}/api/contents")
+                    assert response is not None  # (a page load has a response)
                     assert response.status == 200 and "lessons" in {
                         item["name"] for item in response.json()["content"]
                     }, response.status  # their home, over TLS on their own host
                     response = page.goto(f"https://{instructor}.{PUBLIC_HOST}:{port}/user/{instructor}/lab")
+                    assert response is not None  # (a page load has a response)
                     # another user's server, on its own host: the hub neither opens it nor says whether it exists
                     assert response.status == 404 and "No access to resources" in hub.text(), response.status
             finally:
@@ -1293,7 +1303,7 @@ IN_BROWSER = """async ([method, url, body]) => {
 }"""
 
 
-def _ask(page, method: str, url: str, body: str = "") -> tuple[int, object]:
+def _ask(page, method: str, url: str, body: str = "") -> tuple[int, Any]:
     """A request from the user's own page, with their cookies (and JupyterLab's xsrf token): (status, JSON or text)."""
     status, text = page.evaluate(IN_BROWSER, [method, url, body])
     try:
@@ -1390,6 +1400,7 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
                         # the other course's formgrader, server and exchange are not theirs
                         theirs = f"http://{other}.localhost:{port}/user/{other}/formgrader/api/students"
                         response = page.goto(theirs)
+                        assert response is not None  # (a page load has a response)
                         assert response.status in (403, 404), (teacher, other, response.status)
                         page.goto(f"http://{teacher}.localhost:{port}/user/{teacher}/lab")
                     other_cid = "gemm-b" if cid == "gemm-a" else "gemm-a"
@@ -1403,7 +1414,7 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
                     assert code == 0 and "READ" not in out and out.count("DENIED") == 2, out
                 service_a = json.loads((folders["gemm-a"] / "grader" / "classroom.json").read_text())["exchange_url"]
                 for outsider in (ib, sb):  # their servers' tokens do not reach course A's exchange
-                    token = _Service._server(None, outsider).environ()["JUPYTERHUB_API_TOKEN"]
+                    token = _Service._server(outsider).environ()["JUPYTERHUB_API_TOKEN"]
                     answer = requests.get(
                         service_a + "api/submissions/gemm-a", timeout=60, headers={"Authorization": f"token {token}"}
                     )

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -40,7 +41,7 @@ class Lab:
     """`make lab LAB_ARGS=...` in a process group of its own (as `user` when given), its output kept by line."""
 
     def __init__(self, cwd: Path, lab_args: str, env: dict[str, str], user: pwd.struct_passwd | None = None):
-        ids = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
+        ids: dict[str, Any] = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user else {}
         self.proc = subprocess.Popen(
             ["make", "lab", f"LAB_ARGS={lab_args}"],
             cwd=cwd,
@@ -56,6 +57,7 @@ class Lab:
         self._reader.start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # (a pipe)
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 

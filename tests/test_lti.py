@@ -26,9 +26,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from lti1p3platform.ltiplatform import JWKS
 
 from twoprim.classroom import lti_config as lc
 from twoprim.config import ROOT
@@ -171,7 +173,7 @@ def lms():
         key.write_text(private_pem())
         key.chmod(0o600)
         port = _free_port()
-        tool_jwks = {
+        tool_jwks: JWKS = {
             "keys": [
                 lc.LTIConfig(
                     path=key,
@@ -258,7 +260,7 @@ c.JupyterHub.load_roles = [{{"name": "lti-test", "services": ["lti-test"], "scop
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _launch(lms, **spec) -> requests.Response:
+def _launch(lms, **spec) -> Any:  # requests' Response, with the launch's `session` attached
     """A click on the LMS's link: the platform's login initiation, the hub's redirect to the platform's
     authorization, the platform's auto-submitted form (posted here as a browser would); the hub's answer to it."""
     session = requests.Session()
@@ -267,8 +269,8 @@ def _launch(lms, **spec) -> requests.Response:
     action = re.search(r'action="([^"]+)"', page.text)
     assert action, page.text[:500]
     fields = {k: html.unescape(v) for k, v in re.findall(r'name="(\w+)" value="([^"]*)"', page.text)}
-    answer = session.post(html.unescape(action.group(1)), data=fields, allow_redirects=False, timeout=60)
-    answer.session = session
+    answer: Any = session.post(html.unescape(action.group(1)), data=fields, allow_redirects=False, timeout=60)
+    answer.session = session  # the launch's cookies, for the test to read
     return answer
 
 
@@ -388,14 +390,16 @@ def test_autograded_scores_reach_the_lms_over_ags_after_the_late_penalty(lms, ca
     grading.init_db(database_url(course))
     grading.released_notebooks(AID, course, database_url(course))
     with Gradebook(database_url(course), COURSE) as gb:
-        gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 10))
+        # nbgrader annotates **kwargs as dicts
+        gb.update_or_create_assignment(AID, duedate=datetime.datetime(2026, 12, 1, 10))  # pyright: ignore[reportArgumentType]
     started = time.monotonic()
     grading.autograde(AID, root=course, workers=2, progress=False)
     graded_s = time.monotonic() - started
     with Gradebook(database_url(course), COURSE) as gb:
+        rows: list[Any] = gb.assignment_submissions(AID)  # (nbgrader's rows: scores typed None on the class)
         held = {
             s.student.id: (s.score - (s.late_submission_penalty or 0), s.max_score, s.late_submission_penalty)
-            for s in gb.assignment_submissions(AID)
+            for s in rows
         }
     assert held[names["late"]][2] > 0 and held[names["ontime"]][2] in (0, None), held  # the course's penalty
     started = time.monotonic()

@@ -27,7 +27,9 @@ from twoprim.core.notebooks import assignments
 from .accounts import clone_for
 
 AID, FN = "ex01b_axpy", "axpy"  # the template's one function, kept: the author writes nothing more in step 2
-SHORT = ASSIGNMENT_ID.fullmatch(AID)[1]
+_ID = ASSIGNMENT_ID.fullmatch(AID)
+assert _ID, AID
+SHORT = _ID[1]
 PLACEHOLDER = "exNN_topic"  # the template's id
 TEMPLATE = ROOT / "template" / f"{PLACEHOLDER}.ipynb"
 GUIDE = ROOT / "docs" / "guides" / "authors.md"  # "Writing an assignment"
@@ -73,6 +75,7 @@ def author_cells() -> list[dict]:
     cells = []
     for role, kind, gid, nbtype, _ in guide_table(CELLS_TABLE):
         typed = re.fullmatch(r"(.+?)(?: \((\w) points\))?", nbtype)
+        assert typed, nbtype
         cells.append(
             {
                 "role": role.split(",")[0],
@@ -114,7 +117,7 @@ def conforms(aid: str) -> list[str]:
     real = _cells(ROOT / "solutions" / aid / f"{aid}.ipynb")
     cells, expected = author_cells(), guide_notebook(AID, FN)
     ids = {c["gid"] for c in cells}
-    solved = [meta for _, meta in real if (meta or {}).get("solution")]
+    solved = [meta for _, meta in real if meta and meta.get("solution")]
     fn = solved[0]["grade_id"].removeprefix(f"{aid}-").removesuffix("-solution")
     real = [c for c in real if _shape(*c, aid, fn)[1] in ids | {None}]  # an assignment's own Read-only cells aside
     head = next(i for i, c in enumerate(cells) if c["per_function"]) + sum(c["per_function"] for c in cells)

@@ -19,6 +19,7 @@ import threading
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -33,6 +34,7 @@ from .chromium import launch
 def _site_builder():
     """docs/build.py, imported by path (docs/ is not a package)."""
     spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
+    assert spec is not None and spec.loader is not None, spec
     module = importlib.util.module_from_spec(spec)
     sys.modules["docs_build"] = module
     spec.loader.exec_module(module)
@@ -159,12 +161,13 @@ class _Page(html.parser.HTMLParser):
         attrs = dict(attrs)
         self.ids.update(v for k, v in attrs.items() if k in ("id", "name") and v)
         self.links += [v for k, v in attrs.items() if k in ("href", "src") and v]
-        if tag == "script" and attrs.get("src"):
-            self.scripts.append(attrs["src"])
+        src = attrs.get("src")
+        if tag == "script" and src:
+            self.scripts.append(src)
         if tag == "article":
             self._article += 1
         elif tag == "img" and self._article:
-            self.images.append(attrs.get("src", ""))
+            self.images.append(src or "")
 
     def handle_endtag(self, tag):
         if tag == "article" and self._article:
@@ -278,7 +281,7 @@ def test_every_local_link_and_image_of_the_site_resolves(site: Path):
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # the test reads what Chromium saw, not the server's log
+    def log_message(self, *args: Any, **kwargs: Any) -> None:  # the test reads what Chromium saw, not the server's log
         pass
 
 
@@ -318,10 +321,12 @@ def test_chromium_shows_the_home_page_a_lesson_and_the_api_reference(site: Path)
             page = browser.new_page()
             failed: list[str] = []
             page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
-            page.on(
-                "response",
-                lambda response: response.status >= 400 and failed.append(f"{response.url}: HTTP {response.status}"),
-            )
+
+            def note_failure(response) -> None:
+                if response.status >= 400:
+                    failed.append(f"{response.url}: HTTP {response.status}")
+
+            page.on("response", note_failure)
             for path, text in wanted.items():
                 response = page.goto(f"{base}/{path}", wait_until="load", timeout=30_000)
                 assert response and response.ok, f"{path}: {response and response.status}"

@@ -193,7 +193,8 @@ def test_a_hub_student_sees_their_home_fetches_and_submits(tmp_path, monkeypatch
     cached.mkdir(parents=True)
     (cached / "timestamp.txt").write_text("2026-12-02 10:00:00.000000 UTC")
     notebook = home / "exercises" / "ex01_dot" / "ex01_dot.ipynb"
-    os.utime(notebook, (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
+    saved_at = os.stat(cached / "timestamp.txt").st_mtime - 60
+    os.utime(notebook, (saved_at, saved_at))
     r = progress.report()
     assert by_aid(r)["ex01_dot"].submitted == {"at": "2026-12-02 10:00:00.000000 UTC", "stale": ""}
     assert "2026-12-02 10:00" in r.text() and progress._complete(by_aid(r)["ex01_dot"])
@@ -246,7 +247,8 @@ def test_a_hub_student_sees_each_due_date_and_whether_they_submitted_late(tmp_pa
     cached = data / "nbgrader_cache" / "two-primitives" / "student+ex01_dot+t"
     cached.mkdir(parents=True)
     (cached / "timestamp.txt").write_text(f"{now - datetime.timedelta(days=1):%Y-%m-%d %H:%M:%S}.000000 UTC")
-    os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (os.stat(cached / "timestamp.txt").st_mtime - 60,) * 2)
+    saved_at = os.stat(cached / "timestamp.txt").st_mtime - 60
+    os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (saved_at, saved_at))
     deadlines.publish(exchange, "ex01_dot", now - datetime.timedelta(days=2))
     line = next(ln for ln in progress.report().text().splitlines() if "ex01_dot" in ln)
     assert "(late)" in line and "due " not in line, line  # submitted: its due date is no longer news
@@ -299,7 +301,8 @@ def test_a_hub_student_on_the_exchange_service_sees_released_due_and_submitted(t
             "ann",
             {"ex01_dot.ipynb": (home / "exercises" / "ex01_dot" / "ex01_dot.ipynb").read_bytes()},
         )
-        os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (time.time() - 120,) * 2)  # saved before it
+        saved_at = time.time() - 120  # saved before it
+        os.utime(home / "exercises" / "ex01_dot" / "ex01_dot.ipynb", (saved_at, saved_at))
         moved = soon + datetime.timedelta(days=1)
         _gradebook_with_due_dates(tmp_path, {"ex01_dot": moved})  # edited in the formgrader
         ex01 = by_aid(progress.report())["ex01_dot"]
@@ -380,7 +383,7 @@ def test_a_notebook_that_crashes_halfway_is_reported_with_its_cell(broken):
     a = by_aid(r)["ex01_dot"]
     cell = cell_index(notebooks["ex01_dot"], "ex01_dot-neuron-solution") + 1
     assert a.status == "crashed"
-    assert f"the kernel died in cell {cell} (ex01_dot-neuron-solution)" in a.problem
+    assert f"the kernel died in cell {cell} (ex01_dot-neuron-solution)" in (a.problem or "")
     assert a.checks == {
         "dot_loop": "pass",
         "dot": "pass",
@@ -399,7 +402,7 @@ def test_a_syntax_error_is_reported_with_its_cell_and_later_checks_still_run(bro
     a = by_aid(r)["ex02_gemm"]
     cell = cell_index(notebooks["ex02_gemm"], "ex02_gemm-matmul_outer-solution") + 1
     assert a.status == "error"
-    assert a.problem.startswith(
+    assert (a.problem or "").startswith(
         f"SyntaxError in cell {cell} (ex02_gemm-matmul_outer-solution): invalid syntax (line 1 of the cell)"
     ), a.problem
     assert a.checks == {
@@ -417,7 +420,7 @@ def test_an_infinite_loop_is_stopped_and_reported_with_its_cell(broken):
     a = by_aid(r)["ex03_layers"]
     cell = cell_index(notebooks["ex03_layers"], "ex03_layers-mlp-solution") + 1
     assert a.status == "timed out"
-    assert a.problem.startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the {LIMIT} s limit")
+    assert (a.problem or "").startswith(f"cell {cell} (ex03_layers-mlp-solution) ran past the {LIMIT} s limit")
     assert a.checks == {
         "linear": "pass",
         "qkv_projection": "pass",

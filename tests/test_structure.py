@@ -307,10 +307,10 @@ MAX_FUNCTION_LINES = 80
 def _long_functions(tree: ast.AST, where: str) -> list[str]:
     """Every function (methods and nested ones too) longer than MAX_FUNCTION_LINES lines, with its length."""
     return [
-        f"{where}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        f"{where}:{node.lineno} {node.name} ({(node.end_lineno or node.lineno) - node.lineno + 1} lines)"
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
 
 

@@ -32,7 +32,8 @@ SIG = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
 def test_a_compile_is_kept_on_disk_by_source_and_the_interpreter_still_runs(tmp_path, monkeypatch):
     monkeypatch.setenv(triton_compile.ENV_CACHE, str(tmp_path))
     x, out = torch.arange(12.0).reshape(3, 4), torch.empty(3)
-    _row_sum[(3,)](x, out, 4, BLOCK=4)  # the interpreter first: it leaves some of its patches in triton.language
+    # (Triton's launcher takes a constexpr as a plain int; its types say tl.constexpr)
+    _row_sum[(3,)](x, out, 4, BLOCK=4)  # pyright: ignore[reportArgumentType] - the interpreter first: it leaves some of its patches in triton.language
     first = triton_compile.compile_kernel(_row_sum, SIG, {"BLOCK": 128}, "sm_80")
     assert first.error is None and not first.cached and first.ptx and first.registers > 0
     assert list(tmp_path.glob("_row_sum-sm_80-*.json"))
@@ -40,7 +41,7 @@ def test_a_compile_is_kept_on_disk_by_source_and_the_interpreter_still_runs(tmp_
     triton_compile._BY_CODE.clear()
     again = triton_compile.compile_kernel(_row_sum, SIG, {"BLOCK": 128}, "sm_80")
     assert again.cached and again.ptx == first.ptx
-    _row_sum[(3,)](x, out, 4, BLOCK=4)  # and the interpreter again, after the compile put triton.language back
+    _row_sum[(3,)](x, out, 4, BLOCK=4)  # pyright: ignore[reportArgumentType] - and the interpreter again, after the compile put triton.language back
     assert torch.equal(out, x.sum(1) + x.amax(1))
 
 

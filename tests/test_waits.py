@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -36,6 +37,7 @@ from twoprim.config import ROOT
 from .servers import BIN, free_port
 
 spec = importlib.util.spec_from_file_location("bench_hub", ROOT / "scripts" / "bench_hub.py")
+assert spec is not None and spec.loader is not None, spec
 bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_hub"] = bench  # its dataclasses look their module up (as tests/test_hub_load.py does)
 spec.loader.exec_module(bench)
@@ -110,8 +112,8 @@ def fake_kernel(fake: Fake):
                 return
             self.write_message(_message(kind, "iopub", parent, content))
 
-        def on_message(self, raw):
-            msg = json.loads(raw)
+        def on_message(self, message):
+            msg = json.loads(message)
             kind = msg["header"]["msg_type"]
             fake.requests.append(kind)
             if kind == "kernel_info_request":
@@ -193,7 +195,8 @@ def test_messages_for_other_requests_do_not_extend_the_bound():
     assert took < 5, f"the 2 s bound took {took:.1f} s: {message}"
     assert "for its idle status on IOPub" in message, message
     assert "last seen: stream (iopub, for another request), " in message, message
-    assert int(re.search(r"; (\d+) messages", message).group(1)) >= 20, message
+    count = re.search(r"; (\d+) messages", message)
+    assert count and int(count.group(1)) >= 20, message
 
 
 def test_a_kernel_whose_iopub_never_answers_kernel_info_is_not_ready_within_its_bound():
@@ -284,7 +287,7 @@ class JupyterServer:
             )
             time.sleep(0.2)
 
-    def api(self, method: str, path: str, body: dict | None = None, timeout: float = 30):
+    def api(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> Any:
         request = urllib.request.Request(
             self.url + path,
             method=method,

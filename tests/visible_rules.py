@@ -12,6 +12,7 @@ import functools
 import io
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from twoprim.core.checks import Case, CheckFailure, as_contiguous
 
@@ -22,7 +23,7 @@ class _Captured(Exception):
 
 def visible_cases(check: Callable) -> list[Case]:
     """The cases `check` runs when called as a notebook's visible check cell calls it (its default cases)."""
-    module = sys.modules[check.__module__]
+    module: Any = sys.modules[check.__module__]  # its run_check is swapped for a spy, then put back
     found: list[Case] = []
 
     def spy(task, fn, cases, **kwargs):
