@@ -17,12 +17,13 @@ NODE_STAMP := node_modules/.installed
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help lab hub test test-fast setup exercises bench-lessons docs
+.PHONY: help lab hub test test-fast lint setup exercises bench-lessons docs
 
 help:
 	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
 	@echo "make test           set up .venv if needed and run the whole test suite"
 	@echo "make test-fast      the suite without the classroom hub, the grading cluster and the browser tests"
+	@echo "make lint           ruff (lint, import order, format) and pyright on the code, as make test checks them"
 	@echo "make hub            (instructors, as root) the classroom on JupyterHub: HUB_ARGS=\"--students alice,bob\""
 	@echo "make exercises      (instructors) regenerate exercises/ from solutions/ with nbgrader"
 	@echo "make bench-lessons  time every lesson notebook against the 60 s budget"
@@ -43,7 +44,7 @@ $(STAMP): pyproject.toml
 	  && $$py -m venv $(VENV); }
 	@$(CURDIR)/course --check-venv   # a .venv copied or moved here from another folder: pointed here first
 	$(VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
-	$(VENV)/bin/python -m pip install --quiet -e ".[test,docs]"
+	$(VENV)/bin/python -m pip install --quiet -e ".[test,docs,dev]"
 	$(VENV)/bin/python -m twoprim.course install-config
 	@touch $(STAMP)
 
@@ -71,6 +72,13 @@ test: $(STAMP) $(NODE_STAMP)
 test-fast: $(STAMP)
 	@$(CURDIR)/course --check-venv
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder -m "not servers"
+
+# The code's checks (tests/test_tooling.py runs the same three in make test; `pre-commit install` runs them at each
+# commit): ruff's lint and import order, ruff's formatting, pyright's types; configured in pyproject.toml
+lint: $(STAMP) $(NODE_STAMP)
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	node_modules/.bin/pyright
 
 exercises: $(STAMP)
 	$(CURDIR)/course generate
