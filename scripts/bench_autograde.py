@@ -27,6 +27,7 @@ With `--scheduler` it grades the class of each assignment on that Dask cluster t
 and on its first two workers, and prints submissions per second of each (the ratio is the figure: it scales with
 machines).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.classroom import answered, course_copy, solution_code, student_version, write  # noqa: E402
 from twoprim import grading  # noqa: E402
-from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
 from twoprim.core.notebooks import assignments  # noqa: E402
+from twoprim.grading.nbgrader_cli import generate_assignment, nbgrader  # noqa: E402
 
 PROJECTED_CLASS = 200
 
@@ -58,7 +59,9 @@ def make_course(base: Path, aid: str, n: int) -> Path:
             nb = student_version(aid)
         else:  # one wrong function: an answer cell redefines its function to return nothing
             gid = sols[i % len(sols)]
-            fn = next(l.split("(")[0][4:] for l in solution_code(aid)[gid].splitlines() if l.startswith("def "))
+            fn = next(
+                line.split("(")[0][4:] for line in solution_code(aid)[gid].splitlines() if line.startswith("def ")
+            )
             nb = answered(aid, {gid: solution_code(aid)[gid] + f"\n\n\ndef {fn}(*args, **kwargs):\n    return None\n"})
         write(course / "grader" / "submitted", f"s{i:03d}", aid, nb)
     with tempfile.TemporaryDirectory() as release:
@@ -66,7 +69,7 @@ def make_course(base: Path, aid: str, n: int) -> Path:
     return course
 
 
-def scores(course: Path, aid: str) -> dict[str, float]:
+def scores(course: Path, aid: str) -> dict[str, float | None]:
     from nbgrader.api import Gradebook
 
     with Gradebook(grading.database_url(course), grading.COURSE_ID) as gb:
@@ -82,7 +85,9 @@ def fit(arrivals: list[float]) -> tuple[float, float]:
     return max(0.0, times[-1] - n * marginal), marginal
 
 
-def differences(runs: list[dict[str, float]], reference: dict[str, float] | None = None) -> dict[str, list]:
+def differences(
+    runs: list[dict[str, float | None]], reference: dict[str, float | None] | None = None
+) -> dict[str, list]:
     """student -> [score of each run (, the reference's)] for every student whose scores are not all the same (or a
     student missing from a run: None there); empty when every run gave every student the same score."""
     students = sorted(set().union(*runs, reference or {}))
@@ -97,8 +102,10 @@ def differences(runs: list[dict[str, float]], reference: dict[str, float] | None
 def repeated(args) -> int:
     """Grade each assignment's class `--repeat` times in a row with ./course autograde (--force) and once with plain
     nbgrader; every student must get the same score every time. Exit 1 when one does not."""
-    print(f"{args.students} students per assignment, {args.workers} workers, {args.repeat} runs in a row, "
-          f"{os.cpu_count()} cores")
+    print(
+        f"{args.students} students per assignment, {args.workers} workers, {args.repeat} runs in a row, "
+        f"{os.cpu_count()} cores"
+    )
     bad = 0
     for aid in args.assignments:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -111,10 +118,16 @@ def repeated(args) -> int:
             nbgrader(["autograde", aid, "--force"], root=plain, capture=True)
             differ = differences(runs, scores(plain, aid))
             bad += bool(differ)
-            print(f"{aid:14s} " + (f"DIFFER (runs..., nbgrader): {differ}" if differ else
-                                    f"identical in {args.repeat} runs and plain nbgrader "
-                                    f"({len(runs[0])} students, mean {sum(runs[0].values()) / len(runs[0]):.2f})"),
-                  flush=True)
+            print(
+                f"{aid:14s} "
+                + (
+                    f"DIFFER (runs..., nbgrader): {differ}"
+                    if differ
+                    else f"identical in {args.repeat} runs and plain nbgrader "
+                    f"({len(runs[0])} students, mean {sum(runs[0].values()) / len(runs[0]):.2f})"
+                ),
+                flush=True,
+            )
     return 1 if bad else 0
 
 
@@ -138,8 +151,13 @@ def _graded(aid: str, course: Path, workers: int) -> tuple[float, list[float]]:
     """Seconds `grading.autograde` took on `course`, and when each outcome arrived (seconds from its start)."""
     arrivals: list[float] = []
     start = time.perf_counter()
-    grading.autograde(aid, root=course, workers=workers, progress=False,
-                      on_outcome=lambda _: arrivals.append(time.perf_counter() - start))
+    grading.autograde(
+        aid,
+        root=course,
+        workers=workers,
+        progress=False,
+        on_outcome=lambda _: arrivals.append(time.perf_counter() - start),
+    )
     return time.perf_counter() - start, arrivals
 
 
@@ -149,10 +167,13 @@ def side_by_side(args) -> int:
     print(f"{args.students} students per assignment, {args.workers} workers, {os.cpu_count()} cores")
     before = _load()
     startup = start_up(args.workers)
-    print(f"start-up (once per ./course autograde run): {startup:.1f} s, the local cluster and its workers' "
-          f"forkservers")
-    print(f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s} {'with start-up':>14s} "
-          f"{'fixed s':>8s} {'marginal s/sub':>15s} {'load':>11s}  scores")
+    print(
+        f"start-up (once per ./course autograde run): {startup:.1f} s, the local cluster and its workers' forkservers"
+    )
+    print(
+        f"{'assignment':14s} {'course s/sub':>12s} {'nbgrader s/sub':>15s} {'speedup':>8s} {'with start-up':>14s} "
+        f"{'fixed s':>8s} {'marginal s/sub':>15s} {'load':>11s}  scores"
+    )
     average, projected, rows = 0.0, 0.0, []
     for aid in args.assignments:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -169,17 +190,32 @@ def side_by_side(args) -> int:
             fixed, marginal = fit(arrivals)
             average += t_ours / n
             projected += startup + fixed + PROJECTED_CLASS * marginal
-            rows.append({"assignment": aid, "course_s": round(t_ours / n, 2), "nbgrader_s": round(t_plain / n, 2),
-                         "speedup": round(t_plain / t_ours, 2), "with_startup": round(t_plain / (t_ours + startup), 2),
-                         "fixed_s": round(fixed, 1), "marginal_s": round(marginal, 2), "theirs": theirs,
-                         "t_plain": t_plain, "mismatch": mismatch})
-            print(f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}× "
-                  f"{t_plain / (t_ours + startup):13.2f}× {fixed:8.1f} {marginal:15.2f} {load:5.2f}->{_load():<5.2f} "
-                  + (f"DIFFER: {mismatch}" if mismatch else "identical"), flush=True)
+            rows.append(
+                {
+                    "assignment": aid,
+                    "course_s": round(t_ours / n, 2),
+                    "nbgrader_s": round(t_plain / n, 2),
+                    "speedup": round(t_plain / t_ours, 2),
+                    "with_startup": round(t_plain / (t_ours + startup), 2),
+                    "fixed_s": round(fixed, 1),
+                    "marginal_s": round(marginal, 2),
+                    "theirs": theirs,
+                    "t_plain": t_plain,
+                    "mismatch": mismatch,
+                }
+            )
+            print(
+                f"{aid:14s} {t_ours / n:12.2f} {t_plain / n:15.2f} {t_plain / t_ours:7.2f}× "
+                f"{t_plain / (t_ours + startup):13.2f}× {fixed:8.1f} {marginal:15.2f} {load:5.2f}->{_load():<5.2f} "
+                + (f"DIFFER: {mismatch}" if mismatch else "identical"),
+                flush=True,
+            )
     k = len(args.assignments)
-    print(f"projected: {PROJECTED_CLASS} students × {k} assignments = {projected / 60:.1f} min on this machine "
-          f"(per assignment: start-up + fixed + {PROJECTED_CLASS} × marginal); at each class's average rate "
-          f"instead, {(k * startup + PROJECTED_CLASS * average) / 60:.1f} min")
+    print(
+        f"projected: {PROJECTED_CLASS} students × {k} assignments = {projected / 60:.1f} min on this machine "
+        f"(per assignment: start-up + fixed + {PROJECTED_CLASS} × marginal); at each class's average rate "
+        f"instead, {(k * startup + PROJECTED_CLASS * average) / 60:.1f} min"
+    )
     if args.all_in:
         print("each class again as a new `./course autograde` grades it, its own cluster started inside its seconds:")
         for row in rows:
@@ -188,12 +224,19 @@ def side_by_side(args) -> int:
                 cluster.close_local_clusters()
                 load = _load()
                 t_all, _ = _graded(row["assignment"], ours, args.workers)
-                row["mismatch"].update({s: (a, row["theirs"].get(s)) for s, a in scores(ours, row["assignment"]).items()
-                                        if row["theirs"].get(s) != a})
+                row["mismatch"].update(
+                    {
+                        s: (a, row["theirs"].get(s))
+                        for s, a in scores(ours, row["assignment"]).items()
+                        if row["theirs"].get(s) != a
+                    }
+                )
                 row["all_in"] = round(row["t_plain"] / t_all, 2)
-                print(f"{row['assignment']:14s} {t_all:6.1f} s in all: {row['all_in']:5.2f}× plain nbgrader "
-                      f"(load {load:.2f}->{_load():.2f})" + (f" DIFFER: {row['mismatch']}" if row["mismatch"] else ""),
-                      flush=True)
+                print(
+                    f"{row['assignment']:14s} {t_all:6.1f} s in all: {row['all_in']:5.2f}× plain nbgrader "
+                    f"(load {load:.2f}->{_load():.2f})" + (f" DIFFER: {row['mismatch']}" if row["mismatch"] else ""),
+                    flush=True,
+                )
     if args.record:
         _record(rows, args, before, _load(), startup, projected)
     return 0 if not any(r["mismatch"] for r in rows) else 1
@@ -214,20 +257,29 @@ def _record(rows: list[dict], args, before: float, after: float, startup: float,
     data = json.loads(RECORD.read_text(encoding="utf-8"))
     data["columns"].setdefault("all_in", "a new command, start-up inside ×")
     keys = ("assignment", "course_s", "nbgrader_s", "speedup", "with_startup", "all_in", "fixed_s", "marginal_s")
-    data["runs"].append({
-        "date": time.strftime("%Y-%m-%d", time.gmtime()), "time": time.strftime("%H:%M", time.gmtime()),
-        "machine": data["runs"][-1]["machine"] if os.cpu_count() == 2 else
-        f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}",
-        "command": " ".join(["scripts/bench_autograde.py", *(a if a != args.record else "NOTE" for a in sys.argv[1:])]),
-        "conditions": f"load average {before} before, {after} after (the machine is shared)",
-        "numbers": [{k: r[k] for k in keys if k in r} for r in rows],
-        "note": args.record,
-        "summary": {"start-up (the local cluster and each worker's warm forkserver, measured apart)":
-                    f"{startup:.1f} s",
-                    f"{PROJECTED_CLASS} students × these {len(rows)} assignments, projected (start-up + fixed + "
-                    f"{PROJECTED_CLASS} × marginal)": f"{projected / 60:.1f} min",
-                    "scores identical to plain nbgrader": "every student" if not any(r["mismatch"] for r in rows)
-                    else "NO: " + ", ".join(r["assignment"] for r in rows if r["mismatch"])}})
+    data["runs"].append(
+        {
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "time": time.strftime("%H:%M", time.gmtime()),
+            "machine": data["runs"][-1]["machine"]
+            if os.cpu_count() == 2
+            else f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}",
+            "command": " ".join(
+                ["scripts/bench_autograde.py", *(a if a != args.record else "NOTE" for a in sys.argv[1:])]
+            ),
+            "conditions": f"load average {before} before, {after} after (the machine is shared)",
+            "numbers": [{k: r[k] for k in keys if k in r} for r in rows],
+            "note": args.record,
+            "summary": {
+                "start-up (the local cluster and each worker's warm forkserver, measured apart)": f"{startup:.1f} s",
+                f"{PROJECTED_CLASS} students × these {len(rows)} assignments, projected (start-up + fixed + "
+                f"{PROJECTED_CLASS} × marginal)": f"{projected / 60:.1f} min",
+                "scores identical to plain nbgrader": "every student"
+                if not any(r["mismatch"] for r in rows)
+                else "NO: " + ", ".join(r["assignment"] for r in rows if r["mismatch"]),
+            },
+        }
+    )
     RECORD.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"recorded in {RECORD}")
 
@@ -259,12 +311,23 @@ def main() -> int:
     parser.add_argument("--assignments", nargs="+", default=assignments())
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--scheduler", default=None, help="a Dask scheduler: compare one worker with two")
-    parser.add_argument("--repeat", type=int, default=0, help="grade each class this many times in a row (and once "
-                                                               "with nbgrader): are the scores identical?")
-    parser.add_argument("--record", metavar="NOTE", help="append the side-by-side table as a run to " +
-                        "data/benchmarks/autograde_speedup.json, with NOTE")
-    parser.add_argument("--all-in", action="store_true", help="then grade each class again as a new command does, "
-                        "its own cluster started inside its seconds (the `all_in` column)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="grade each class this many times in a row (and once with nbgrader): are the scores identical?",
+    )
+    parser.add_argument(
+        "--record",
+        metavar="NOTE",
+        help="append the side-by-side table as a run to " + "data/benchmarks/autograde_speedup.json, with NOTE",
+    )
+    parser.add_argument(
+        "--all-in",
+        action="store_true",
+        help="then grade each class again as a new command does, "
+        "its own cluster started inside its seconds (the `all_in` column)",
+    )
     args = parser.parse_args()
     if args.repeat:
         return repeated(args)

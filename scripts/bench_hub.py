@@ -29,6 +29,7 @@ counts a page their kernels share with their zygote once; what their control gro
 CPU's use, and how many kernels were forked from a zygote (twoprim/classroom/warm_kernels.py, from the hub's log),
 and writes them as JSON with `--out`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,8 @@ AID = "ex01_dot"
 COURSE_ID = "two-primitives"
 STEPS = ("login", "spawn", "fetch", "open", "kernel", "cells", "validate", "submit")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-START_S = 240        # the hub's table: accounts, the environment probe, JupyterHub and its proxy
-REQUEST_S = 300      # one request at most (a Validate on a loaded machine is the longest)
+START_S = 240  # the hub's table: accounts, the environment probe, JupyterHub and its proxy
+REQUEST_S = 300  # one request at most (a Validate on a loaded machine is the longest)
 
 
 # --- the classroom: a copy of the course and ./course hub in it ---------------------------------------------------
@@ -80,7 +81,7 @@ class Classroom:
         self.proc = None
         self.passwords: dict[str, str] = {}
 
-    def __enter__(self) -> "Classroom":
+    def __enter__(self) -> Classroom:
         from tests.accounts import clone_for, point_venv_at, shared_python, shared_tmp
 
         if os.geteuid() != 0:
@@ -102,15 +103,30 @@ class Classroom:
     def _start(self) -> None:
         self.log = self.log_path.open("a")
         self.proc = subprocess.Popen(
-            [str(self.course / "course"), "hub", "--students", ",".join(self.students), "--instructor",
-             self.instructor, "--port", str(self.port), *self.hub_args], cwd=self.course, stdout=self.log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ctrl_c_when_orphaned,
-            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"})
+            [
+                str(self.course / "course"),
+                "hub",
+                "--students",
+                ",".join(self.students),
+                "--instructor",
+                self.instructor,
+                "--port",
+                str(self.port),
+                *self.hub_args,
+            ],
+            cwd=self.course,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ctrl_c_when_orphaned,
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": "/root"},
+        )
         deadline = time.monotonic() + START_S
         while True:
             text = self.text()
-            rows = {m.group(1): m.group(2) for m in
-                    re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)}
+            rows = {
+                m.group(1): m.group(2) for m in re.finditer(r"^  (\S+)\s+(?:instructor|student)\s+(\S+)\s", text, re.M)
+            }
             if "classroom is running" in text and all(a in rows for a in [self.instructor, *self.students]):
                 self.passwords = rows
                 break
@@ -127,10 +143,24 @@ class Classroom:
     def course_command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """`./course ARGS` as the instructor, as their terminal runs it."""
         user = pwd.getpwnam(self.instructor)
-        env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": user.pw_dir, "USER": user.pw_name,
-               "LOGNAME": user.pw_name}
-        return subprocess.run([str(self.course / "course"), *args], cwd=self.course, env=env, capture_output=True,
-                              text=True, timeout=timeout, user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+        env = {
+            "PATH": SYSTEM_PATH,
+            "LANG": "C.UTF-8",
+            "HOME": user.pw_dir,
+            "USER": user.pw_name,
+            "LOGNAME": user.pw_name,
+        }
+        return subprocess.run(
+            [str(self.course / "course"), *args],
+            cwd=self.course,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            user=user.pw_uid,
+            group=user.pw_gid,
+            extra_groups=[],
+        )
 
     def text(self) -> str:
         self.log.flush()
@@ -195,13 +225,13 @@ class Student:
 
     name: str
     password: str
-    notebook: dict                 # the notebook they save and submit (nbformat JSON)
+    notebook: dict  # the notebook they save and submit (nbformat JSON)
     times: dict[str, float] = field(default_factory=dict)
-    failure: str = ""               # the step that failed and why
+    failure: str = ""  # the step that failed and why
     cell_errors: list[str] = field(default_factory=list)  # cells whose code raised (a wrong answer's check)
     validate: dict = field(default_factory=dict)
     token: str = ""
-    finished: float = 0.0           # time.monotonic() when their last step (Submit) answered; 0: not finished
+    finished: float = 0.0  # time.monotonic() when their last step (Submit) answered; 0: not finished
 
 
 class Client:
@@ -233,14 +263,20 @@ class Client:
 def login(c: Client, password: str) -> None:
     """The login form, as a browser fills it."""
     c.check(c.hub.get(f"{c.hub_url}/hub/login", timeout=REQUEST_S), "GET /hub/login")
-    r = c.hub.post(f"{c.hub_url}/hub/login?next=", data={"username": c.name, "password": password,
-                                                     "_xsrf": c.hub.cookies.get("_xsrf", "")},
-                   allow_redirects=False, timeout=REQUEST_S)
+    r = c.hub.post(
+        f"{c.hub_url}/hub/login?next=",
+        data={"username": c.name, "password": password, "_xsrf": c.hub.cookies.get("_xsrf", "")},
+        allow_redirects=False,
+        timeout=REQUEST_S,
+    )
     if r.status_code != 302:
         raise StepError(f"login: HTTP {r.status_code} (expected a redirect) {r.text[:300]}")
     # the session cookie is for .localhost (every user's host too); Python's cookie jar files a dotless host as
     # "localhost.local" and so never sends it back to localhost, as a browser does: give it that host as well
-    for cookie in list(c.hub.cookies):
+    from http.cookiejar import Cookie
+    from typing import cast
+
+    for cookie in cast("list[Cookie]", list(c.hub.cookies)):  # a CookieJar yields Cookies (typed as str)
         if cookie.domain == ".localhost":
             c.hub.cookies.set(cookie.name, cookie.value, domain="localhost.local", path=cookie.path)
     home = c.check(c.hub.get(f"{c.hub_url}/hub/home", timeout=REQUEST_S), "GET /hub/home").text
@@ -265,11 +301,17 @@ def spawn(c: Client, deadline: float) -> str:
         if not server.get("pending") and not server:
             raise StepError(f"the server of {c.name} stopped while starting (the hub's log says why)")
         if time.monotonic() > deadline:
-            raise StepError(f"the server of {c.name} was not ready before the deadline: waited "
-                            f"{time.monotonic() - started:.0f} s (since {since}); the hub last said {server}")
+            raise StepError(
+                f"the server of {c.name} was not ready before the deadline: waited "
+                f"{time.monotonic() - started:.0f} s (since {since}); the hub last said {server}"
+            )
         time.sleep(0.5)
-    r = c.check(c.hub.post(f"{api}/tokens", headers=c.xsrf(), json={"note": "load test", "expires_in": 3600},
-                           timeout=REQUEST_S), f"POST {api}/tokens")
+    r = c.check(
+        c.hub.post(
+            f"{api}/tokens", headers=c.xsrf(), json={"note": "load test", "expires_in": 3600}, timeout=REQUEST_S
+        ),
+        f"POST {api}/tokens",
+    )
     token = r.json()["token"]
     c.server.headers["Authorization"] = f"token {token}"
     return token
@@ -285,8 +327,9 @@ def fetch(c: Client) -> None:
     log has the error): the list must show it fetched."""
     answer = _form(c, "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": AID}, "Fetch")
     rows = answer.get("value") if isinstance(answer, dict) else None
-    if not isinstance(rows, list) or not any(r.get("assignment_id") == AID and r.get("status") == "fetched"
-                                              for r in rows):
+    if not isinstance(rows, list) or not any(
+        r.get("assignment_id") == AID and r.get("status") == "fetched" for r in rows
+    ):
         raise StepError(f"Fetch did not fetch {AID} (the student's server log says why): {str(answer)[:300]}")
 
 
@@ -296,9 +339,14 @@ NOTEBOOK = f"exercises/{AID}/{AID}.ipynb"
 def open_and_answer(c: Client, notebook: dict) -> dict:
     """The fetched notebook opened, then saved with the student's answers; returns what was fetched."""
     fetched = c.check(c.server.get(c.base + "api/contents/" + NOTEBOOK, timeout=REQUEST_S), "GET notebook").json()
-    c.check(c.server.put(c.base + "api/contents/" + NOTEBOOK, json={"type": "notebook", "format": "json",
-                                                                    "content": notebook}, timeout=REQUEST_S),
-            "PUT notebook")
+    c.check(
+        c.server.put(
+            c.base + "api/contents/" + NOTEBOOK,
+            json={"type": "notebook", "format": "json", "content": notebook},
+            timeout=REQUEST_S,
+        ),
+        "PUT notebook",
+    )
     return fetched
 
 
@@ -334,30 +382,41 @@ class Waiting:
         """What was waited for, since when, and what was seen meanwhile."""
         now = time.monotonic()
         last = f"{self.last}, {now - self.last_at:.1f} s ago" if self.messages else "no message"
-        return (f"{self.what}: waited {now - self.started:.1f} s (bound {self.bound:g} s, since {self.wall}) for "
-                f"{waited_for}{'; ' + progress if progress else ''}; last seen: {last}; {self.messages} messages "
-                f"and {self.pings} pings from the server meanwhile")
+        return (
+            f"{self.what}: waited {now - self.started:.1f} s (bound {self.bound:g} s, since {self.wall}) for "
+            f"{waited_for}{'; ' + progress if progress else ''}; last seen: {last}; {self.messages} messages "
+            f"and {self.pings} pings from the server meanwhile"
+        )
 
 
 class Kernel:
     """A notebook's kernel over its websocket, as JupyterLab runs cells. Each read waits at most the time left
     before its deadline: the server's pings (answered here) and messages for other requests never extend it."""
 
-    READY_S = 60     # the kernel_info handshake at most (jupyter_server's kernel_info_timeout)
-    NUDGE_S = 0.5    # kernel_info re-sent this often until IOPub answers (jupyter_server's nudge)
+    READY_S = 60  # the kernel_info handshake at most (jupyter_server's kernel_info_timeout)
+    NUDGE_S = 0.5  # kernel_info re-sent this often until IOPub answers (jupyter_server's nudge)
 
     def __init__(self, c: Client, path: str, timeout: float = REQUEST_S):
-        r = c.check(c.server.post(c.base + "api/sessions", json={"path": path, "type": "notebook", "name": path,
-                                                                  "kernel": {"name": "python3"}},
-                                  timeout=REQUEST_S), "POST api/sessions")
+        r = c.check(
+            c.server.post(
+                c.base + "api/sessions",
+                json={"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
+                timeout=REQUEST_S,
+            ),
+            "POST api/sessions",
+        )
         self.session = r.json()
         self.id = self.session["kernel"]["id"]
-        self._open(f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels", timeout,
-                   host=f"{c.name}.localhost:{c.port}", username=c.name,
-                   header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"])
+        self._open(
+            f"ws://127.0.0.1:{c.port}/user/{c.name}/api/kernels/{self.id}/channels",
+            timeout,
+            host=f"{c.name}.localhost:{c.port}",
+            username=c.name,
+            header=[f"Authorization: token {c.server.headers['Authorization'][6:]}"],
+        )
 
     @classmethod
-    def at(cls, url: str, *, timeout: float, header: tuple[str, ...] = (), username: str = "") -> "Kernel":
+    def at(cls, url: str, *, timeout: float, header: tuple[str, ...] = (), username: str = "") -> Kernel:
         """The kernel whose channels websocket is `url` (ws://HOST/api/kernels/ID/channels), ready to run cells."""
         kernel = cls.__new__(cls)
         kernel.session, kernel.id = {}, url.rstrip("/").split("/")[-2]
@@ -370,11 +429,14 @@ class Kernel:
         self.timeout, self.username, self.client_id = timeout, username, secrets.token_hex(16)
         started = time.monotonic()
         try:
-            self.ws = websocket.create_connection(f"{url}?session_id={self.client_id}", timeout=timeout, host=host,
-                                                  header=header)
+            self.ws = websocket.create_connection(
+                f"{url}?session_id={self.client_id}", timeout=timeout, host=host, header=header
+            )
         except (websocket.WebSocketException, OSError) as err:  # when, for the hub's log lines of the same moment
-            raise StepError(f"the kernel's websocket did not open ({time.monotonic() - started:.1f} s after "
-                            f"asking, at {_clock()}): {type(err).__name__}: {err}") from err
+            raise StepError(
+                f"the kernel's websocket did not open ({time.monotonic() - started:.1f} s after "
+                f"asking, at {_clock()}): {type(err).__name__}: {err}"
+            ) from err
         self.ready()
 
     def _send(self, msg_type: str, content: dict, wait: Waiting) -> str:
@@ -384,10 +446,25 @@ class Kernel:
         msg_id = secrets.token_hex(8)
         self.ws.settimeout(max(0.01, wait.deadline - time.monotonic()))  # a full send buffer waits no longer
         try:
-            self.ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": msg_type, "session": self.client_id,
-                                                "username": self.username, "version": "5.3", "date": ""},
-                                     "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                                     "content": content}))
+            self.ws.send(
+                json.dumps(
+                    {
+                        "header": {
+                            "msg_id": msg_id,
+                            "msg_type": msg_type,
+                            "session": self.client_id,
+                            "username": self.username,
+                            "version": "5.3",
+                            "date": "",
+                        },
+                        "parent_header": {},
+                        "metadata": {},
+                        "channel": "shell",
+                        "buffers": [],
+                        "content": content,
+                    }
+                )
+            )
         except (websocket.WebSocketException, OSError) as err:
             raise StepError(wait.said(f"{msg_type} to be sent", f"{type(err).__name__}: {err}")) from err
         wait.mine.add(msg_id)
@@ -408,11 +485,17 @@ class Kernel:
             except websocket.WebSocketTimeoutException:
                 return None
             except (websocket.WebSocketException, OSError) as err:
-                raise StepError(wait.said(waited_for, f"the kernel's websocket closed at {_clock()}: "
-                                                      f"{type(err).__name__}: {err}")) from err
+                raise StepError(
+                    wait.said(waited_for, f"the kernel's websocket closed at {_clock()}: {type(err).__name__}: {err}")
+                ) from err
             if opcode == ABNF.OPCODE_CLOSE:
-                raise StepError(wait.said(waited_for, f"the server closed the kernel's websocket at {_clock()} "
-                                                      f"({frame.data[2:].decode(errors='replace')!r})"))
+                raise StepError(
+                    wait.said(
+                        waited_for,
+                        f"the server closed the kernel's websocket at {_clock()} "
+                        f"({frame.data[2:].decode(errors='replace')!r})",
+                    )
+                )
             if opcode == ABNF.OPCODE_PING:
                 wait.pings += 1
             elif opcode == ABNF.OPCODE_TEXT:
@@ -432,9 +515,17 @@ class Kernel:
         reply = iopub = False
         while not (reply and iopub):
             if time.monotonic() >= wait.deadline:
-                raise StepError(wait.said(waited_for, f"kernel_info_request sent {len(wait.mine)} times; " + (
-                    "IOPub answered, no kernel_info_reply" if iopub else
-                    f"{'a' if reply else 'no'} kernel_info_reply, no IOPub status for any")))
+                raise StepError(
+                    wait.said(
+                        waited_for,
+                        f"kernel_info_request sent {len(wait.mine)} times; "
+                        + (
+                            "IOPub answered, no kernel_info_reply"
+                            if iopub
+                            else f"{'a' if reply else 'no'} kernel_info_reply, no IOPub status for any"
+                        ),
+                    )
+                )
             if not iopub:  # no answer on IOPub yet: nudge again (a reply on shell alone does not prove IOPub)
                 self._send("kernel_info_request", {}, wait)
             nudge = wait.deadline if iopub else min(wait.deadline, time.monotonic() + self.NUDGE_S)
@@ -454,21 +545,35 @@ class Kernel:
             self.ready()
         first = code.strip().splitlines()[0] if code.strip() else ""
         wait = Waiting(f"the cell `{first[:60]}{'…' if len(first) > 60 else ''}`", self.timeout)
-        msg_id = self._send("execute_request", {"code": code, "silent": False, "store_history": True,
-                                                "user_expressions": {}, "allow_stdin": False,
-                                                "stop_on_error": True}, wait)
+        msg_id = self._send(
+            "execute_request",
+            {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
+            wait,
+        )
         out, status, idle, replied = [], None, False, 0.0
 
         def waited_for() -> str:
-            return "its idle status on IOPub (and the output before it)" if status is not None else \
-                f"its execute_reply on shell{' (its idle status came)' if idle else ''}"
+            return (
+                "its idle status on IOPub (and the output before it)"
+                if status is not None
+                else f"its execute_reply on shell{' (its idle status came)' if idle else ''}"
+            )
 
         while (msg := self._next(wait, waited_for())) is not None:  # reply (shell) and idle (iopub): either order
             kind, content = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
             if kind == "status" and content.get("execution_state") in ("restarting", "dead"):
                 self.is_ready = False  # restarted: the next cell waits until it answers again
-                raise StepError(f"the kernel {content['execution_state']} while running a cell "
-                                f"({time.monotonic() - wait.started:.1f} s into it, at {_clock()})")
+                raise StepError(
+                    f"the kernel {content['execution_state']} while running a cell "
+                    f"({time.monotonic() - wait.started:.1f} s into it, at {_clock()})"
+                )
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             if kind == "stream":
@@ -484,8 +589,9 @@ class Kernel:
             if idle and status is not None:
                 return status, "".join(out)
         text = "".join(out)
-        progress = (f"its execute_reply came ({status}, {replied:.1f} s in); " if status is not None else "") + \
-            (f"output so far: {text[-200:]!r}" if text else "no output")
+        progress = (f"its execute_reply came ({status}, {replied:.1f} s in); " if status is not None else "") + (
+            f"output so far: {text[-200:]!r}" if text else "no output"
+        )
         raise StepError(wait.said(waited_for(), progress))
 
     def close(self) -> None:
@@ -494,8 +600,11 @@ class Kernel:
 
 
 def code_cells(notebook: dict) -> list[str]:
-    return ["".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    return [
+        "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code"
+    ]
 
 
 LOW_MEMORY = threading.Event()  # set by the Sampler: the machine is nearly out of memory, start no further step
@@ -534,12 +643,13 @@ def run_student(s: Student, url: str, port: int, deadline: float, keep_kernel: b
         s.validate = timed("validate", _form, c, "assignments/validate", {"path": NOTEBOOK}, "Validate")
         if not s.validate.get("success"):
             raise StepError(f"Validate did not run: ...{str(s.validate.get('value'))[-500:]}")  # the error's end
-        submitted = timed("submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID},
-                          "Submit")
+        submitted = timed(
+            "submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID}, "Submit"
+        )
         if isinstance(submitted, dict) and submitted.get("success") is False:
             raise StepError(f"Submit: {str(submitted.get('value'))[:300]}")
         s.finished = time.monotonic()  # their server's last activity: from here on they are idle
-    except Exception as err:  # every failure is counted with its cause, never raised past the student
+    except Exception as err:  # noqa: BLE001 - every failure is counted with its cause, never raised past the student
         cause = str(err) if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
         s.failure = f"{step}: {cause}"
         if not isinstance(err, (StepError, OSError)):
@@ -607,7 +717,7 @@ def _run_browser(s: Student, port: int) -> Student:
     try:
         got = browser_session(port, s.name, s.password, LESSON)
         s.times.update({k: v for k, v in got.items() if k in BROWSER_STEPS})
-    except Exception as err:  # counted with its cause, never raised past the student
+    except Exception as err:  # noqa: BLE001 - counted with its cause, never raised past the student
         s.failure = f"browser: {type(err).__name__}: {str(err)[:300]}"
     return s
 
@@ -664,20 +774,24 @@ class Sampler(threading.Thread):
         self.join(timeout=5)
         per = sorted(self.peak_student.values())
         pss, group = sorted(self.peak_pss.values()), sorted(self.peak_group.values())
-        return {"machine_peak_mb": self.peak_machine / 2**20, "machine_before_mb": self.base_used / 2**20,
-                "student_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_student.items())},
-                "student_peak_mb_median": statistics.median(per) / 2**20 if per else 0,
-                "student_peak_mb_max": per[-1] / 2**20 if per else 0,
-                "student_pss_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_pss.items())},
-                "student_pss_peak_mb_median": statistics.median(pss) / 2**20 if pss else 0,
-                "student_pss_peak_mb_max": pss[-1] / 2**20 if pss else 0,
-                "student_group_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_group.items())},
-                "student_group_peak_mb_median": statistics.median(group) / 2**20 if group else 0,
-                "student_group_peak_mb_max": group[-1] / 2**20 if group else 0,
-                "cpu_mean": statistics.fmean(self.cpu) if self.cpu else 0, "cpu_max": max(self.cpu, default=0),
-                "student_cpu_s": dict(sorted(self.cpu_student.items())),
-                "student_cpu_s_median": statistics.median(self.cpu_student.values()) if self.cpu_student else 0,
-                "cpus": os.cpu_count()}
+        return {
+            "machine_peak_mb": self.peak_machine / 2**20,
+            "machine_before_mb": self.base_used / 2**20,
+            "student_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_student.items())},
+            "student_peak_mb_median": statistics.median(per) / 2**20 if per else 0,
+            "student_peak_mb_max": per[-1] / 2**20 if per else 0,
+            "student_pss_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_pss.items())},
+            "student_pss_peak_mb_median": statistics.median(pss) / 2**20 if pss else 0,
+            "student_pss_peak_mb_max": pss[-1] / 2**20 if pss else 0,
+            "student_group_peak_mb": {n: v / 2**20 for n, v in sorted(self.peak_group.items())},
+            "student_group_peak_mb_median": statistics.median(group) / 2**20 if group else 0,
+            "student_group_peak_mb_max": group[-1] / 2**20 if group else 0,
+            "cpu_mean": statistics.fmean(self.cpu) if self.cpu else 0,
+            "cpu_max": max(self.cpu, default=0),
+            "student_cpu_s": dict(sorted(self.cpu_student.items())),
+            "student_cpu_s_median": statistics.median(self.cpu_student.values()) if self.cpu_student else 0,
+            "cpus": os.cpu_count(),
+        }
 
 
 def _machine_used() -> int:
@@ -757,10 +871,14 @@ def warm_kernel_lines(log: str) -> dict:
     their server's zygote, how many started the usual way and why, and how long each zygote took to be ready."""
     usual = re.findall(r"started the usual way: the zygote cannot serve it: (.*)", log)
     ready = [float(x) for x in re.findall(r"the zygote \(pid \d+\) is ready, ([\d.]+) s after", log)]
-    return {"forked": len(re.findall(r"forked from the zygote", log)), "usual": len(usual),
-            "usual_why": sorted(set(usual))[:10], "zygotes_ready": len(ready),
-            "zygote_ready_s_p50": percentile(ready, 50) if ready else None,
-            "zygote_ready_s_max": max(ready, default=None)}
+    return {
+        "forked": len(re.findall(r"forked from the zygote", log)),
+        "usual": len(usual),
+        "usual_why": sorted(set(usual))[:10],
+        "zygotes_ready": len(ready),
+        "zygote_ready_s_p50": percentile(ready, 50) if ready else None,
+        "zygote_ready_s_max": max(ready, default=None),
+    }
 
 
 # --- the class at once ----------------------------------------------------------------------------------------------
@@ -772,8 +890,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, deadline_s: float = 900,
-          keep_kernel: bool = True, browsers: tuple[str, ...] = ()) -> dict:
+def drive(
+    room: Classroom,
+    notebooks: dict[str, dict],
+    *,
+    window_s: float = 10,
+    deadline_s: float = 900,
+    keep_kernel: bool = True,
+    browsers: tuple[str, ...] = (),
+) -> dict:
     """Every student of `notebooks` (name -> the notebook they submit) through every step, starting evenly over
     `window_s`, and each of `browsers` in a real Chromium among them (log in, open the lesson, run its first cell);
     the report (per step p50/p95/max, failures, memory, CPU)."""
@@ -787,6 +912,7 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
     threads = []
     for i, s in enumerate(students + watchers):
         delay = window_s * i / max(1, len(students) + len(watchers) - 1) if len(students) + len(watchers) > 1 else 0
+
         def one(s=s, d=delay):
             time.sleep(d)
             if s in watchers:
@@ -799,21 +925,28 @@ def drive(room: Classroom, notebooks: dict[str, dict], *, window_s: float = 10, 
         threads.append(t)
     for t in threads:
         t.join(timeout=max(1, deadline - time.monotonic()))
-    for s, t in zip(students + watchers, threads):
+    for s, t in zip(students + watchers, threads, strict=True):
         if t.is_alive() and not s.failure:
             s.failure = f"not finished within {deadline_s:.0f} s"
     wall = time.monotonic() - started
-    return {"students": len(students), "browsers": len(watchers), "window_s": window_s, "wall_s": wall,
-            "steps": {**_step_table(students), **_step_table(watchers, BROWSER_STEPS)},
-            "failures": {s.name: s.failure for s in students + watchers if s.failure},
-            "cell_errors": {s.name: s.cell_errors for s in students if s.cell_errors},
-            "validate": {s.name: s.validate for s in students},
-            **sampler.stop(), "per_student": {s.name: s.times for s in students},
-            "finished_s": {s.name: s.finished - started for s in students if s.finished},
-            "started_monotonic": started, "tokens": {s.name: s.token for s in students},
-            "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure},
-            "warm_kernels": warm_kernel_lines(room.text()),
-            "oom_kills": {s.name: _oom_kills(s.name) for s in students + watchers if s.failure}}
+    return {
+        "students": len(students),
+        "browsers": len(watchers),
+        "window_s": window_s,
+        "wall_s": wall,
+        "steps": {**_step_table(students), **_step_table(watchers, BROWSER_STEPS)},
+        "failures": {s.name: s.failure for s in students + watchers if s.failure},
+        "cell_errors": {s.name: s.cell_errors for s in students if s.cell_errors},
+        "validate": {s.name: s.validate for s in students},
+        **sampler.stop(),
+        "per_student": {s.name: s.times for s in students},
+        "finished_s": {s.name: s.finished - started for s in students if s.finished},
+        "started_monotonic": started,
+        "tokens": {s.name: s.token for s in students},
+        "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure},
+        "warm_kernels": warm_kernel_lines(room.text()),
+        "oom_kills": {s.name: _oom_kills(s.name) for s in students + watchers if s.failure},
+    }
 
 
 def _oom_kills(name: str) -> int | None:
@@ -835,37 +968,56 @@ def _step_table(students: list[Student], steps: tuple[str, ...] = STEPS) -> dict
     for step in steps:
         values = [s.times[step] for s in students if step in s.times]
         if values:
-            table[step] = {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-                           "max": max(values)}
-    first = [s.times["login"] + s.times["spawn"] + s.times["fetch"] + s.times["open"] + s.times["kernel"]
-             for s in students if "kernel" in s.times and steps == STEPS]
+            table[step] = {
+                "n": len(values),
+                "p50": percentile(values, 50),
+                "p95": percentile(values, 95),
+                "max": max(values),
+            }
+    first = [
+        s.times["login"] + s.times["spawn"] + s.times["fetch"] + s.times["open"] + s.times["kernel"]
+        for s in students
+        if "kernel" in s.times and steps == STEPS
+    ]
     if first:
-        table["login_to_first_cell"] = {"n": len(first), "p50": percentile(first, 50), "p95": percentile(first, 95),
-                                        "max": max(first)}
+        table["login_to_first_cell"] = {
+            "n": len(first),
+            "p50": percentile(first, 50),
+            "p95": percentile(first, 95),
+            "max": max(first),
+        }
     return table
 
 
 def format_report(report: dict) -> str:
     """The report as a text table."""
-    lines = [f"{report['students']} students (and {report.get('browsers', 0)} in Chromium), logins spread over {report['window_s']:g} s, {report['wall_s']:.0f} s "
-             f"in all", "", f"  {'step':22} {'n':>3} {'p50 s':>8} {'p95 s':>8} {'max s':>8}"]
+    lines = [
+        f"{report['students']} students (and {report.get('browsers', 0)} in Chromium), logins spread over "
+        f"{report['window_s']:g} s, {report['wall_s']:.0f} s "
+        f"in all",
+        "",
+        f"  {'step':22} {'n':>3} {'p50 s':>8} {'p95 s':>8} {'max s':>8}",
+    ]
     for step, row in report["steps"].items():
         lines.append(f"  {step:22} {row['n']:3d} {row['p50']:8.1f} {row['p95']:8.1f} {row['max']:8.1f}")
-    lines += ["", f"  memory in use: {report['machine_before_mb']:.0f} MB before, {report['machine_peak_mb']:.0f} MB "
-              f"at the peak; per student (server + kernels, RSS): median {report['student_peak_mb_median']:.0f} MB, "
-              f"max {report['student_peak_mb_max']:.0f} MB; PSS (shared pages counted once): median "
-              f"{report.get('student_pss_peak_mb_median', 0):.0f} MB, max {report.get('student_pss_peak_mb_max', 0):.0f} "
-              f"MB; their control group (what the limit counts): median "
-              f"{report.get('student_group_peak_mb_median', 0):.0f} MB, max "
-              f"{report.get('student_group_peak_mb_max', 0):.0f} MB",
-              f"  CPU ({report['cpus']} cores): {100 * report['cpu_mean']:.0f}% busy on average, "
-              f"{100 * report['cpu_max']:.0f}% at the peak; per student (their processes): median "
-              f"{report['student_cpu_s_median']:.0f} CPU s",
-              f"  kernels: {report.get('warm_kernels', {}).get('forked', 0)} forked from a zygote, "
-              f"{report.get('warm_kernels', {}).get('usual', 0)} started the usual way "
-              f"{report.get('warm_kernels', {}).get('usual_why', [])}; zygote ready p50 "
-              f"{report.get('warm_kernels', {}).get('zygote_ready_s_p50')} s",
-              f"  failures: {len(report['failures'])}"]
+    lines += [
+        "",
+        f"  memory in use: {report['machine_before_mb']:.0f} MB before, {report['machine_peak_mb']:.0f} MB "
+        f"at the peak; per student (server + kernels, RSS): median {report['student_peak_mb_median']:.0f} MB, "
+        f"max {report['student_peak_mb_max']:.0f} MB; PSS (shared pages counted once): median "
+        f"{report.get('student_pss_peak_mb_median', 0):.0f} MB, max {report.get('student_pss_peak_mb_max', 0):.0f} "
+        f"MB; their control group (what the limit counts): median "
+        f"{report.get('student_group_peak_mb_median', 0):.0f} MB, max "
+        f"{report.get('student_group_peak_mb_max', 0):.0f} MB",
+        f"  CPU ({report['cpus']} cores): {100 * report['cpu_mean']:.0f}% busy on average, "
+        f"{100 * report['cpu_max']:.0f}% at the peak; per student (their processes): median "
+        f"{report['student_cpu_s_median']:.0f} CPU s",
+        f"  kernels: {report.get('warm_kernels', {}).get('forked', 0)} forked from a zygote, "
+        f"{report.get('warm_kernels', {}).get('usual', 0)} started the usual way "
+        f"{report.get('warm_kernels', {}).get('usual_why', [])}; zygote ready p50 "
+        f"{report.get('warm_kernels', {}).get('zygote_ready_s_p50')} s",
+        f"  failures: {len(report['failures'])}",
+    ]
     for name, why in report["failures"].items():
         lines.append(f"    {name}: {why}")
         if report.get("oom_kills", {}).get(name) is not None:
@@ -882,23 +1034,33 @@ def class_notebooks(names: list[str], wrong_every: int = 0) -> dict[str, dict]:
 
     right = json.loads(nbformat.writes(answered(AID)))
     sol = f"{AID}-dot-solution"
-    wrong = json.loads(nbformat.writes(answered(AID, {sol: solution_code(AID)[sol].replace(
-        "return (x * w).sum()", "return x.sum() * w.sum()")})))
+    wrong = json.loads(
+        nbformat.writes(
+            answered(AID, {sol: solution_code(AID)[sol].replace("return (x * w).sum()", "return x.sum() * w.sum()")})
+        )
+    )
     assert wrong != right, "the wrong answer must differ from the solution"
     return {n: (wrong if wrong_every and i % wrong_every == wrong_every - 1 else right) for i, n in enumerate(names)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--students", type=int, default=5, help="simulated students (1-60)")
     p.add_argument("--window", type=float, default=60, help="their logins spread evenly over this many seconds")
     p.add_argument("--deadline", type=float, default=1200, help="the whole run at most, seconds")
     p.add_argument("--memory-mb", type=int, default=2048, help="./course hub --memory-mb")
-    p.add_argument("--browsers", type=int, default=0,
-                   help="students more, each in a real Chromium: log in, open lesson 01, run its first cell")
-    p.add_argument("--close-kernel", action="store_true",
-                   help="each student shuts their notebook's kernel down after its cells (before Validate): what "
-                        "fits when every kernel kept would not")
+    p.add_argument(
+        "--browsers",
+        type=int,
+        default=0,
+        help="students more, each in a real Chromium: log in, open lesson 01, run its first cell",
+    )
+    p.add_argument(
+        "--close-kernel",
+        action="store_true",
+        help="each student shuts their notebook's kernel down after its cells (before Validate): what "
+        "fits when every kernel kept would not",
+    )
     p.add_argument("--out", type=Path, help="write the report as JSON here")
     args = p.parse_args(argv)
     if not 0 <= args.browsers <= 5:
@@ -907,16 +1069,28 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--students {args.students}: give 1 to 60 (each is a Unix account and a JupyterLab server)")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load_before = os.getloadavg()  # what else the machine was doing (it is shared)
-    with Classroom(args.students + args.browsers,
-                   hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")) as room:
-        names = room.students[:args.students]
-        report = drive(room, class_notebooks(names), window_s=args.window, deadline_s=args.deadline,
-                       keep_kernel=not args.close_kernel, browsers=tuple(room.students[args.students:]))
+    with Classroom(
+        args.students + args.browsers, hub_args=("--memory-mb", str(args.memory_mb), "--cull-idle", "0")
+    ) as room:
+        names = room.students[: args.students]
+        report = drive(
+            room,
+            class_notebooks(names),
+            window_s=args.window,
+            deadline_s=args.deadline,
+            keep_kernel=not args.close_kernel,
+            browsers=tuple(room.students[args.students :]),
+        )
     report.pop("tokens", None)
     report.pop("started_monotonic", None)  # time.monotonic() of this process: no meaning in a file
-    report.update(command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),
-                  started=started, memory_mb_limit=args.memory_mb, kernels_kept=not args.close_kernel,
-                  loadavg_before=load_before, loadavg_after=os.getloadavg())
+    report.update(
+        command=" ".join(["scripts/bench_hub.py", *(argv if argv is not None else sys.argv[1:])]),
+        started=started,
+        memory_mb_limit=args.memory_mb,
+        kernels_kept=not args.close_kernel,
+        loadavg_before=load_before,
+        loadavg_after=os.getloadavg(),
+    )
     print(format_report(report))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

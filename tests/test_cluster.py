@@ -3,6 +3,7 @@ processes, every connection under Dask's TLS with `./course cluster-certs` certi
 gets exactly the grades local SQLite grading gives, also when a worker dies in the middle of a submission or
 PostgreSQL goes down half way; an unreachable scheduler, or one this client has no certificate for, is refused before
 anything is written. Every server is real, started here on loopback."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ import io
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -20,13 +22,14 @@ from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
 from twoprim import grading
-from twoprim.grading import cluster, tls
 from twoprim.core.errors import CourseError
+from twoprim.grading import cluster, tls
 
 from .classroom import answered, course_copy, prepend, solution_code, student_version, write
 from .servers import DaskCluster, Postgres, free_port
 
-# left out of `make test-fast`; a limit of its own: PostgreSQL, a Dask scheduler and two workers start in the first test's setup, then a class is graded
+# left out of `make test-fast`; a limit of its own: PostgreSQL, a Dask scheduler and two workers start in the first
+# test's setup, then a class is graded
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]
 
 AID = "ex01_dot"
@@ -43,8 +46,12 @@ def _class(course: Path) -> None:
         write(submitted, f"correct{i}", AID, answered(AID))
     write(submitted, "blank0", AID, student_version(AID))
     for fn, gid in SOL.items():
-        write(submitted, f"wrong_{fn}", AID, answered(AID, {gid: solution_code(AID)[gid] +
-                                                           f"\n\ndef {fn}(*args, **kwargs):\n    return None\n"}))
+        write(
+            submitted,
+            f"wrong_{fn}",
+            AID,
+            answered(AID, {gid: solution_code(AID)[gid] + f"\n\ndef {fn}(*args, **kwargs):\n    return None\n"}),
+        )
     write(submitted, "crash_exit", AID, prepend(AID, SOL["cosine_similarity"], "import os\nos._exit(3)"))
     write(submitted, "crash_segfault", AID, prepend(AID, SOL["top_k"], "import ctypes\nctypes.string_at(0)"))
 
@@ -56,13 +63,18 @@ def _course(base: Path) -> Path:
 
 def _grades(url: str) -> dict[str, dict[str, float]]:
     with Gradebook(grading.database_url(Path("/"), url), grading.COURSE_ID) as gb:
-        return {s.student.id: {g.name: g.score for nb in s.notebooks for g in nb.grades}
-                for s in gb.assignment_submissions(AID)}
+        return {
+            s.student.id: {g.name: g.score for nb in s.notebooks for g in nb.grades}
+            for s in gb.assignment_submissions(AID)
+        }
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +106,11 @@ def servers(tmp_path_factory, monkeypatch_module):
 
 
 def _client_config(certs: dict[str, Path] | None) -> dict:
-    return {"distributed.comm.tls.ca-file": certs and str(certs["ca"]),
-            "distributed.comm.tls.client.cert": certs and str(certs["cert"]),
-            "distributed.comm.tls.client.key": certs and str(certs["key"])}
+    return {
+        "distributed.comm.tls.ca-file": certs and str(certs["ca"]),
+        "distributed.comm.tls.client.cert": certs and str(certs["cert"]),
+        "distributed.comm.tls.client.key": certs and str(certs["key"]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +136,8 @@ def _in_flight(dask: DaskCluster, worker: str, timeout: float = 120) -> set[str]
     with dask.client(timeout=10) as client:
         while time.monotonic() < deadline:
             kernels = [p for p in psutil.Process(pid).children(recursive=True) if _is_kernel_launch(p)]
-            keys = client.processing(workers=[dask.workers[worker]]).get(dask.workers[worker], [])
+            processing = cast("dict", client.processing(workers=[dask.workers[worker]]))  # a dict (sync client)
+            keys = processing.get(dask.workers[worker], [])
             if kernels and keys:
                 return {k.removeprefix(f"grade-{AID}-").rsplit("-", 1)[0] for k in keys}
             time.sleep(0.1)
@@ -137,8 +152,9 @@ def _graded_in_background(course: Path, dask: DaskCluster, url: str, **options) 
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out):
-                done["rc"] = course_cli.run_autograde(AID, root=course, progress=False, trust=CRASHING,
-                                                      scheduler=dask.address, db=url, **options)
+                done["rc"] = course_cli.run_autograde(
+                    AID, root=course, progress=False, trust=CRASHING, scheduler=dask.address, db=url, **options
+                )
         except BaseException as err:  # noqa: BLE001 - reported by the test
             done["error"] = err
         done["printed"] = out.getvalue()
@@ -148,8 +164,9 @@ def _graded_in_background(course: Path, dask: DaskCluster, url: str, **options) 
     return thread, done
 
 
-def test_workers_killed_mid_submission_with_the_scattered_gradebook_lose_and_double_nothing(tmp_path, servers,
-                                                                                            reference):
+def test_workers_killed_mid_submission_with_the_scattered_gradebook_lose_and_double_nothing(
+    tmp_path, servers, reference
+):
     """worker0 dies in the middle of a submission (its tasks go to worker1), then worker1 too, taking with it every
     copy of the assignment's gradebook snapshot the run scattered (Dask cancels every task that needs it: "already
     forgotten"). Both come back; the run sends the snapshot again, grades what was lost, and ends with exactly the
@@ -179,8 +196,9 @@ def test_workers_killed_mid_submission_with_the_scattered_gradebook_lose_and_dou
     assert "not graded" not in done["printed"] and "NOT GRADED" not in done["printed"], done["printed"]
 
 
-def test_a_scheduler_killed_mid_run_writes_no_grade_deletes_nothing_and_a_plain_rerun_finishes(tmp_path, servers,
-                                                                                               reference, monkeypatch):
+def test_a_scheduler_killed_mid_run_writes_no_grade_deletes_nothing_and_a_plain_rerun_finishes(
+    tmp_path, servers, reference, monkeypatch
+):
     """The scheduler dies while the class is graded (its workers end with it). What was committed is kept; every
     other submission is recorded "not graded" with why, never a 0, and an earlier grade and autograded notebook of
     a student who resubmitted stay as they were; the command exits 1 naming them. Once the cluster is back, the same
@@ -225,8 +243,10 @@ def test_a_scheduler_killed_mid_run_writes_no_grade_deletes_nothing_and_a_plain_
     assert _digest(course / "grader" / "autograded" / "wrong_top_k") == earlier_nb, "and its autograded notebook"
     rows = _report(course)
     assert {s for s, r in rows.items() if r["status"] == "not graded"} == set(pending)
-    assert rows["wrong_top_k"]["score"] == "15" and "the score is the earlier grade's, kept" in \
-        rows["wrong_top_k"]["reason"]
+    assert (
+        rows["wrong_top_k"]["score"] == "15"
+        and "the score is the earlier grade's, kept" in rows["wrong_top_k"]["reason"]
+    )
     assert all(rows[s]["score"] == "" for s in set(pending) - {"wrong_top_k"}), "not graded is never a 0"
 
     thread, done = _graded_in_background(course, dask, url)  # the same command again, on the cluster once back
@@ -235,8 +255,9 @@ def test_a_scheduler_killed_mid_run_writes_no_grade_deletes_nothing_and_a_plain_
     assert done["rc"] == 0, done["printed"]
     assert _grades(url) == reference
     assert not grading.not_graded(AID, full)
-    assert {s: r["graded_at"] for s, r in grading.statuses(AID, full).items() if s not in pending} == \
-        {s: r["graded_at"] for s, r in graded.items() if s not in pending}, "what was committed is not graded again"
+    assert {s: r["graded_at"] for s, r in grading.statuses(AID, full).items() if s not in pending} == {
+        s: r["graded_at"] for s, r in graded.items() if s not in pending
+    }, "what was committed is not graded again"
     assert all(r["status"] != "not graded" for r in _report(course).values())
 
 
@@ -262,7 +283,7 @@ def test_postgres_down_mid_run_keeps_what_was_committed_and_a_rerun_finishes(tmp
                     count = conn.execute(text("select count(*) from twoprim_autograde")).scalar()
             except Exception:  # noqa: BLE001 - the table does not exist yet
                 count = 0
-            if count >= n:
+            if (count or 0) >= n:
                 engine.dispose()
                 pg.stop("immediate")
                 return
@@ -326,7 +347,9 @@ def test_only_a_client_holding_the_clusters_certificate_reaches_it(tmp_path, ser
         grading.autograde(AID, root=course, progress=False, scheduler=dask.address)
     message = str(info.value)
     assert f"the Dask scheduler at {dask.address} and this client do not accept each other's TLS" in message
-    assert "nothing was graded or written" in message and "cluster-certs` folder the scheduler was started with" in message
+    assert (
+        "nothing was graded or written" in message and "cluster-certs` folder the scheduler was started with" in message
+    )
 
     plain = dask.address.replace("tls://", "tcp://")
     with dask_config.set({"distributed.comm.require-encryption": True}), pytest.raises(CourseError) as info:
@@ -401,8 +424,9 @@ def test_the_guides_cluster_commands_run_as_written_with_the_dashboard_on_loopba
         assert (ROOT / argv[0]).is_file(), argv[0]
         dashboard = re.search(r"--dashboard-address (\S+)", line)
         assert "--no-dashboard" in argv or (dashboard and dashboard.group(1).startswith("127.0.0.1:")), line
-        known = subprocess.run([str(ROOT / argv[0]), argv[1], "--help"], capture_output=True, text=True,
-                               timeout=60).stdout
+        known = subprocess.run(
+            [str(ROOT / argv[0]), argv[1], "--help"], capture_output=True, text=True, timeout=60
+        ).stdout
         for option in [a for a in argv if a.startswith("--")]:
             assert option in known, (option, line)
     assert "createdb" in section and "./course db-init" in section

@@ -2,6 +2,7 @@
 with them, a submission gets exactly the verdicts it gets from values computed where it is judged, and nothing is
 computed again; what cannot travel is left out for the worker to compute. On a cluster, every grading task is
 handed them (tests/test_grading.py)."""
+
 from __future__ import annotations
 
 import collections
@@ -11,8 +12,8 @@ import pytest
 import torch
 
 from twoprim.assignments import ex06_compile as ex06
-from twoprim.core import checks, verdicts
 from twoprim.config import ROOT
+from twoprim.core import checks, verdicts
 from twoprim.grading import oracle
 from twoprim.topics import inside_torch_compile as compiler
 
@@ -32,8 +33,10 @@ def _cells() -> list[tuple[str, str, tuple[str, ...]]]:
 
 def _judge(cells, folder) -> list[tuple[bool, str]]:
     replay = verdicts.Replay(folder)
-    return [(v.passed, v.text) for v in (verdicts.judge_cell(gid, code, replay, set(learner))
-                                         for gid, code, learner in cells)]
+    return [
+        (v.passed, v.text)
+        for v in (verdicts.judge_cell(gid, code, replay, set(learner)) for gid, code, learner in cells)
+    ]
 
 
 def test_values_computed_once_elsewhere_give_the_same_verdicts_and_nothing_is_computed_again(tmp_path, monkeypatch):
@@ -57,7 +60,7 @@ def test_values_computed_once_elsewhere_give_the_same_verdicts_and_nothing_is_co
     assert "expected: 2 ATen graphs" in here[1][1] or "expected: 1 Dynamo graph" in here[1][1], here[1][1]
 
     monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
-    parts = [pickle.loads(pickle.dumps(oracle.cell_values(*cell))) for cell in cells]  # as Dask moves them
+    parts = [pickle.loads(pickle.dumps(oracle.cell_values(*cell))) for cell in cells]  # noqa: S301 - as Dask moves them
     monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())  # the worker that judges computed none
     # every case's value, also those a failing check never reached here (it stops at its first wrong case)
     assert oracle.keep(parts) == len(checks._EXPECTED) > len(computed)
@@ -74,7 +77,7 @@ def test_a_value_that_cannot_travel_is_left_out_and_another_torch_is_ignored(mon
     monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
     assert oracle.keep([part]) == 1 and dict(checks._EXPECTED) == {("cell", "task", ("a",), 0): 3}
 
-    other = pickle.dumps({**pickle.loads(part), "torch": "1.0.0"})
+    other = pickle.dumps({**pickle.loads(part), "torch": "1.0.0"})  # noqa: S301 - the test's own
     monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
     assert oracle.keep([other]) == 0 and not checks._EXPECTED
     assert oracle.keep([b"not a pickle", part]) == 1, "a part it cannot read is left for the worker to compute"
@@ -83,7 +86,7 @@ def test_a_value_that_cannot_travel_is_left_out_and_another_torch_is_ignored(mon
 def test_a_cell_that_fails_in_the_grader_hands_nothing_and_never_raises(monkeypatch):
     monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
     part = oracle.cell_values("ex01_dot-dot", "raise RuntimeError('the instructor made a typo')", ("dot",))
-    assert pickle.loads(part)["values"] == {}
+    assert pickle.loads(part)["values"] == {}  # noqa: S301 - the test's own
 
 
 @pytest.mark.parametrize("value", [torch.arange(6.0).reshape(2, 3), {"bmm": 3}, 7])

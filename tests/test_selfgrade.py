@@ -4,6 +4,7 @@ notebook, its output shows `Self-grade: S of T points` and a row per test cell, 
 test cell as it runs, a self-grade counts in progress only for the notebook it graded, and an account without the
 hidden checks is told to submit. One warm grader, in a folder of this module's own, serves every test here and is
 stopped at the end."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,13 @@ def test_the_cell_gives_autogrades_score_on_a_wrong_notebook(warm):
     os.environ["JPY_SESSION_NAME"] = str(notebook)  # what JupyterLab tells the kernel of the notebook it runs
     try:
         start = time.monotonic()
-        NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=300,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(notebook.parent)}},
+        ).execute()
         seconds = time.monotonic() - start
     finally:
         os.environ.pop("JPY_SESSION_NAME")
@@ -79,7 +85,8 @@ def test_the_cell_gives_autogrades_score_on_a_wrong_notebook(warm):
     tests = {gid for (_, gid), _ in outcome.grades.items() if not gid.endswith("-solution")}
     assert set(rows) == tests, out
     assert {gid for gid, mark in rows.items() if mark == "✘"} == {
-        gid for (_, gid), s in outcome.grades.items() if gid in tests and not s}
+        gid for (_, gid), s in outcome.grades.items() if gid in tests and not s
+    }
     assert rows[f"{AID}-cosine_similarity"] == "✘" and rows[f"{AID}-dot"] == "✔"
     saved = json.loads((course / "grader" / "selfgrade" / f"{AID}.json").read_text())
     assert (saved["notebook"], saved["score"]) == (str(notebook), outcome.score)
@@ -102,7 +109,8 @@ def test_test_cells_come_as_they_run_and_count_only_for_the_notebook_graded(warm
     assert cells[0] < cells[-1] < next(t for t, e in lines if e["event"] == "result"), "cells come as they run"
     assert result["status"] == "graded" and 0 < result["score"] < result["max_score"]
     assert progress._read_selfgrade(course, AID, notebook) is None, "a scratch copy's grade is not the notebook's"
-    assert progress._read_selfgrade(course, AID, scratch)["score"] == result["score"]
+    saved = progress._read_selfgrade(course, AID, scratch)
+    assert saved is not None and saved["score"] == result["score"]
 
 
 def test_without_the_hidden_checks_the_cell_says_to_submit(tmp_path):
@@ -135,9 +143,17 @@ def test_what_the_learner_works_on_comes_first_open_notebooks_then_the_latest_sa
     assert sg.worked_on(course) == ["ex02_gemm", AID]  # the latest saved first; ex03 untouched, left out
     assert sg.worked_on(course, limit=1) == ["ex02_gemm"]
     (tmp_path / "workspaces").mkdir()
-    (tmp_path / "workspaces" / "default-37a8.jupyterlab-workspace").write_text(json.dumps(
-        {"data": {f"notebook:exercises/{AID}/{AID}.ipynb": {"data": {"path": f"exercises/{AID}/{AID}.ipynb"}},
-                  "notebook:exercises/ex03_layers/ex03_layers.ipynb": {}}, "metadata": {"id": "default"}}))
+    (tmp_path / "workspaces" / "default-37a8.jupyterlab-workspace").write_text(
+        json.dumps(
+            {
+                "data": {
+                    f"notebook:exercises/{AID}/{AID}.ipynb": {"data": {"path": f"exercises/{AID}/{AID}.ipynb"}},
+                    "notebook:exercises/ex03_layers/ex03_layers.ipynb": {},
+                },
+                "metadata": {"id": "default"},
+            }
+        )
+    )
     assert sg.worked_on(course) == [AID, "ex02_gemm"]  # open in JupyterLab: first; ex03 open but untouched
 
 

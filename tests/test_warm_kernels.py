@@ -13,6 +13,7 @@ restarter):
   (`notices.py`, loaded in forked kernels as in the others).
 
 Root only (accounts and control groups): CI runs as root; as another user the test says so and is skipped."""
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,12 @@ from pathlib import Path
 import pytest
 
 from tests.accounts import delete_account, shared_tmp
-from twoprim.config import ROOT
 
 MEMORY_MB = 1024  # the zygote (~340 MB resident), this server-equivalent and two kernels fit; a 2 GiB array does not
-RUN_S = 240       # the whole scenario on a loaded 2-core machine (measured: 24 s at a load average of 6)
+RUN_S = 240  # the whole scenario on a loaded 2-core machine (measured: 24 s at a load average of 6)
 
 # The student's server-equivalent: the kernel managers a Jupyter server makes, one JSON line per finding.
-SERVER = r'''
+SERVER = r"""
 import asyncio, json, logging, os, sys, time
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from traitlets.config import Config
@@ -88,7 +88,8 @@ async def main():
         first, "import os, torch\nsecret = 41\nprint(os.getuid(), os.getppid(), open('/proc/self/cgroup').read())"))
     second = manager()
     await second.start_kernel()
-    say(step="second", forked=forked(second), result=await run(second, "print('secret' in globals(), 'torch' in globals())"))
+    fresh = await run(second, "print('secret' in globals(), 'torch' in globals())")
+    say(step="second", forked=forked(second), result=fresh)
 
     kc = second.client()
     kc.start_channels()
@@ -135,7 +136,7 @@ async def main():
     say(step="done")
 
 asyncio.run(main())
-'''
+"""
 
 
 @pytest.fixture
@@ -149,16 +150,21 @@ def student():
     assert hierarchy is not None, "this machine lets root make no control group: the memory limit cannot hold here"
     base = shared_tmp("twoprim-warm-")
     name = f"tpwk{os.getpid() % 100000}{os.urandom(2).hex()}"
-    subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group", "--shell",
-                    "/bin/bash", name], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["useradd", "--create-home", "--home-dir", str(base / "home"), "--user-group", "--shell", "/bin/bash", name],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     folders = make_user_group(hierarchy, name, MEMORY_MB * 2**20, 2.0)
     try:
         yield pwd.getpwnam(name), base, hierarchy, folders
     finally:
         delete_account(name)
         deadline = time.monotonic() + 10
-        while any((f / "cgroup.procs").read_text().strip() for f in folders if f.is_dir()) and \
-                time.monotonic() < deadline:
+        while (
+            any((f / "cgroup.procs").read_text().strip() for f in folders if f.is_dir()) and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         remove_user_group(hierarchy, name)
         shutil.rmtree(base, ignore_errors=True)
@@ -166,6 +172,7 @@ def student():
 
 def _as_student(user: pwd.struct_passwd, folders):
     """In the child, as root: enter the student's group, then become the student (as ClassroomSpawner does)."""
+
     def preexec():
         for folder in folders:
             with open(folder / "cgroup.procs", "w") as f:
@@ -173,6 +180,7 @@ def _as_student(user: pwd.struct_passwd, folders):
         os.setgroups([])
         os.setgid(user.pw_gid)
         os.setuid(user.pw_uid)
+
     return preexec
 
 
@@ -188,25 +196,40 @@ def test_a_students_kernels_are_forked_warm_fresh_their_own_interruptible_and_re
     for path in (share, share / "kernels", spec, spec / "kernel.json"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     home = Path(user.pw_dir)
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home), "USER": user.pw_name,
-           "LANG": "C.UTF-8", "JUPYTER_PATH": str(share), "JUPYTER_RUNTIME_DIR": str(home / ".runtime"),
-           "JUPYTER_DATA_DIR": str(home / ".data")}
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(home),
+        "USER": user.pw_name,
+        "LANG": "C.UTF-8",
+        "JUPYTER_PATH": str(share),
+        "JUPYTER_RUNTIME_DIR": str(home / ".runtime"),
+        "JUPYTER_DATA_DIR": str(home / ".data"),
+    }
     kills = oom_kills(hierarchy, user.pw_name)
     log = base / "server.log"
     with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", SERVER, str(MEMORY_MB * 2**20)], cwd=home, env=env,
-                                stdout=subprocess.PIPE, stderr=err, preexec_fn=_as_student(user, folders))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(MEMORY_MB * 2**20)],
+            cwd=home,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            preexec_fn=_as_student(user, folders),
+        )
     steps: dict[str, dict] = {}
     deadline = time.monotonic() + RUN_S
     try:
         buffer = b""
         while "done" not in steps:
             left = deadline - time.monotonic()
-            assert left > 0, f"the server-equivalent did not finish within {RUN_S} s; its steps: {steps}\n" \
-                             f"{log.read_text()[-3000:]}"
-            if not select.select([proc.stdout], [], [], left)[0]:
+            assert left > 0, (
+                f"the server-equivalent did not finish within {RUN_S} s; its steps: {steps}\n{log.read_text()[-3000:]}"
+            )
+            out = proc.stdout
+            assert out is not None
+            if not select.select([out], [], [], left)[0]:
                 continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
+            chunk = os.read(out.fileno(), 65536)
             assert chunk, f"the server-equivalent exited ({proc.wait()}); its steps: {steps}\n{log.read_text()[-3000:]}"
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
@@ -228,16 +251,16 @@ def test_a_students_kernels_are_forked_warm_fresh_their_own_interruptible_and_re
     assert first["forked"] and second["forked"] and first["forked"] != second["forked"], (first, second)
     uid, parent, cgroups = first["result"][1].split(" ", 2)
     assert first["result"][0] == "ok" and int(uid) == user.pw_uid, first  # the student's, never root's
-    assert int(parent) == zygote["pid"], first                             # forked from the zygote
+    assert int(parent) == zygote["pid"], first  # forked from the zygote
     assert f"/{user.pw_name}\n" in cgroups and hierarchy.memory.name in cgroups, cgroups  # the student's group
-    assert second["result"] == ["ok", "False False\n"], second            # a fresh namespace
+    assert second["result"] == ["ok", "False False\n"], second  # a fresh namespace
     assert text.count("forked from the zygote") >= 2, text[-3000:]
 
     assert steps["interrupt"]["error"] == "KeyboardInterrupt" and steps["interrupt"]["seconds"] < 20, steps
 
     memory = steps["memory"]
-    assert "ok" not in memory["replies"], memory                           # it never got its 2 GiB
-    assert oom_kills(hierarchy, user.pw_name) > kills, memory             # the student's limit stopped it
+    assert "ok" not in memory["replies"], memory  # it never got its 2 GiB
+    assert oom_kills(hierarchy, user.pw_name) > kills, memory  # the student's limit stopped it
     assert memory["after"] and memory["after"] != memory["before"], memory  # restarted, forked again
     # the restarted kernel is fresh, and its first cell says what happened (notices.py, loaded in forked kernels too)
     assert memory["zygote"] and memory["result"] == ["ok", notices.message(1, MEMORY_MB) + "False\n"], memory

@@ -14,6 +14,7 @@ What it adds to a plain `jupyter lab`:
   them is as fast as the second;
 - the last line printed is the URL, token included, that opens `lessons/00_start_here.ipynb`.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from twoprim.config import ROOT
@@ -36,12 +38,14 @@ SETTINGS_NAME = "two-primitives.json"
 # Plugin id -> setting defaults, as JupyterLab's overrides.json takes them.
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension:notification": {
-        "fetchNews": "false",        # no "Would you like to get notified about official Jupyter news?" toast
-        "checkForUpdates": False,    # the course pins JupyterLab; "a newer version is available" only distracts
+        "fetchNews": "false",  # no "Would you like to get notified about official Jupyter news?" toast
+        "checkForUpdates": False,  # the course pins JupyterLab; "a newer version is available" only distracts
     },
 }
-ROOT_NOTE = ("note: running as root (as containers, cloud notebooks and CI images do), so the course starts "
-             "JupyterLab with --allow-root, which it otherwise refuses.")
+ROOT_NOTE = (
+    "note: running as root (as containers, cloud notebooks and CI images do), so the course starts "
+    "JupyterLab with --allow-root, which it otherwise refuses."
+)
 
 
 def settings_file(prefix: str | Path = sys.prefix) -> Path:
@@ -64,7 +68,7 @@ def install_settings(prefix: str | Path = sys.prefix) -> Path:
 _PORT_ARG = re.compile(r"--(?:ServerApp\.)?port(?:=(.*))?$")
 
 
-def requested_port(args: list[str], env: dict[str, str] | None = None) -> int:
+def requested_port(args: list[str], env: Mapping[str, str] | None = None) -> int:
     """The port JupyterLab will try first: --port / --ServerApp.port, else $JUPYTER_PORT, else 8888."""
     env = os.environ if env is None else env
     port = None
@@ -78,8 +82,9 @@ def requested_port(args: list[str], env: dict[str, str] | None = None) -> int:
     try:
         return int(port)
     except ValueError:
-        raise SystemExit(f"error: the port {port!r} is not a number. Pass one like this: "
-                         f'make lab LAB_ARGS="--port=8899"') from None
+        raise SystemExit(
+            f'error: the port {port!r} is not a number. Pass one like this: make lab LAB_ARGS="--port=8899"'
+        ) from None
 
 
 def port_in_use(port: int) -> bool:
@@ -183,7 +188,9 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
     try:
         install_settings()
     except OSError as e:
-        print(f"note: could not write the course's JupyterLab settings ({e}); JupyterLab may ask about news.", flush=True)
+        print(
+            f"note: could not write the course's JupyterLab settings ({e}); JupyterLab may ask about news.", flush=True
+        )
     argv, notes = command(args)
     port = requested_port(args)
     taken = port_in_use(port)
@@ -203,11 +210,17 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
         if info and _listening(info):
             break
         if time.monotonic() > deadline:
-            seen = (f"its server file names {info.get('sock') or 'port ' + str(info.get('port'))}, where nothing "
-                    f"answers" if info else
-                    f"it wrote no {_runtime_dir() / f'jpserver-{proc.pid}.json'}")
-            relay.say([f"error: JupyterLab did not listen within {READY_S} s (started {since}; {seen}); stopping "
-                       f"it. Its messages above say why."])
+            seen = (
+                f"its server file names {info.get('sock') or 'port ' + str(info.get('port'))}, where nothing answers"
+                if info
+                else f"it wrote no {_runtime_dir() / f'jpserver-{proc.pid}.json'}"
+            )
+            relay.say(
+                [
+                    f"error: JupyterLab did not listen within {READY_S} s (started {since}; {seen}); stopping "
+                    f"it. Its messages above say why."
+                ]
+            )
             proc.terminate()
             try:
                 proc.wait(timeout=30)
@@ -221,19 +234,22 @@ def run(args: list[str], *, quiet_s: float = 1.0, settle_max_s: float = 5.0) -> 
         relay.join(timeout=5)
         if proc.returncode <= 0:  # --help, --version; or stopped by a signal (Ctrl-C, kill): nothing to explain
             return 128 - proc.returncode if proc.returncode else 0
-        hint = (f" Port {port} is taken: choose another, e.g. make lab LAB_ARGS=\"--port={port + 1}\"."
-                if taken else " Its messages above say why.")
+        hint = (
+            f' Port {port} is taken: choose another, e.g. make lab LAB_ARGS="--port={port + 1}".'
+            if taken
+            else " Its messages above say why."
+        )
         relay.say([f"error: JupyterLab exited with code {proc.returncode} before serving the course.{hint}"])
         return proc.returncode or 1
 
     settle_until = time.monotonic() + settle_max_s  # extensions log a little after the banner: print after them
-    while (time.monotonic() < settle_until and time.monotonic() - relay.last < quiet_s
-           and proc.poll() is None):
+    while time.monotonic() < settle_until and time.monotonic() - relay.last < quiet_s and proc.poll() is None:
         time.sleep(0.1)
     if proc.poll() is not None:  # stopped while starting (Ctrl-C, SIGTERM): no URL to a server that is gone
         relay.join(timeout=5)
         return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
     lines = []
+    assert info is not None  # the loop above ends only once the server wrote it and listens, or has exited
     if taken and int(info["port"]) != port:
         lines.append(f"note: port {port} is in use (another JupyterLab?), so this one listens on port {info['port']}.")
     _warm_grader_beside()

@@ -21,6 +21,7 @@ zygote as the server starts, while the student logs in and opens a notebook.
   kernelspec whose command is not this environment's `python -m ipykernel_launcher`), the kernel starts the usual
   way and the server's log says why; a zygote that died is started again in the background for the next kernels.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,18 +38,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from twoprim.classroom import notices
 from twoprim.classroom.zygote import READY
 
 __all__ = ["NAME", "WarmProvisioner", "kernel_spec", "zygote", "stop_zygotes"]
 
-NAME = "twoprim-warm"      # the provisioner's entry point, as a kernelspec names it
+NAME = "twoprim-warm"  # the provisioner's entry point, as a kernelspec names it
 LOG = "twoprim warm kernels"
-START_S = 180              # the zygote importing torch while a whole class logs in on 2 cores
-FORK_S = 30                # the zygote's answer to a request (it forks at once)
-RESTARTS = 3               # a zygote that keeps dying is not started again more often than this per server
+START_S = 180  # the zygote importing torch while a whole class logs in on 2 cores
+FORK_S = 30  # the zygote's answer to a request (it forks at once)
+RESTARTS = 3  # a zygote that keeps dying is not started again more often than this per server
 
 
 def kernel_spec(python: str) -> dict:
@@ -67,15 +68,15 @@ class Zygote:
         self.python = python
         self.proc: subprocess.Popen | None = None
         self.ready = threading.Event()
-        self.failure = ""          # why it is not serving (it exited, did not start in time)
+        self.failure = ""  # why it is not serving (it exited, did not start in time)
         self.starts = 0
         self.started_at = 0.0
-        self.threads = 0           # the zygote's threads when it said it was ready (1: none started before forks)
+        self.threads = 0  # the zygote's threads when it said it was ready (1: none started before forks)
         self.lock = threading.Lock()
         self.socket: Path | None = None
 
     def state(self) -> str:
-        """"ready", "starting", "dead" (it was started and exited, or never said ready) or "absent" (never started)."""
+        """ "ready", "starting", "dead" (it was started and exited, or never said ready) or "absent" (never started)."""
         if self.proc is None:
             return "absent"
         if self.proc.poll() is not None:
@@ -106,42 +107,55 @@ class Zygote:
             self.ready.clear()
             self.failure = ""
             self.started_at = time.monotonic()
-            self.proc = subprocess.Popen([self.python, "-P", "-m", "twoprim.classroom.zygote", str(self.socket),
-                                          str(os.getpid())], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         cwd=os.path.expanduser("~"), start_new_session=True)
+            self.proc = subprocess.Popen(
+                [self.python, "-P", "-m", "twoprim.classroom.zygote", str(self.socket), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                cwd=os.path.expanduser("~"),
+                start_new_session=True,
+            )
             threading.Thread(target=self._wait_ready, args=(self.proc, log), daemon=True).start()
             return True
 
     def _wait_ready(self, proc: subprocess.Popen, log) -> None:
         """Read the zygote's one line (READY and its thread count); a zygote that exits or stays silent fails."""
-        line = b""
+        line, out = b"", proc.stdout
+        assert out is not None  # started with stdout=PIPE
         timer = threading.Timer(START_S, lambda: proc.poll() is None and proc.kill())
         timer.daemon = True
         timer.start()
         try:
-            line = proc.stdout.readline()
+            line = out.readline()
         except (OSError, ValueError):
             pass
         finally:
             timer.cancel()
             with contextlib.suppress(OSError):
-                proc.stdout.close()
+                out.close()
         words = line.decode(errors="replace").split()
         if words[:1] == [READY] and proc.poll() is None:
             self.threads = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
             if log is not None:
-                log.info("%s: the zygote (pid %d) is ready, %.1f s after it was started", LOG, proc.pid,
-                         time.monotonic() - self.started_at)
+                log.info(
+                    "%s: the zygote (pid %d) is ready, %.1f s after it was started",
+                    LOG,
+                    proc.pid,
+                    time.monotonic() - self.started_at,
+                )
         else:
             late = time.monotonic() - self.started_at >= START_S
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            self.failure = (f"it was not ready within {START_S} s and was stopped" if late else
-                            f"it exited with status {proc.returncode} before it was ready")
+            self.failure = (
+                f"it was not ready within {START_S} s and was stopped"
+                if late
+                else f"it exited with status {proc.returncode} before it was ready"
+            )
             if log is not None:
-                log.warning("%s: the zygote (pid %d) failed: %s; its output above says why", LOG, proc.pid,
-                            self.failure)
+                log.warning(
+                    "%s: the zygote (pid %d) failed: %s; its output above says why", LOG, proc.pid, self.failure
+                )
         self.ready.set()
 
     async def wait_ready(self, seconds: float) -> bool:
@@ -284,8 +298,11 @@ class WarmProvisioner(LocalProvisioner):
         if why is None:
             state = z.state()
             if state in ("absent", "dead"):
-                why = ("it was not started (no server extension)" if state == "absent" else
-                       f"it is not running ({z.failure})")
+                why = (
+                    "it was not started (no server extension)"
+                    if state == "absent"
+                    else f"it is not running ({z.failure})"
+                )
                 if not z.start(self.log):
                     why += f"; not started: {z.failure}"
             elif not await z.wait_ready(max(0.0, START_S - (time.monotonic() - z.started_at))):
@@ -294,26 +311,33 @@ class WarmProvisioner(LocalProvisioner):
             try:
                 started = time.monotonic()
                 conn, pid, pidfd = await asyncio.get_running_loop().run_in_executor(
-                    None, z.fork, cmd[3:], dict(kwargs.get("env") or os.environ), str(kwargs.get("cwd") or
-                                                                                        os.getcwd()))
+                    None, z.fork, cmd[3:], dict(kwargs.get("env") or os.environ), str(kwargs.get("cwd") or os.getcwd())
+                )
             except (OSError, ValueError) as err:
                 why = f"it did not fork the kernel ({type(err).__name__}: {err})"
             else:
                 self.forked = _Forked(conn, pid, pidfd)
                 self.pid = self.pgid = pid
                 self.cwd = kwargs.get("cwd", Path.cwd())
-                self.log.info("%s: kernel %s forked from the zygote (pid %d) in %.0f ms", LOG,
-                              kwargs.get("kernel_id", ""), pid, 1000 * (time.monotonic() - started))
+                self.log.info(
+                    "%s: kernel %s forked from the zygote (pid %d) in %.0f ms",
+                    LOG,
+                    kwargs.get("kernel_id", ""),
+                    pid,
+                    1000 * (time.monotonic() - started),
+                )
                 return self.connection_info
-        self.log.warning("%s: kernel %s started the usual way: the zygote cannot serve it: %s", LOG,
-                         kwargs.get("kernel_id", ""), why)
+        self.log.warning(
+            "%s: kernel %s started the usual way: the zygote cannot serve it: %s", LOG, kwargs.get("kernel_id", ""), why
+        )
         return await super().launch_kernel(cmd, **kwargs)
 
     @staticmethod
     def _unsuitable(cmd: list[str]) -> str | None:
         if len(cmd) < 3 or cmd[1:3] != ["-m", "ipykernel_launcher"] or not _same_python(cmd[0], sys.executable):
-            return (f"its command ({' '.join(cmd[:3])} ...) is not `{sys.executable} -m ipykernel_launcher`, the "
-                    f"zygote's")
+            return (
+                f"its command ({' '.join(cmd[:3])} ...) is not `{sys.executable} -m ipykernel_launcher`, the zygote's"
+            )
         return None
 
     async def poll(self) -> int | None:
@@ -370,5 +394,6 @@ def _load_jupyter_server_extension(serverapp) -> None:
     if zygote().start(serverapp.log):
         serverapp.log.info("%s: starting the zygote for this server's kernels", LOG)
     else:
-        serverapp.log.warning("%s: no zygote for this server (%s): its kernels start the usual way", LOG,
-                              zygote().failure)
+        serverapp.log.warning(
+            "%s: no zygote for this server (%s): its kernels start the usual way", LOG, zygote().failure
+        )

@@ -25,8 +25,10 @@ does (a pidfd of the server in its loop), killing what it forked.
 
     python -P -m twoprim.classroom.zygote SOCKET SERVER_PID
 """
+
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -43,12 +45,28 @@ READY = "twoprim-zygote-ready"
 # plotting stack and the course's core (`from twoprim import ex01, guards`, `from twoprim import plots`). No
 # assignment's checks module: importing one may set the environment its own kernels need (ex09: Triton's
 # interpreter), which a kernel that never imports it must not get.
-MODULES = ("numpy", "torch", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
-           "ipykernel.debugger", "ipywidgets", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
-           "twoprim.core.checks", "twoprim.core.guards", "twoprim.core.verdicts", "twoprim.core.timing",
-           "twoprim.learner.hints", "twoprim.topics.plots", "twoprim.classroom.notices")
-INLINE = "module://matplotlib_inline.backend_inline"   # what ipykernel sets MPLBACKEND to when it is unset
-_SET_BY: dict[str, str] = {}   # what importing MODULES set in the environment: set again in every kernel
+MODULES = (
+    "numpy",
+    "torch",
+    "IPython",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+    "ipykernel.debugger",
+    "ipywidgets",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "matplotlib_inline.backend_inline",
+    "twoprim.core.checks",
+    "twoprim.core.guards",
+    "twoprim.core.verdicts",
+    "twoprim.core.timing",
+    "twoprim.learner.hints",
+    "twoprim.topics.plots",
+    "twoprim.classroom.notices",
+)
+INLINE = "module://matplotlib_inline.backend_inline"  # what ipykernel sets MPLBACKEND to when it is unset
+_SET_BY: dict[str, str] = {}  # what importing MODULES set in the environment: set again in every kernel
 
 
 def _threads() -> int:
@@ -67,8 +85,11 @@ def _warm() -> None:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the kernel imports it itself, as without a zygote
-            print(f"twoprim.classroom.zygote: {name} not imported ({type(err).__name__}: {err})", file=sys.stderr,
-                  flush=True)
+            print(
+                f"twoprim.classroom.zygote: {name} not imported ({type(err).__name__}: {err})",
+                file=sys.stderr,
+                flush=True,
+            )
     _SET_BY.update({k: v for k, v in os.environ.items() if before.get(k) != v})
     gc.collect()
     gc.freeze()  # the imported heap stays shared with every kernel: the collector never writes to its pages
@@ -90,7 +111,7 @@ def _read_line(conn: socket.socket, limit: int = 4 << 20) -> dict | None:
     return json.loads(data)
 
 
-def _send(conn: socket.socket, message: dict, fds: list[int] = ()) -> None:
+def _send(conn: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
     data = (json.dumps(message) + "\n").encode()
     if fds:
         socket.send_fds(conn, [data], list(fds))
@@ -152,10 +173,8 @@ def serve(socket_path: str, server_pid: int) -> None:
     finally:
         for pid in list(kernels):
             _kill(pid)
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(socket_path)
-        except OSError:
-            pass
 
 
 def _accept(listener: socket.socket, selector, kernels: dict[int, socket.socket], own: list) -> None:
@@ -168,8 +187,12 @@ def _accept(listener: socket.socket, selector, kernels: dict[int, socket.socket]
         request = _read_line(conn)
     except (OSError, ValueError):
         request = None
-    if not isinstance(request, dict) or not isinstance(request.get("argv"), list) or \
-            not isinstance(request.get("env"), dict) or not isinstance(request.get("cwd"), str):
+    if (
+        not isinstance(request, dict)
+        or not isinstance(request.get("argv"), list)
+        or not isinstance(request.get("env"), dict)
+        or not isinstance(request.get("cwd"), str)
+    ):
         conn.close()
         return
     pid = os.fork()
@@ -177,7 +200,7 @@ def _accept(listener: socket.socket, selector, kernels: dict[int, socket.socket]
         _become_kernel(request, [*own, conn, *kernels.values()])
     pidfd = os.pidfd_open(pid)  # before it can be reaped: the server signals and watches this very process
     try:
-        _send(conn, {"pid": pid}, [pidfd])
+        _send(conn, {"pid": pid}, (pidfd,))
     except OSError:
         _kill(pid)
     finally:
@@ -199,14 +222,10 @@ def _reap(kernels: dict[int, socket.socket], selector) -> None:
         conn = kernels.pop(pid, None)
         if conn is None:
             continue
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             selector.unregister(conn)
-        except (KeyError, ValueError):
-            pass
-        try:
+        with contextlib.suppress(OSError):
             _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
-        except OSError:
-            pass
         conn.close()
 
 
@@ -243,8 +262,11 @@ def _become_kernel(request: dict, fds: list) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - said in the server's log, then the child ends
-        print(f"twoprim.classroom.zygote: the kernel could not start: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(
+            f"twoprim.classroom.zygote: the kernel could not start: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         import atexit
 
@@ -284,8 +306,12 @@ def main(argv: list[str]) -> int:
     try:
         serve(argv[0], int(argv[1]))
     except ProcessLookupError:
-        print(f"twoprim.classroom.zygote: the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s "
-              f"after starting this zygote", file=sys.stderr, flush=True)
+        print(
+            f"twoprim.classroom.zygote: the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s "
+            f"after starting this zygote",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0
 

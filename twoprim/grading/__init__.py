@@ -19,9 +19,10 @@
 Every submission ends `graded` (with the points it earned), `flagged` (held for the instructor), `failed` (with a
 reason in words) or, when the grader itself failed it (a worker or the scheduler lost, a grader process such as the
 forkserver dying under its kernel, the grader's own error, after retries), `not graded`: no grade is written or
-changed for it, the grader's log is kept in grader/reports/<aid>-not-graded/, and the next run grades it. The batch always
-finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner grades their own notebook the same way with `selfgrade`,
-through a warm grader of their own (`warm`) that keeps all this loaded between self-grades.
+changed for it, the grader's log is kept in grader/reports/<aid>-not-graded/, and the next run grades it. The batch
+always finishes. Reports: grader/reports/<aid>.csv, <aid>_tests.png and a one-screen summary (`reports`). A learner
+grades their own notebook the same way with `selfgrade`, through a warm grader of their own (`warm`) that keeps all
+this loaded between self-grades.
 
 | module | what it holds |
 | --- | --- |
@@ -41,6 +42,7 @@ through a warm grader of their own (`warm`) that keeps all this loaded between s
 | `learner` | `selfgrade`: a learner's own notebook, graded as an instructor would |
 | `warm` | a learner's warm grader: self-grades from the notebook's cell and `./course selfgrade` in seconds |
 """
+
 from __future__ import annotations
 
 import importlib
@@ -49,17 +51,38 @@ import importlib
 # and JupyterLab process, and must not pay for torch, which `submission` imports through the checks.
 _WHERE = {
     "COURSE_ID": "..nbgrader_cli",
-    "autograde": ".cluster", "connect": ".cluster",
-    "DB_ENV": ".gradebook", "GradebookUnavailable": ".gradebook", "database_url": ".gradebook", "display_url": ".gradebook",
-    "gradebook_path": ".gradebook", "init_db": ".gradebook", "merge": ".gradebook", "released_notebooks": ".gradebook",
-    "statuses": ".gradebook", "submitted_students": ".gradebook",
-    "DEFAULT_CELL_TIMEOUT": ".preprocessors", "MAX_OUTPUT_CHARS": ".preprocessors",
+    "autograde": ".cluster",
+    "connect": ".cluster",
+    "DB_ENV": ".gradebook",
+    "GradebookUnavailable": ".gradebook",
+    "database_url": ".gradebook",
+    "display_url": ".gradebook",
+    "gradebook_path": ".gradebook",
+    "init_db": ".gradebook",
+    "merge": ".gradebook",
+    "released_notebooks": ".gradebook",
+    "statuses": ".gradebook",
+    "submitted_students": ".gradebook",
+    "DEFAULT_CELL_TIMEOUT": ".preprocessors",
+    "MAX_OUTPUT_CHARS": ".preprocessors",
     "realign": ".realign",
-    "format_summary": ".reports", "format_problems": ".reports", "summary": ".reports", "write_reports": ".reports",
-    "NOT_GRADED": ".reports", "not_graded": ".gradebook", "release_feedback": ".feedback", "create_db": ".gradebook",
-    "SelfGrade": ".learner", "selfgrade": ".learner", "require_hidden_checks": ".learner",
-    "CPU_LIMIT_SECONDS": ".submission", "FILE_SIZE_LIMIT_BYTES": ".submission", "MEMORY_LIMIT_BYTES": ".submission",
-    "SUBMISSION_WALL_SECONDS": ".submission", "Outcome": ".submission", "grade_task": ".submission",
+    "format_summary": ".reports",
+    "format_problems": ".reports",
+    "summary": ".reports",
+    "write_reports": ".reports",
+    "NOT_GRADED": ".reports",
+    "not_graded": ".gradebook",
+    "release_feedback": ".feedback",
+    "create_db": ".gradebook",
+    "SelfGrade": ".learner",
+    "selfgrade": ".learner",
+    "require_hidden_checks": ".learner",
+    "CPU_LIMIT_SECONDS": ".submission",
+    "FILE_SIZE_LIMIT_BYTES": ".submission",
+    "MEMORY_LIMIT_BYTES": ".submission",
+    "SUBMISSION_WALL_SECONDS": ".submission",
+    "Outcome": ".submission",
+    "grade_task": ".submission",
     "make_task": ".submission",
 }
 __all__ = sorted(_WHERE)

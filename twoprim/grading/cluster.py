@@ -27,6 +27,7 @@ Why this module is long: one run's whole life on a cluster, in the instructor's 
 cluster started early and its workers warmed, the tasks, the expected values beside them, and every way a cluster
 fails a run (a lost worker, a lost scheduler, a gradebook gone) with what the run does about each.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -37,30 +38,44 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future as ThreadFuture, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future as ThreadFuture
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
-from typing import Callable
 
-from twoprim.grading import keeper, oracle, sandbox
-from twoprim.core.errors import CourseError
 from twoprim.config import ROOT
-from twoprim.grading.gradebook import GradebookUnavailable, committed, database_url, digest, init_db, merge, read_submission, record_not_graded, refresh_late_penalties, released_notebooks, scratch_gradebooks, snapshot, submitted_students
+from twoprim.core.catalog import checks_module_name
+from twoprim.core.errors import CourseError
+from twoprim.grading import keeper, oracle, sandbox, tls
+from twoprim.grading.gradebook import (
+    GradebookUnavailable,
+    committed,
+    database_url,
+    digest,
+    init_db,
+    merge,
+    read_submission,
+    record_not_graded,
+    refresh_late_penalties,
+    released_notebooks,
+    scratch_gradebooks,
+    snapshot,
+    submitted_students,
+)
 from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
 from twoprim.grading.reports import write_reports
 from twoprim.grading.submission import NOT_GRADED, SUBMISSION_WALL_SECONDS, Outcome, grade_task, make_task
-from twoprim.core.catalog import checks_module_name
-from twoprim.grading import tls
 
 __all__ = ["autograde", "connect", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "TWOPRIM_SCHEDULER"
 CONNECT_TIMEOUT_S = 10
-MAX_ATTEMPTS = 3        # a submission the cluster lost is sent this many times in all before it is "not graded"
-RECOVER_S = 60          # how long a run waits for a lost cluster (scheduler, workers) to come back between tries
+MAX_ATTEMPTS = 3  # a submission the cluster lost is sent this many times in all before it is "not graded"
+RECOVER_S = 60  # how long a run waits for a lost cluster (scheduler, workers) to come back between tries
 SCATTER_TIMEOUT_S = 60
-MERGE_TRIES = 3         # the gradebook gone: tried again after 1 s and 2 s before the run stops
-IN_PROCESS_MAX = 2      # at most this many submissions (and no scheduler given): graded here, no cluster
+MERGE_TRIES = 3  # the gradebook gone: tried again after 1 s and 2 s before the run stops
+IN_PROCESS_MAX = 2  # at most this many submissions (and no scheduler given): graded here, no cluster
 
 
 @cache
@@ -70,9 +85,16 @@ def _local_cluster(workers: int):
     from distributed import LocalCluster
 
     # everything on loopback, the scheduler's HTTP endpoint included (on a port of its own: never 8787's clash)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR, memory_limit=0,
-                           env={v: "1" for v in sandbox.THREAD_VARIABLES} if workers > 1 else {})
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+        memory_limit=0,
+        env={v: "1" for v in sandbox.THREAD_VARIABLES} if workers > 1 else {},
+    )
     atexit.register(cluster.close)
     _LOCALS.append(cluster)
     return cluster
@@ -112,14 +134,18 @@ def connect(scheduler: str | None, workers: int, early: ThreadFuture | None = No
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False, security=security)
     except (OSError, TimeoutError) as err:
         if "certificate" in str(err).lower():  # a TLS handshake failed: the two ends trust different CAs
-            raise CourseError(f"the Dask scheduler at {scheduler} and this client do not accept each other's TLS "
-                              f"certificate ({' '.join(str(err).split())[:200]}); nothing was graded or written. "
-                              f"Point {', '.join(tls.CLIENT_ENV.values())} at the files of the `./course "
-                              f"cluster-certs` folder the scheduler was started with") from err
-        raise CourseError(f"cannot reach the Dask scheduler at {scheduler} ({type(err).__name__}: "
-                          f"{' '.join(str(err).split())[:200]}); nothing was graded or written. Start it with "
-                          f"`dask scheduler` and its workers with `dask worker {scheduler}` in the course's "
-                          f"environment, or leave out --scheduler to grade on this machine") from err
+            raise CourseError(
+                f"the Dask scheduler at {scheduler} and this client do not accept each other's TLS "
+                f"certificate ({' '.join(str(err).split())[:200]}); nothing was graded or written. "
+                f"Point {', '.join(tls.CLIENT_ENV.values())} at the files of the `./course "
+                f"cluster-certs` folder the scheduler was started with"
+            ) from err
+        raise CourseError(
+            f"cannot reach the Dask scheduler at {scheduler} ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]}); nothing was graded or written. Start it with "
+            f"`dask scheduler` and its workers with `dask worker {scheduler}` in the course's "
+            f"environment, or leave out --scheduler to grade on this machine"
+        ) from err
 
 
 def _check_workers(client, unisolated: bool) -> None:
@@ -132,12 +158,24 @@ def _check_workers(client, unisolated: bool) -> None:
         raise CourseError(f"{len(problems)} of the cluster's workers cannot isolate students' code; {worker}: {why}")
 
 
-def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, students: list[str] | None = None,
-              progress: bool = True, unisolated: bool = False, trust: list[str] | None = None,
-              cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
-              scheduler: str | None = None, db: str | None = None, force: bool = False,
-              on_workers: list[str] | None = None, in_process: bool = False,
-              on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+def autograde(
+    aid: str,
+    *,
+    root: Path = ROOT,
+    workers: int | None = None,
+    students: list[str] | None = None,
+    progress: bool = True,
+    unisolated: bool = False,
+    trust: list[str] | None = None,
+    cell_timeout: int = DEFAULT_CELL_TIMEOUT,
+    wall_seconds: float = SUBMISSION_WALL_SECONDS,
+    scheduler: str | None = None,
+    db: str | None = None,
+    force: bool = False,
+    on_workers: list[str] | None = None,
+    in_process: bool = False,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
     """Grade the submissions of `aid` (or `students`) on a Dask cluster; merge each outcome into the gradebook as
     it arrives; set every submission's late penalty under today's due dates; write the reports; return the
     outcomes of this run.
@@ -149,8 +187,8 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
     grader/gradebook.db. `force`: grade again what is already committed in its current form. `on_workers`: only
     these workers of the cluster (their addresses) take the tasks. `in_process`: no cluster; the same tasks run here,
     one after another (`selfgrade`; also up to IN_PROCESS_MAX submissions graded on this machine: starting a
-    cluster's workers costs more than grading them). `on_outcome`: called with each outcome once it is committed (the benchmark times when
-    each arrives)."""
+    cluster's workers costs more than grading them). `on_outcome`: called with each outcome once it is committed
+    (the benchmark times when each arrives)."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if not unisolated and not scheduler:
         why = sandbox.missing()
@@ -170,14 +208,22 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         read = {s: read_submission(aid, s, root) for s in (students or everyone)}
         files = {s: f for s, (f, _) in read.items()}
         refused = {s: r for s, (_, r) in read.items()}
-        digests = {s: digest(f, *(p.read_bytes() for p in source), str(s in (trust or [])).encode(),
-                             repr(sorted(refused[s].items())).encode())
-                   for s, f in files.items()}
+        digests = {
+            s: digest(
+                f,
+                *(p.read_bytes() for p in source),
+                str(s in (trust or [])).encode(),
+                repr(sorted(refused[s].items())).encode(),
+            )
+            for s, f in files.items()
+        }
         done = committed(aid, url) if not (force or students) else {}
         todo = [s for s in (students or everyone) if done.get(s) != digests[s]]
         if progress and len(todo) < len(students or everyone):
-            print(f"{len(students or everyone) - len(todo)} submission(s) of {aid} already graded in their current "
-                  f"form; grading {len(todo)} (--force grades every one again)")
+            print(
+                f"{len(students or everyone) - len(todo)} submission(s) of {aid} already graded in their current "
+                f"form; grading {len(todo)} (--force grades every one again)"
+            )
         if not todo:  # the reports still follow today's due dates
             refresh_late_penalties(aid, root, url)
             write_reports(aid, root=root, url=url)
@@ -196,12 +242,29 @@ def autograde(aid: str, *, root: Path = ROOT, workers: int | None = None, studen
         released = released_notebooks(aid, root, url)
         if client is None and not in_process:
             client = connect(None, min(workers, len(todo)), early)
-        run = _Run(client, aid, root, url, digests, on_outcome=on_outcome, on_workers=on_workers,
-                   reconnect=(lambda: connect(scheduler, 1)) if scheduler else None)
+        run = _Run(
+            client,
+            aid,
+            root,
+            url,
+            digests,
+            on_outcome=on_outcome,
+            on_workers=on_workers,
+            reconnect=(lambda: connect(scheduler, 1)) if scheduler else None,
+        )
         try:
-            return run.grade(todo, files, refused, released, progress=progress, trust=set(trust or []),
-                             unisolated=unisolated, cell_timeout=cell_timeout, wall_seconds=wall_seconds,
-                             kernel_threads=threads)
+            return run.grade(
+                todo,
+                files,
+                refused,
+                released,
+                progress=progress,
+                trust=set(trust or []),
+                unisolated=unisolated,
+                cell_timeout=cell_timeout,
+                wall_seconds=wall_seconds,
+                kernel_threads=threads,
+            )
         finally:
             client = run.client
     finally:
@@ -224,6 +287,7 @@ def _test_cells(source: list[Path]) -> list[list[str]]:
 def _start_early(workers: int, warm: tuple | None) -> ThreadFuture:
     """This machine's cluster of `workers`, started in a thread of its own while this process prepares the run
     (and its workers warmed for the assignment, `_warm_workers`, as soon as they are up); its future."""
+
     def start():
         cluster = _local(workers)
         if warm is not None:
@@ -273,37 +337,58 @@ class _Run:
         self.client, self.aid, self.root, self.url, self.digests = client, aid, root, url, digests
         self.on_outcome, self.on_workers, self.reconnect = on_outcome, on_workers, reconnect
         self.outcomes: list[Outcome] = []
-        self.logs: dict[str, str] = {}    # student -> the log of the grader's last failure on it (`Outcome.log`)
+        self.logs: dict[str, str] = {}  # student -> the log of the grader's last failure on it (`Outcome.log`)
         self.counts: collections.Counter = collections.Counter()
         self.bar = None
 
-    def grade(self, todo, files, refused, released, *, progress, trust, unisolated, cell_timeout, wall_seconds,
-              kernel_threads) -> list[Outcome]:
+    def grade(
+        self, todo, files, refused, released, *, progress, trust, unisolated, cell_timeout, wall_seconds, kernel_threads
+    ) -> list[Outcome]:
         import tempfile
 
         from tqdm import tqdm
 
         aid, root, url = self.aid, self.root, self.url
         folder = root / "solutions" / aid
-        self.source = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.ipynb"))
-                       if ".ipynb_checkpoints" not in p.parts}
+        self.source = {
+            str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*.ipynb"))
+            if ".ipynb_checkpoints" not in p.parts
+        }
         with tempfile.TemporaryDirectory(prefix=f"autograde-{aid}-") as tmp, scratch_gradebooks(Path(tmp)):
             self.snap = snapshot(aid, root, url, Path(tmp)).read_bytes()
-        self.tasks = {student: make_task(aid, student, files[student], root=root, released=released,
-                                         cell_timeout=cell_timeout, wall_seconds=wall_seconds,
-                                         trusted=student in trust, unisolated=unisolated,
-                                         kernel_threads=kernel_threads, refused=refused[student])
-                      for student in todo}
-        self.bar = tqdm(total=len(todo), unit="student", disable=not progress, dynamic_ncols=True,
-                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+        self.tasks = {
+            student: make_task(
+                aid,
+                student,
+                files[student],
+                root=root,
+                released=released,
+                cell_timeout=cell_timeout,
+                wall_seconds=wall_seconds,
+                trusted=student in trust,
+                unisolated=unisolated,
+                kernel_threads=kernel_threads,
+                refused=refused[student],
+            )
+            for student in todo
+        }
+        self.bar = tqdm(
+            total=len(todo),
+            unit="student",
+            disable=not progress,
+            dynamic_ncols=True,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}",
+        )
         faults: dict[str, str] = {}
         try:
             if self.client is None:  # here, one after another
                 for student in todo:
-                    for attempt in range(MAX_ATTEMPTS):
-                        outcome = grade_task(self.tasks[student], self.snap)
+                    outcome = grade_task(self.tasks[student], self.snap)
+                    for _ in range(MAX_ATTEMPTS - 1):
                         if outcome.status != NOT_GRADED:
                             break
+                        outcome = grade_task(self.tasks[student], self.snap)
                     self._settle(student, outcome, faults)
             else:
                 self._on_cluster(todo, faults)
@@ -320,7 +405,8 @@ class _Run:
             raise GradebookUnavailable(
                 f"{str(err).removeprefix('error: ')}. {len(self.outcomes)} of {len(todo)} submissions were "
                 f"committed before it went away and are kept; run the same command again to grade the other "
-                f"{len(left)} ({_names(left)})") from err
+                f"{len(left)} ({_names(left)})"
+            ) from err
         finally:
             self.bar.close()
         self.outcomes.sort(key=lambda o: o.student)
@@ -328,9 +414,11 @@ class _Run:
             refresh_late_penalties(aid, root, url)  # those graded before this run, under today's due dates
             write_reports(aid, root=root, url=url)
         except GradebookUnavailable as err:
-            raise GradebookUnavailable(f"{str(err).removeprefix('error: ')}; every submission of this run was "
-                                       f"committed before it went away: run `./course report {aid}` once it is "
-                                       f"back") from err
+            raise GradebookUnavailable(
+                f"{str(err).removeprefix('error: ')}; every submission of this run was "
+                f"committed before it went away: run `./course report {aid}` once it is "
+                f"back"
+            ) from err
         return self.outcomes
 
     def _on_cluster(self, todo, faults) -> None:
@@ -357,10 +445,12 @@ class _Run:
                 break
         for student, first in alone:
             got: list[Outcome] = []
-            self._submit([student], {student: "alone"}, lambda _, o: got.append(o))
+            self._submit([student], {student: "alone"}, lambda _, o, got=got: got.append(o))
             outcome = got[0] if got and got[0].status != NOT_GRADED else first
-            outcome.reason = (f"{outcome.reason}; graded again alone, with nothing else of this run beside it, "
-                              f"after it ran into {first.time_limit} beside other submissions")
+            outcome.reason = (
+                f"{outcome.reason}; graded again alone, with nothing else of this run beside it, "
+                f"after it ran into {first.time_limit} beside other submissions"
+            )
             self._settle(student, outcome, faults)
 
     def _threads(self) -> int:
@@ -382,13 +472,23 @@ class _Run:
             if expected:  # not a dependency of the grading tasks: each judge takes what it needs (`oracle.Expected`)
                 dataset = f"twoprim-expected-{self.aid}-{id(self):x}-{next(_RUNS)}"
                 client.publish_dataset(**{dataset: expected})
-            keys = [f"grade-{self.aid}-{student}-{self.digests[student][:12]}" +
-                    ("" if attempts[student] == 1 else f".{attempts[student]}") for student in students]
+            keys = [
+                f"grade-{self.aid}-{student}-{self.digests[student][:12]}"
+                + ("" if attempts[student] == 1 else f".{attempts[student]}")
+                for student in students
+            ]
             # in one batch, as the expected values: the scheduler orders each batch by priority as a whole
-            futures = client.map(_grade_on_worker, [self.tasks[s] for s in students], [snap] * len(students),
-                                 [dataset] * len(students), key=keys, pure=False, workers=self.on_workers,
-                                 allow_other_workers=False)
-            self.futures = dict(zip(futures, students))
+            futures = client.map(
+                _grade_on_worker,
+                [self.tasks[s] for s in students],
+                [snap] * len(students),
+                [dataset] * len(students),
+                key=keys,
+                pure=False,
+                workers=self.on_workers,
+                allow_other_workers=False,
+            )
+            self.futures = dict(zip(futures, students, strict=True))
             for future in as_completed(self.futures, loop=client.loop):
                 student = self.futures[future]
                 seen.add(student)
@@ -421,12 +521,22 @@ class _Run:
         cells = oracle.graded_cells(self.source)
         if not cells:
             return {}
-        gids, codes, learners = zip(*cells)
-        futures = self.client.map(oracle.cell_values, gids, codes, learners, [snap] * len(cells), pure=False,
-                                  priority=1, key=[f"expected-{self.aid}-{cell_digest(g, c)[:16]}-{id(self):x}"
-                                                   for g, c in zip(gids, codes)],
-                                  workers=self.on_workers, allow_other_workers=False)
-        return {cell_digest(g, c): f for g, c, f in zip(gids, codes, futures)}
+        gids, codes, learners = (list(column) for column in zip(*cells, strict=True))
+        futures = self.client.map(
+            oracle.cell_values,
+            gids,
+            codes,
+            learners,
+            [snap] * len(cells),
+            pure=False,
+            priority=1,
+            key=[
+                f"expected-{self.aid}-{cell_digest(g, c)[:16]}-{id(self):x}" for g, c in zip(gids, codes, strict=True)
+            ],
+            workers=self.on_workers,
+            allow_other_workers=False,
+        )
+        return {cell_digest(g, c): f for g, c, f in zip(gids, codes, futures, strict=True)}
 
     def _recover(self) -> bool:
         """Wait (up to RECOVER_S) for the cluster to grade again: a worker, on a scheduler this client reaches."""
@@ -460,7 +570,7 @@ class _Run:
             except GradebookUnavailable:
                 if attempt == MERGE_TRIES - 1:
                     raise
-                time.sleep(2 ** attempt)
+                time.sleep(2**attempt)
         faults.pop(student, None)
         self.logs.pop(student, None)
         self._log_path(student).unlink(missing_ok=True)  # an earlier run's log of the grader's failure: resolved
@@ -486,12 +596,15 @@ class _Run:
     def _count(self, outcome) -> None:
         self.counts[outcome.status] += 1
         if self.bar is not None:
-            self.bar.set_postfix_str(", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
-                                     + f"; {outcome.student}" + (f" on {outcome.worker}" if outcome.worker else ""))
+            self.bar.set_postfix_str(
+                ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
+                + f"; {outcome.student}"
+                + (f" on {outcome.worker}" if outcome.worker else "")
+            )
             self.bar.update(1)
 
 
-_RUNS = itertools.count()   # tells one run's published expected values from another's
+_RUNS = itertools.count()  # tells one run's published expected values from another's
 
 
 def _names(students: list[str], most: int = 12) -> str:
@@ -510,8 +623,11 @@ def _result(future, student: str) -> Outcome:
     try:
         return future.result()
     except KilledWorker as err:
-        return Outcome(student, status=NOT_GRADED,
-                       reason=f"every worker that took this submission died while grading it ({err}); if it happens "
-                              f"again, look for a notebook that brings down the machine")
+        return Outcome(
+            student,
+            status=NOT_GRADED,
+            reason=f"every worker that took this submission died while grading it ({err}); if it happens "
+            f"again, look for a notebook that brings down the machine",
+        )
     except Exception as err:  # noqa: BLE001 - one student's task failing never stops the batch
         return Outcome(student, status=NOT_GRADED, reason=_fault(err, "the cluster lost this submission's task"))

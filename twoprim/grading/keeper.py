@@ -11,6 +11,7 @@ nothing, `forkserver.serve`), while the worker itself computes expected values, 
 assignment is forked at once. This module imports nothing but the standard library when it is loaded: `Client.run`
 unpickles `warm_worker` in the worker's event loop, which must not wait for torch; the keeper imports it.
 """
+
 from __future__ import annotations
 
 import queue
@@ -18,13 +19,13 @@ import threading
 
 __all__ = ["Keeper", "warm_worker", "forkserver", "WAIT_S"]
 
-WAIT_S = 300   # a forkserver started (its imports, on a busy machine) and an assignment warmed in it, at most
+WAIT_S = 300  # a forkserver started (its imports, on a busy machine) and an assignment warmed in it, at most
 
 
 class Keeper(threading.Thread):
     """The worker's keeper thread: runs what it is given, one job after another, for the life of the worker."""
 
-    _running: "Keeper | None" = None
+    _running: Keeper | None = None
     _lock = threading.Lock()
 
     def __init__(self):
@@ -32,7 +33,7 @@ class Keeper(threading.Thread):
         self.jobs: queue.Queue = queue.Queue()
 
     @classmethod
-    def get(cls) -> "Keeper":
+    def get(cls) -> Keeper:
         """This worker's keeper, started on first use."""
         with cls._lock:
             if cls._running is None or not cls._running.is_alive():
@@ -61,6 +62,7 @@ def warm_worker(module: str, threads: int | None, cells: list[list[str]]) -> Non
     """At once, in the worker (`Client.run`): its keeper starts the forkserver (`kernels.warm_forkserver(threads)`),
     has it warm `module` and each notebook's test `cells`, and meanwhile imports what the worker's grading tasks
     import (nbgrader, the grading modules: a worker's first task would). Returns before any of that has run."""
+
     def job():
         import json
         import socket
@@ -88,17 +90,18 @@ def warm_worker(module: str, threads: int | None, cells: list[list[str]]) -> Non
 
 def _import_grading() -> None:
     """What a worker's first grading task would import (nbgrader's autograde, the grader's judging)."""
-    import nbgrader.apps.api  # noqa: F401
+    import nbgrader.apps.api
     import nbgrader.preprocessors  # noqa: F401
 
-    import twoprim.grading.execute  # noqa: F401
-    import twoprim.grading.oracle  # noqa: F401
+    import twoprim.grading.execute
+    import twoprim.grading.oracle
     import twoprim.grading.submission  # noqa: F401
 
 
 def forkserver(threads: int | None) -> None:
     """In a grading task: the worker's forkserver for `threads` running, started by the keeper if it is not (after
     whatever the keeper was given before, such as `warm_worker`); waits WAIT_S at most."""
+
     def job():
         from twoprim.grading import kernels
 

@@ -16,6 +16,7 @@ value that does not pickle, is left out: the submissions compute it themselves, 
 torch other than the one that computed a value ignores it. A worker reads each result once (`keep`): every grading
 task is handed the same ones, and unpickling ex06's captured graphs again took 0.1 s a submission.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,12 +24,13 @@ import hashlib
 import io
 import pickle
 import warnings
+from typing import cast
 
 import nbformat
 
 __all__ = ["graded_cells", "computed", "prime", "cell_values", "keep", "Expected"]
 
-_KEPT: dict[bytes, tuple] = {}   # digest of a `cell_values` result -> the keys of the values this worker kept from it
+_KEPT: dict[bytes, tuple] = {}  # digest of a `cell_values` result -> the keys of the values this worker kept from it
 
 
 def graded_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -36,9 +38,12 @@ def graded_cells(source: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ..
     a task (`submission.make_task`'s "source"), in notebook order."""
     from twoprim.core import verdicts
 
-    return [(cell.grade_id, cell.code, tuple(sorted(cell.learner)))
-            for name, data in sorted(source.items()) if name.endswith(".ipynb")
-            for cell in verdicts.graded_cells(nbformat.reads(data.decode("utf-8"), as_version=4))]
+    return [
+        (cell.grade_id, cell.code, tuple(sorted(cell.learner)))
+        for name, data in sorted(source.items())
+        if name.endswith(".ipynb")
+        for cell in verdicts.graded_cells(nbformat.reads(data.decode("utf-8"), as_version=4))
+    ]
 
 
 def computed(grade_id: str, code: str, learner: tuple[str, ...]) -> dict:
@@ -47,8 +52,11 @@ def computed(grade_id: str, code: str, learner: tuple[str, ...]) -> dict:
     from twoprim.core import checks, verdicts
 
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             verdicts.judge_cell(grade_id, code, verdicts.Replay.priming_run(), set(learner))
         return checks.expected_values(verdicts.cell_digest(grade_id, code))
@@ -126,11 +134,12 @@ class Expected:
             return
         self.asked.add(digest)
         with contextlib.suppress(Exception):  # the judge computes what it was not handed
-            if self.futures is None:
+            futures = self.futures
+            if futures is None:
                 from distributed import get_client
 
-                self.futures = get_client().get_dataset(self.dataset, default=None) or {}
-            future = self.futures.get(digest)
+                futures = self.futures = cast("dict", get_client().get_dataset(self.dataset, default=None) or {})
+            future = futures.get(digest)
             if future is not None:
                 self._wait(future)
                 self.given += keep([future.result(timeout=QUICK_S)])
@@ -147,7 +156,7 @@ class Expected:
         self.waited = True
         secede()
         try:  # every value still being computed: this task needs them all, and leaves the pool only once
-            wait(list(self.futures.values()), timeout=ORACLE_WAIT_S)
+            wait(list((self.futures or {}).values()), timeout=ORACLE_WAIT_S)
         except Exception:  # noqa: BLE001 - those missing are computed by the judge
             pass
         finally:
@@ -161,5 +170,5 @@ class Expected:
         self.futures = {}
 
 
-QUICK_S = 0.5         # a judge waits this long for a cell's values holding its worker's thread, then leaves the pool
-ORACLE_WAIT_S = 600   # ... and this long at most for the run's values, then computes what is missing itself
+QUICK_S = 0.5  # a judge waits this long for a cell's values holding its worker's thread, then leaves the pool
+ORACLE_WAIT_S = 600  # ... and this long at most for the run's values, then computes what is missing itself

@@ -14,6 +14,7 @@ what the forkserver reported) fails the submission with that reason; anything el
 under the kernel, a kernel that never answered, an error of the grader's own) is `NOT_GRADED`, with nbgrader's log
 kept in `Outcome.log` for the instructor, and graded again by the next run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,30 +25,53 @@ import shutil
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 
-from twoprim.grading import forkserver, kernels, nbgrader_cli, sandbox
 from twoprim.core import verdicts
-from twoprim.grading.audit import audit
 from twoprim.core.catalog import checks_module_name
+from twoprim.grading import forkserver, kernels, nbgrader_cli, sandbox
+from twoprim.grading.audit import audit
 from twoprim.grading.gradebook import scratch_gradebooks
-from twoprim.grading.preprocessors import CELL_LOG_ENV, CPU_LIMIT_LOG_ENV, DEFAULT_CELL_TIMEOUT, KERNEL_UID_ENV, TIMING_ENV
+from twoprim.grading.preprocessors import (
+    CELL_LOG_ENV,
+    CPU_LIMIT_LOG_ENV,
+    DEFAULT_CELL_TIMEOUT,
+    KERNEL_UID_ENV,
+    TIMING_ENV,
+)
 from twoprim.grading.realign import NotTheAssignment, realign
-from twoprim.grading.submitted import BOM, missing_reason as _missing_reason, notebook_text as _notebook_text, \
-    upgraded_from
+from twoprim.grading.submitted import (
+    BOM,
+    upgraded_from,
+)
+from twoprim.grading.submitted import (
+    missing_reason as _missing_reason,
+)
+from twoprim.grading.submitted import (
+    notebook_text as _notebook_text,
+)
 
-__all__ = ["Outcome", "NOT_GRADED", "make_task", "grade_task", "execution_notes", "MEMORY_LIMIT_BYTES",
-           "CPU_LIMIT_SECONDS", "FILE_SIZE_LIMIT_BYTES", "SUBMISSION_WALL_SECONDS"]
+__all__ = [
+    "Outcome",
+    "NOT_GRADED",
+    "make_task",
+    "grade_task",
+    "execution_notes",
+    "MEMORY_LIMIT_BYTES",
+    "CPU_LIMIT_SECONDS",
+    "FILE_SIZE_LIMIT_BYTES",
+    "SUBMISSION_WALL_SECONDS",
+]
 
 # Limits on each submission's processes (the kernel inherits them): the sandbox's, also when run unisolated.
 MEMORY_LIMIT_BYTES = sandbox.MEMORY_LIMIT_BYTES
 CPU_LIMIT_SECONDS = sandbox.CPU_LIMIT_SECONDS
 FILE_SIZE_LIMIT_BYTES = sandbox.FILE_SIZE_LIMIT_BYTES
-SUBMISSION_WALL_SECONDS = 900       # one submission, all its cells; past that its kernel is killed
+SUBMISSION_WALL_SECONDS = 900  # one submission, all its cells; past that its kernel is killed
 # A fault of the grader (a worker or the scheduler lost, the grader's own error): no grade is written for it, an
 # earlier one stays, and the next run grades it again. Never a student's 0.
 NOT_GRADED = "not graded"
@@ -56,40 +80,62 @@ NOT_GRADED = "not graded"
 @dataclass
 class Outcome:
     """One submission's grading: its status and reason, score, each test's grade and comment."""
+
     student: str
-    status: str = "failed"                  # "graded", "failed", "flagged" (held by the audit) or NOT_GRADED
+    status: str = "failed"  # "graded", "failed", "flagged" (held by the audit) or NOT_GRADED
     reason: str = ""
     score: float = 0.0
     max_score: float = 0.0
-    grades: dict = field(default_factory=dict)     # (notebook, grade_id) -> auto_score
-    comments: dict = field(default_factory=dict)   # (notebook, grade_id) -> auto_comment
+    grades: dict = field(default_factory=dict)  # (notebook, grade_id) -> auto_score
+    comments: dict = field(default_factory=dict)  # (notebook, grade_id) -> auto_comment
     timestamp: str | None = None
     autograded: dict = field(default_factory=dict)  # file name -> bytes of grader/autograded/<student>/<aid>/
     seconds: float = 0.0
-    worker: str = ""                        # which worker graded it (host and process)
-    phases: dict = field(default_factory=dict)      # seconds per phase of grading (`scripts/profile_grading.py`)
-    time_limit: str = ""                    # a time limit this submission ran into (cell or whole), in words
-    limit_by_cpu: bool = False              # every cell limit it ran into was judged on its kernel's CPU time
-    expected_given: int = 0                 # expected values the run computed once and handed it (`oracle`)
-    log: str = ""                           # the grader's own failure (NOT_GRADED): its log and traceback, kept for
-                                            # the instructor in grader/reports/<aid>-not-graded/<student>.log
+    worker: str = ""  # which worker graded it (host and process)
+    phases: dict = field(default_factory=dict)  # seconds per phase of grading (`scripts/profile_grading.py`)
+    time_limit: str = ""  # a time limit this submission ran into (cell or whole), in words
+    limit_by_cpu: bool = False  # every cell limit it ran into was judged on its kernel's CPU time
+    expected_given: int = 0  # expected values the run computed once and handed it (`oracle`)
+    log: str = ""  # the grader's own failure (NOT_GRADED): its log and traceback, kept for
+    # the instructor in grader/reports/<aid>-not-graded/<student>.log
 
 
-def make_task(aid: str, student: str, files: dict[str, bytes], *, root: Path, released: dict,
-              cell_timeout: int = DEFAULT_CELL_TIMEOUT, wall_seconds: float = SUBMISSION_WALL_SECONDS,
-              trusted: bool = False, unisolated: bool = False, kernel_threads: int | None = None,
-              refused: dict[str, str] | None = None) -> dict:
+def make_task(
+    aid: str,
+    student: str,
+    files: dict[str, bytes],
+    *,
+    root: Path,
+    released: dict,
+    cell_timeout: int = DEFAULT_CELL_TIMEOUT,
+    wall_seconds: float = SUBMISSION_WALL_SECONDS,
+    trusted: bool = False,
+    unisolated: bool = False,
+    kernel_threads: int | None = None,
+    refused: dict[str, str] | None = None,
+) -> dict:
     """One submission as a task for `grade_task` (plain data, sent to any worker). The snapshot gradebook is
     added by the batch, once for every task (`snapshot`). `refused`: what sat in the submission folder that is not
     a regular file (name -> what it is; `gradebook.read_submission`), never read."""
     source = root / "solutions" / aid
-    return {"aid": aid, "student": student, "files": files, "refused": dict(refused or {}),
-            "released": {n: nbformat.writes(nb) for n, nb in released.items()},
-            "source": {str(p.relative_to(source)): p.read_bytes() for p in sorted(source.rglob("*"))
-                       if p.is_file() and ".ipynb_checkpoints" not in p.parts},
-            "config": (root / "grader" / "nbgrader_config.py").read_text(),
-            "cell_timeout": cell_timeout, "wall_seconds": wall_seconds, "trusted": trusted,
-            "unisolated": unisolated, "kernel_threads": kernel_threads}
+    return {
+        "aid": aid,
+        "student": student,
+        "files": files,
+        "refused": dict(refused or {}),
+        "released": {n: nbformat.writes(nb) for n, nb in released.items()},
+        "source": {
+            str(p.relative_to(source)): p.read_bytes()
+            for p in sorted(source.rglob("*"))
+            if p.is_file() and ".ipynb_checkpoints" not in p.parts
+        },
+        "config": (root / "grader" / "nbgrader_config.py").read_text(),
+        "cell_timeout": cell_timeout,
+        "wall_seconds": wall_seconds,
+        "trusted": trusted,
+        "unisolated": unisolated,
+        "kernel_threads": kernel_threads,
+    }
 
 
 def _parse_timestamp(text: str):
@@ -111,16 +157,22 @@ def grade_task(task: dict, snapshot: bytes | None = None, expect: Callable[[str,
     start = time.monotonic()
     try:
         # nbgrader's log and SQLAlchemy's notes stay out of the instructor's terminal: what matters is in the outcome
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             out = _grade(task, expect)
     except Exception as err:  # noqa: BLE001 - a fault of the grader, never the student's: not graded, said why
         import traceback
 
-        out = Outcome(task["student"], status=NOT_GRADED,
-                      reason=f"the grader itself failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
-                      log=traceback.format_exc())
+        out = Outcome(
+            task["student"],
+            status=NOT_GRADED,
+            reason=f"the grader itself failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
+            log=traceback.format_exc(),
+        )
     out.worker = kernels.worker_name()
     out.seconds = time.monotonic() - start
     return out
@@ -142,8 +194,18 @@ def _grade(task: dict, expect: Callable[[str, str], None] | None = None) -> Outc
         shutil.rmtree(box, ignore_errors=True)
 
 
-def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str], out: Outcome,
-              notes: list[str], expect: Callable[[str, str], None] | None = None) -> Outcome:
+def _grade_in(
+    work: Path,
+    box: Path,
+    task: dict,
+    aid: str,
+    student: str,
+    released: dict,
+    notebooks: list[str],
+    out: Outcome,
+    notes: list[str],
+    expect: Callable[[str, str], None] | None = None,
+) -> Outcome:
     """Grade one submission in `work`: take its files in, lay out a course around them, audit the student's code,
     run nbgrader in the sandbox, then judge what the kernel recorded; `out` says how far it got and why."""
     phase = time.monotonic()
@@ -160,8 +222,10 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     out.phases["prepare"] = time.monotonic() - phase
     if findings and not task["trusted"]:
         out.status = "flagged"
-        out.reason = (f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
-                      f"Read the code; if it is honest, grade it with --trust {student}")
+        out.reason = (
+            f"held for review, not run: {'; '.join(findings[:8])}{' …' if len(findings) > 8 else ''}. "
+            f"Read the code; if it is honest, grade it with --trust {student}"
+        )
         return out
     if findings:
         notes.append(f"trusted by the instructor despite: {'; '.join(findings[:4])}")
@@ -171,8 +235,10 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     last_cell = cell_log.read_text() if cell_log.exists() else None
     if fired:
         out.time_limit = f"the submission's limit of {task['wall_seconds']:.0f} s"
-        out.reason = (f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
-                      f"look for an infinite loop in the notebook")
+        out.reason = (
+            f"grading took longer than {task['wall_seconds']:.0f} s and was stopped in {last_cell or 'a cell'}; "
+            f"look for an infinite loop in the notebook"
+        )
         return out
     death = None if task["unisolated"] else kernel_death(work)
     if status != "ok" or not autograded.is_dir():
@@ -181,8 +247,9 @@ def _grade_in(work: Path, box: Path, task: dict, aid: str, student: str, release
     if max_points is None:
         return _not_finished(out, log_text, 1, last_cell, task["cell_timeout"], death)
     phase = time.monotonic()
-    notes[:0] = _judge_in_grader(aid, work / "course", autograded, notebooks, capture, out, max_points,
-                                 task["cell_timeout"], expect)
+    notes[:0] = _judge_in_grader(
+        aid, work / "course", autograded, notebooks, capture, out, max_points, task["cell_timeout"], expect
+    )
     out.phases["verdicts"] = time.monotonic() - phase
     out.score = float(sum(v for v in out.grades.values() if v is not None))
     notes[:0] = execution_notes(autograded, notebooks, task["cell_timeout"])
@@ -208,8 +275,8 @@ def _receive(work: Path, task: dict, notebooks: list[str], out: Outcome, notes: 
         return None
     for nb in notebooks:
         text, problem = _notebook_text(f"{nb}.ipynb", task["files"][f"{nb}.ipynb"])
-        if problem:
-            out.reason = f"{problem}; ask the student to resubmit"
+        if problem or text is None:
+            out.reason = f"{problem or f'{nb}.ipynb could not be read'}; ask the student to resubmit"
             return None
         if task["files"][f"{nb}.ipynb"].startswith(BOM):
             notes.append(f"{nb}.ipynb starts with a UTF-8 byte-order mark; read without it")
@@ -221,13 +288,24 @@ def _receive(work: Path, task: dict, notebooks: list[str], out: Outcome, notes: 
     if extra:
         notes.append(f"ignored extra files: {', '.join(extra)}")
     if task.get("refused"):
-        notes.append("ignored, never read (not regular files): " + ", ".join(
-            f"{n} ({what})" for n, what in sorted(task["refused"].items())))
+        notes.append(
+            "ignored, never read (not regular files): "
+            + ", ".join(f"{n} ({what})" for n, what in sorted(task["refused"].items()))
+        )
     return sub_dir
 
 
-def _lay_out(course: Path, sub_dir: Path, task: dict, aid: str, student: str, released: dict, notebooks: list[str],
-             out: Outcome, notes: list[str]) -> Path:
+def _lay_out(
+    course: Path,
+    sub_dir: Path,
+    task: dict,
+    aid: str,
+    student: str,
+    released: dict,
+    notebooks: list[str],
+    out: Outcome,
+    notes: list[str],
+) -> Path:
     """A course of its own for this one submission: configuration, the assignment's source, a copy of the
     gradebook, and the submission realigned to the released cells, with its secret and timestamp; its grader/."""
     grader = course / "grader"
@@ -277,17 +355,24 @@ def _run_in_box(work: Path, box: Path, grader: Path, task: dict, aid: str, stude
         if uid is not None and warm is not None:  # the kernel's own uid: its CPU time is what its cells are timed on
             box_env[KERNEL_UID_ENV] = str(uid)
         if warm is not None:
-            box_env.update({sandbox.ENV_BOX: str(box), sandbox.ENV_UID: str(uid or ""),
-                            forkserver.ENV_SOCKET: str(warm.socket), forkserver.ENV_END: str(work / KERNEL_END),
-                            forkserver.ENV_MODULE: f"twoprim.{checks_module_name(aid)}"})
+            box_env.update(
+                {
+                    sandbox.ENV_BOX: str(box),
+                    sandbox.ENV_UID: str(uid or ""),
+                    forkserver.ENV_SOCKET: str(warm.socket),
+                    forkserver.ENV_END: str(work / KERNEL_END),
+                    forkserver.ENV_MODULE: f"twoprim.{checks_module_name(aid)}",
+                }
+            )
         if task.get("kernel_threads"):
             box_env.update({v: str(task["kernel_threads"]) for v in sandbox.THREAD_VARIABLES})
         saved = {k: os.environ.get(k) for k in box_env}
         os.environ.update(box_env)
         watchdog = kernels.Watchdog(task["wall_seconds"], spare=warm.pids() if warm else set())
         try:
-            status, log_text = _run_nbgrader(grader, aid, student, work / "cell.log", task["cell_timeout"], kernel,
-                                             box if warm is not None else None)
+            status, log_text = _run_nbgrader(
+                grader, aid, student, work / "cell.log", task["cell_timeout"], kernel, box if warm is not None else None
+            )
         finally:
             watchdog.cancel()
             for k, v in saved.items():
@@ -315,7 +400,7 @@ def _read_grades(db: Path, aid: str, student: str, out: Outcome) -> dict | None:
                 max_points[(nb.name, grade.name)] = float(grade.max_score)
             for comment in nb.comments:
                 out.comments[(nb.name, comment.name)] = comment.auto_comment
-        out.max_score = float(sub.max_score)
+        out.max_score = float(sub.max_score or 0.0)
     return max_points
 
 
@@ -323,8 +408,11 @@ def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.Note
     """`audit` of every cell the student wrote: answer cells and cells they added."""
     findings = []
     for name in notebooks:
-        given = {c.metadata.get("nbgrader", {}).get("grade_id") for c in released[name].cells
-                 if not c.metadata.get("nbgrader", {}).get("solution")} - {None}
+        given = {
+            c.metadata.get("nbgrader", {}).get("grade_id")
+            for c in released[name].cells
+            if not c.metadata.get("nbgrader", {}).get("solution")
+        } - {None}
         nb = nbformat.read(str(target / f"{name}.ipynb"), as_version=4)
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade_id") in given:
@@ -335,7 +423,7 @@ def _audit(target: Path, notebooks: list[str], released: dict[str, nbformat.Note
 
 
 TIMED_OUT = "CellTimeoutError"
-KERNEL_END = "kernel-end.jsonl"   # in a submission's work folder: what its kernels' launchers saw (`forkserver._note`)
+KERNEL_END = "kernel-end.jsonl"  # in a submission's work folder: what its kernels' launchers saw (`forkserver._note`)
 
 
 def kernel_death(work: Path) -> tuple[str, str]:
@@ -349,15 +437,21 @@ def kernel_death(work: Path) -> tuple[str, str]:
             records.append(json.loads(line))
         except ValueError:
             continue
-    return forkserver.kernel_death(records, cpu_limit=sandbox.CPU_LIMIT_SECONDS, memory_limit=sandbox.MEMORY_LIMIT_BYTES,
-                                   file_limit=sandbox.FILE_SIZE_LIMIT_BYTES)
+    return forkserver.kernel_death(
+        records,
+        cpu_limit=sandbox.CPU_LIMIT_SECONDS,
+        memory_limit=sandbox.MEMORY_LIMIT_BYTES,
+        file_limit=sandbox.FILE_SIZE_LIMIT_BYTES,
+    )
 
 
 def timeout_words(index: int, limit: int | None) -> str:
     """What a student reads where a cell ran out of time (`index`: the cell's position, from 0)."""
     limit_text = f" of {limit} s" if limit else ""
-    return (f"cell {index + 1} ran past its time limit{limit_text} and was interrupted: an endless loop, or "
-            f"work far slower than the exercise needs; the cells after it ran on")
+    return (
+        f"cell {index + 1} ran past its time limit{limit_text} and was interrupted: an endless loop, or "
+        f"work far slower than the exercise needs; the cells after it ran on"
+    )
 
 
 def _explain_timeouts(nb: nbformat.NotebookNode, limit: int | None) -> set[int]:
@@ -371,14 +465,25 @@ def _explain_timeouts(nb: nbformat.NotebookNode, limit: int | None) -> set[int]:
                 o["traceback"] = [f"{TIMED_OUT}: {o['evalue']}"]
                 found.add(i)
         if i in found:  # the KeyboardInterrupt the limit's interrupt raised is the same event: said once, as the limit
-            cell.outputs = [o for o in cell.outputs
-                            if not (o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")]
+            cell.outputs = [
+                o
+                for o in cell.outputs
+                if not (o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")
+            ]
     return found
 
 
-def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[str], capture: Path, out: Outcome,
-                     max_points: dict, cell_timeout: int | None = None,
-                     expect: Callable[[str, str], None] | None = None) -> list[str]:
+def _judge_in_grader(
+    aid: str,
+    course: Path,
+    autograded: Path,
+    notebooks: list[str],
+    capture: Path,
+    out: Outcome,
+    max_points: dict,
+    cell_timeout: int | None = None,
+    expect: Callable[[str, str], None] | None = None,
+) -> list[str]:
     """Score every graded test cell by running its trusted source here, in the grader, on what the kernel
     recorded (`verdicts`); the autograded notebook shows these verdicts in place of the kernel's outputs (and, for
     a check that ran out of time, that first, with the cell's number and its limit)."""
@@ -393,27 +498,32 @@ def _judge_in_grader(aid: str, course: Path, autograded: Path, notebooks: list[s
         for gid, code, points, learner in verdicts.graded_cells(source):
             if expect is not None:  # the run's expected values of this cell, if it has them (`oracle.Expected`)
                 expect(gid, code)
-            verdict = verdicts.judge_cell(gid, code, replay, learner)
+            verdict = verdicts.judge_cell(gid, code, replay, set(learner))
             out.grades[(name, gid)] = max_points.get((name, gid), points) if verdict.passed else 0.0
             if gid in shown:
                 i = position[id(shown[gid])]
                 if i in timed_out and not verdict.passed:  # the time limit first: it is why no result came back
                     text = f"✘ {gid}: {timeout_words(i, cell_timeout)}.\n{verdict.text}"
-                    shown[gid].outputs = [nbformat.v4.new_output("error", ename=TIMED_OUT, evalue=text,
-                                                                 traceback=text.splitlines())]
+                    shown[gid].outputs = [
+                        nbformat.v4.new_output("error", ename=TIMED_OUT, evalue=text, traceback=text.splitlines())
+                    ]
                     continue
-                shown[gid].outputs = [nbformat.v4.new_output("stream", name="stdout", text=verdict.text)
-                                      if verdict.passed else
-                                      nbformat.v4.new_output("error", ename="CheckFailure", evalue=verdict.text,
-                                                             traceback=verdict.text.splitlines())]
+                shown[gid].outputs = [
+                    nbformat.v4.new_output("stream", name="stdout", text=verdict.text)
+                    if verdict.passed
+                    else nbformat.v4.new_output(
+                        "error", ename="CheckFailure", evalue=verdict.text, traceback=verdict.text.splitlines()
+                    )
+                ]
         fresh = path.with_name(f".{path.name}.verdicts")  # nbgrader leaves the autograded file read-only
         nbformat.write(nb, str(fresh))
         os.replace(fresh, path)
     return replay.problems[:3]
 
 
-def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_timeout: int, kernel: str | None,
-                  box: Path | None) -> tuple[str, str]:
+def _run_nbgrader(
+    grader: Path, aid: str, student: str, cell_log: Path, cell_timeout: int, kernel: str | None, box: Path | None
+) -> tuple[str, str]:
     """Autograde one student in the course folder above `grader`, in this process (a grading worker imports nbgrader
     once, not once per student), on the snapshot gradebook there. Returns ("ok" | "error", the log)."""
     from nbgrader.apps.api import NbGraderAPI
@@ -429,7 +539,8 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
     # the cell limit judged on the kernel's CPU time where the grader sees it (`execute.CpuTimedExecute`)
     config.Autograde.autograde_preprocessors = [
         "twoprim.grading.execute.CpuTimedExecute" if p == "nbgrader.preprocessors.Execute" else p
-        for p in config.Autograde.autograde_preprocessors]
+        for p in config.Autograde.autograde_preprocessors
+    ]
     if kernel:
         config.Execute.kernel_name = kernel
     if box:  # Unix sockets in the box: they reach into the sandbox, and no TCP ports are raced for between workers
@@ -445,7 +556,7 @@ def _run_nbgrader(grader: Path, aid: str, student: str, cell_log: Path, cell_tim
         os.chdir(cwd)
         os.environ.pop(CELL_LOG_ENV, None)
         os.environ.pop(TIMING_ENV, None)
-    log = result.get("log", "") + "\n" + result.get("error", "")
+    log = f"{result.get('log') or ''}\n{result.get('error') or ''}"
     return ("ok" if result.get("success") else "error"), log
 
 
@@ -489,47 +600,73 @@ def execution_notes(autograded: Path, notebooks: list[str], cell_timeout: int | 
             where = f"{gid} (cell {i + 1})" if gid else f"cell {i + 1}"
             note = f"error in {where}: {ename}: {first}"[:400].replace("; ", ", ")
             if ename in ("ModuleNotFoundError", "ImportError") and re.search(r"'twoprim(\.\w+)*'", first):
-                note += (" (the kernel cannot import the course package: a .venv built in another folder, from a "
-                         "course that was copied or moved, does this, and running ./course once repairs it)")
+                note += (
+                    " (the kernel cannot import the course package: a .venv built in another folder, from a "
+                    "course that was copied or moved, does this, and running ./course once repairs it)"
+                )
             elif gid and gid.endswith("-setup"):
                 note += " (the setup cell: every check after it fails because of this, not because of the answers)"
             notes.append(note)
         if len(errors) > 3:
             notes.append(f"{len(errors) - 3} more cells stopped with an error")
         if died:
-            notes.append(f"the kernel died in {died[0]} (a crash, os._exit or running out of memory); later cells "
-                         f"did not run")
+            notes.append(
+                f"the kernel died in {died[0]} (a crash, os._exit or running out of memory); later cells did not run"
+            )
         if memory:
-            notes.append(f"{', '.join(memory)} ran out of memory (MemoryError: a kernel's address space is limited "
-                         f"to {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB)")
+            notes.append(
+                f"{', '.join(memory)} ran out of memory (MemoryError: a kernel's address space is limited "
+                f"to {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB)"
+            )
         if timed_out:
             limit = f" of {cell_timeout} s" if cell_timeout else ""
-            notes.append(f"{', '.join(timed_out)} ran past {'its' if len(timed_out) == 1 else 'their'} time "
-                         f"limit{limit} and {'was' if len(timed_out) == 1 else 'were'} interrupted")
+            notes.append(
+                f"{', '.join(timed_out)} ran past {'its' if len(timed_out) == 1 else 'their'} time "
+                f"limit{limit} and {'was' if len(timed_out) == 1 else 'were'} interrupted"
+            )
         if failed:
             notes.append(f"failing checks: {', '.join(failed)}")
     return notes
 
 
 _FAILURES = [
-    (r"Timeout waiting for execute reply", "{cell} ran past its time limit{limit} and was interrupted, and its kernel "
-                                           "had not stopped {grace} s after the interrupt; the notebook could not "
-                                           "finish"),
-    (r"CellTimeoutError", "{cell} sent more output than the grader could take in before its time limit{limit}; "
-                          "the notebook could not finish"),
-    (r"Kernel died|DeadKernelError", "the kernel died while running {cell} (a crash, os._exit() or running out of "
-                                     "memory); the cells after it could not run"),
-    (r"Duplicate grade id|duplicate grade id", "two cells share a grade id; the student should delete the copy and "
-                                                "resubmit"),
-    (r"does not have a grade_id|grade_id is empty|Notebook failed to validate|nbgrader metadata may be corrupted",
-     "the notebook's nbgrader metadata is corrupted beyond repair; the student should start from a fresh copy of the "
-     "assignment and paste their answers in"),
+    (
+        r"Timeout waiting for execute reply",
+        "{cell} ran past its time limit{limit} and was interrupted, and its kernel "
+        "had not stopped {grace} s after the interrupt; the notebook could not "
+        "finish",
+    ),
+    (
+        r"CellTimeoutError",
+        "{cell} sent more output than the grader could take in before its time limit{limit}; "
+        "the notebook could not finish",
+    ),
+    (
+        r"Kernel died|DeadKernelError",
+        "the kernel died while running {cell} (a crash, os._exit() or running out of "
+        "memory); the cells after it could not run",
+    ),
+    (
+        r"Duplicate grade id|duplicate grade id",
+        "two cells share a grade id; the student should delete the copy and resubmit",
+    ),
+    (
+        r"does not have a grade_id|grade_id is empty|Notebook failed to validate|nbgrader metadata may be corrupted",
+        "the notebook's nbgrader metadata is corrupted beyond repair; the student should start from a fresh copy of "
+        "the assignment and paste their answers in",
+    ),
 ]
 _BEFORE_ANY_CELL = r"Kernel died before replying to kernel_info|Kernel didn't respond in"  # no student code ran yet
 
 
-def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str | None, cell_timeout: int,
-                  death: tuple[str, str] | None = None) -> Outcome:
+def _not_finished(
+    out: Outcome,
+    log_text: str,
+    returncode: int,
+    last_cell: str | None,
+    cell_timeout: int,
+    death: tuple[str, str] | None = None,
+) -> Outcome:
     """nbgrader did not finish grading: a failure the notebook causes is the student's (failed, said why); any other
     is the grader's own (`NOT_GRADED`: tried again, never a grade), e.g. an error in the grader's preprocessors, a
     kernel that died before any of the notebook's code ran, or a grader process (forkserver, launcher) that died
@@ -538,15 +675,23 @@ def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str |
     cell = last_cell or "a cell"
     if re.search(_BEFORE_ANY_CELL, log_text):
         reason = None
-        why = (f"the kernel did not start: it died or stayed silent before any cell ran, so none of the student's "
-               f"code had run")
+        why = (
+            "the kernel did not start: it died or stayed silent before any cell ran, so none of the student's "
+            "code had run"
+        )
         if death is not None and death[0] == "grader":
             why += f" ({death[1]})"
-    elif death is not None and re.search(r"Kernel died|DeadKernelError", log_text) and \
-            not re.search(r"Timeout waiting for execute reply", log_text):
+    elif (
+        death is not None
+        and re.search(r"Kernel died|DeadKernelError", log_text)
+        and not re.search(r"Timeout waiting for execute reply", log_text)
+    ):
         whose, words = death
-        reason = f"the kernel died while running {cell}: {words}; the cells after it could not run" \
-            if whose == "student" else None
+        reason = (
+            f"the kernel died while running {cell}: {words}; the cells after it could not run"
+            if whose == "student"
+            else None
+        )
         why = f"{words}, while the kernel ran {cell}; not counted against the student"
     else:
         reason = _nbgrader_failure(log_text, returncode, last_cell, cell_timeout)
@@ -555,10 +700,16 @@ def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str |
         out.status = NOT_GRADED
         if why is None:
             lines = [line.strip() for line in log_text.splitlines() if line.strip()]
-            raised = [l for l in lines if re.match(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s\S|$)", l)  # a traceback's
-                      and not l.startswith("Traceback") and "NbGrader" not in l]                   # last line
-            errors = raised or [l.split("]", 1)[-1].strip() for l in lines if "ERROR" in l]
-            why = f"the grader itself failed while nbgrader ran the notebook: {(errors or [f'exit code {returncode}'])[-1][:300]}"
+            raised = [  # a traceback's last line
+                line
+                for line in lines
+                if re.match(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s\S|$)", line)
+                and not line.startswith("Traceback")
+                and "NbGrader" not in line
+            ]
+            errors = raised or [line.split("]", 1)[-1].strip() for line in lines if "ERROR" in line]
+            last = (errors or [f"exit code {returncode}"])[-1][:300]
+            why = f"the grader itself failed while nbgrader ran the notebook: {last}"
         reason = why
         out.log = log_text
     if "CellTimeoutError" in log_text:
@@ -567,14 +718,16 @@ def _not_finished(out: Outcome, log_text: str, returncode: int, last_cell: str |
     return out
 
 
-def _nbgrader_failure(log_text: str, returncode: int, last_cell: str | None = None,
-                      cell_timeout: int | None = None) -> str | None:
+def _nbgrader_failure(
+    log_text: str, returncode: int, last_cell: str | None = None, cell_timeout: int | None = None
+) -> str | None:
     """Why a notebook made nbgrader fail, in an instructor's words; None when nothing says the notebook did."""
     cell = last_cell or "a cell"
     for pattern, reason in _FAILURES:
         if re.search(pattern, log_text):
-            return reason.format(cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "",
-                                 grace=max(4, cell_timeout or 0))
+            return reason.format(
+                cell=cell, limit=f" of {cell_timeout} s" if cell_timeout else "", grace=max(4, cell_timeout or 0)
+            )
     if returncode < 0:
         return f"the grading process was killed by signal {-returncode} (CPU or memory limit) while running {cell}"
     return None

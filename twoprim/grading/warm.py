@@ -5,21 +5,22 @@
 generated release and snapshot gradebook.
 
 While no self-grade waits, it prepares ahead the assignments the learner works on (`worked_on`: those open in
-JupyterLab, then those last saved, checked or self-graded, in the course ./course lab started it for, $TWOPRIM_GRADER_ROOT,
-and in every course a request came from), one at a time, looking again every `WATCH_S` seconds: each is graded once
-as released (`learner.selfgrade(dry=True)`: its release and snapshot generated, the forkserver warmed with its
-checks and test cells, nbgrader's path run) and its expected values computed (`oracle.prime`), so that the
-learner's first self-grade of it is as fast as the second. Nothing of that is saved.
+JupyterLab, then those last saved, checked or self-graded, in the course ./course lab started it for
+($TWOPRIM_GRADER_ROOT), and in every course a request came from), one at a time, looking again every `WATCH_S`
+seconds: each is graded once as released (`learner.selfgrade(dry=True)`: its release and snapshot generated, the
+forkserver warmed with its checks and test cells, nbgrader's path run) and its expected values computed
+(`oracle.prime`), so that the learner's first self-grade of it is as fast as the second. Nothing of that is saved.
 
 It listens on a Unix socket in a folder only its user can open (`twoprim.learner.selfgrade.grader_socket`), answers
 only its own user (the peer's uid, from the kernel), grades one notebook at a time, and exits after
-$TWOPRIM_GRADER_IDLE_S seconds unused (default 900; started by `./course lab`, when that process ends), when asked, or when a request comes from other code than
-its own (the course was updated: the client starts a new one). The events it sends are described in
-`twoprim.learner.selfgrade`.
+$TWOPRIM_GRADER_IDLE_S seconds unused (default 900; started by `./course lab`, when that process ends), when asked,
+or when a request comes from other code than its own (the course was updated: the client starts a new one). The
+events it sends are described in `twoprim.learner.selfgrade`.
 
     python -m twoprim.grading.warm serve SOCKET          the warm grader (started by the first self-grade)
     python -m twoprim.grading.warm once AID NOTEBOOK ROOT  one self-grade, its events on stdout (no warm grader)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,8 @@ from twoprim.learner.selfgrade import IDLE_ENV, ROOT_ENV, WHILE_ENV, code_versio
 __all__ = ["serve", "grade_events", "main"]
 
 DEFAULT_IDLE_S = 900
-PREPARE_MAX = 3     # assignments prepared ahead in each course (`worked_on`)
-WATCH_S = 30.0      # how often an idle grader looks again at what the learner works on
+PREPARE_MAX = 3  # assignments prepared ahead in each course (`worked_on`)
+WATCH_S = 30.0  # how often an idle grader looks again at what the learner works on
 
 
 def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
@@ -63,15 +64,30 @@ def grade_events(aid: str, notebook: Path, root: Path, send) -> None:
         def on_result(result) -> None:
             o = result.outcome
             scores = {gid: s for (_, gid), s in o.grades.items()}
-            send({"event": "result", "assignment": aid, "notebook": str(notebook), "status": o.status,
-                  "reason": o.reason, "score": o.score, "max_score": o.max_score,
-                  "tests": [[gid, scores.get(gid), points] for gid, points in rows],
-                  "text": result.describe(), "seconds": round(time.monotonic() - started, 2),
-                  "phases": {k: v if isinstance(v, dict) else round(v, 3) for k, v in o.phases.items()}})
+            send(
+                {
+                    "event": "result",
+                    "assignment": aid,
+                    "notebook": str(notebook),
+                    "status": o.status,
+                    "reason": o.reason,
+                    "score": o.score,
+                    "max_score": o.max_score,
+                    "tests": [[gid, scores.get(gid), points] for gid, points in rows],
+                    "text": result.describe(),
+                    "seconds": round(time.monotonic() - started, 2),
+                    "phases": {k: v if isinstance(v, dict) else round(v, 3) for k, v in o.phases.items()},
+                }
+            )
 
         result = selfgrade(aid, notebook=notebook, root=root, on_cell=on_cell, on_result=on_result)
-        send({"event": "feedback", "path": str(result.feedback) if result.feedback else None,
-              "seconds": round(time.monotonic() - started, 2)})
+        send(
+            {
+                "event": "feedback",
+                "path": str(result.feedback) if result.feedback else None,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
     except SystemExit as err:  # what the learner should do instead (no hidden checks here, no such notebook)
         send({"event": "error", "message": str(err).removeprefix("error: ")})
     except Exception as err:  # noqa: BLE001 - the grader's own fault, said in words
@@ -94,8 +110,7 @@ def prepare(aid: str, root: Path) -> float:
     except (Exception, SystemExit) as err:  # noqa: BLE001 - the self-grade does the same work itself
         print(f"{aid} of {root} not prepared: {type(err).__name__}: {err}", flush=True)
     else:
-        print(f"prepared {aid} of {root} in {time.monotonic() - started:.1f} s ({values} expected values)",
-              flush=True)
+        print(f"prepared {aid} of {root} in {time.monotonic() - started:.1f} s ({values} expected values)", flush=True)
     return time.monotonic() - started
 
 
@@ -153,8 +168,7 @@ class _Server:
                         break
                     continue
                 with conn:
-                    grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]),
-                                 _sender(conn))
+                    grade_events(request["assignment"], Path(request["notebook"]), Path(request["root"]), _sender(conn))
                 self.last = time.monotonic()
                 self.graded(request["assignment"], Path(request["root"]))
         finally:
@@ -176,7 +190,7 @@ class _Server:
             return None
 
     def graded(self, aid: str, root: Path) -> None:
-        """A self-grade of `aid` in `root` has run: that course is watched, and `aid` is as warm as preparing makes it."""
+        """A self-grade of `aid` in `root` has run: that course is watched, `aid` as warm as preparing makes it."""
         if root.resolve() not in [r.resolve() for r in self.roots]:
             self.roots.append(root)
             self.next_look = 0.0
@@ -238,7 +252,7 @@ class _Server:
         try:
             request = json.loads(data)
             if not request.get("stop"):
-                request["assignment"], request["notebook"], request["root"]  # noqa: B018 - all three present
+                _ = request["assignment"], request["notebook"], request["root"]  # all three present
         except (ValueError, KeyError, TypeError, AttributeError):
             conn.close()
             return
@@ -279,6 +293,7 @@ def _sender(conn: socket.socket):
     def send(event: dict) -> None:
         with contextlib.suppress(OSError):  # the learner went away: the self-grade still finishes and is saved
             conn.sendall((json.dumps(event) + "\n").encode())
+
     return send
 
 

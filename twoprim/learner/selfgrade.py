@@ -15,6 +15,7 @@ Events, one JSON object a line: `start` (the test cells' grade_ids and points), 
 (the feedback HTML's path, written after the result), `error` (a message for the learner, e.g. on the classroom
 hub, where the hidden checks are the instructor's: submit instead), `restart` (a warm grader of older code).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -34,20 +35,44 @@ from pathlib import Path
 from twoprim.config import PACKAGE, ROOT
 from twoprim.core.notebooks import assignments
 
-__all__ = ["selfgrade", "command", "render_table", "events", "hidden_checks_problem", "grader_socket", "code_version",
-           "start_warm_grader", "stop_warm_grader", "worked_on", "GraderUnavailable", "ENV_DIR", "ENV_WARM",
-           "IDLE_ENV", "WHILE_ENV", "ROOT_ENV"]
+__all__ = [
+    "selfgrade",
+    "command",
+    "render_table",
+    "events",
+    "hidden_checks_problem",
+    "grader_socket",
+    "code_version",
+    "start_warm_grader",
+    "stop_warm_grader",
+    "worked_on",
+    "GraderUnavailable",
+    "ENV_DIR",
+    "ENV_WARM",
+    "IDLE_ENV",
+    "WHILE_ENV",
+    "ROOT_ENV",
+]
 
-ENV_DIR = "TWOPRIM_GRADER_DIR"      # the folder of the warm grader's socket (default: the user's runtime folder)
-ENV_WARM = "TWOPRIM_WARM_GRADER"    # "off": no warm grader; every self-grade is a cold run of its own
+ENV_DIR = "TWOPRIM_GRADER_DIR"  # the folder of the warm grader's socket (default: the user's runtime folder)
+ENV_WARM = "TWOPRIM_WARM_GRADER"  # "off": no warm grader; every self-grade is a cold run of its own
 IDLE_ENV = "TWOPRIM_GRADER_IDLE_S"  # seconds a warm grader waits unused before it exits (default 900)
 WHILE_ENV = "TWOPRIM_GRADER_WHILE_PID"  # a warm grader started with ./course lab lives while this process does
-ROOT_ENV = "TWOPRIM_GRADER_ROOT"    # the course whose assignments it prepares ahead (`worked_on`), as ./course lab says
-START_TIMEOUT_S = 120               # a warm grader's start (imports torch, nbgrader) on a busy 2-core machine
-GRADE_TIMEOUT_S = 1200              # one self-grade: the submission's own wall-clock limit (900 s) and more
+ROOT_ENV = "TWOPRIM_GRADER_ROOT"  # the course whose assignments it prepares ahead (`worked_on`), as ./course lab says
+START_TIMEOUT_S = 120  # a warm grader's start (imports torch, nbgrader) on a busy 2-core machine
+GRADE_TIMEOUT_S = 1200  # one self-grade: the submission's own wall-clock limit (900 s) and more
 # what a learner's kernel has set that the grader must not inherit (it grades in kernels of its own)
-_NOT_INHERITED = ("JPY_", "MPLBACKEND", "TWOPRIM_CAPTURE_DIR", "TWOPRIM_SANDBOX", "TWOPRIM_FORKSERVER",
-                  "TWOPRIM_CHECKS_MODULE", "TWOPRIM_CELL_LOG", "TWOPRIM_TIMING_LOG", "PYDEVD_")
+_NOT_INHERITED = (
+    "JPY_",
+    "MPLBACKEND",
+    "TWOPRIM_CAPTURE_DIR",
+    "TWOPRIM_SANDBOX",
+    "TWOPRIM_FORKSERVER",
+    "TWOPRIM_CHECKS_MODULE",
+    "TWOPRIM_CELL_LOG",
+    "TWOPRIM_TIMING_LOG",
+    "PYDEVD_",
+)
 
 
 class GraderUnavailable(RuntimeError):
@@ -65,28 +90,36 @@ def hidden_checks_problem(aid: str, root: Path = ROOT) -> str | None:
     except OSError as err:
         if not isinstance(err, PermissionError) and assignments(root):
             return None
-        why = ("this account cannot read it (on the classroom hub only the instructor can)"
-               if isinstance(err, PermissionError) else "this copy of the course has none (a class's copy, given "
-                                                        "to students without the hidden checks)")
-        return (f"self-grading runs the hidden checks in {hidden}, and {why}. Submit {aid} instead (the Assignments "
-                f"tab on the classroom hub): the instructor's grading runs them, and its feedback comes back to "
-                f"you. The visible checks in your notebook need nothing more.")
+        why = (
+            "this account cannot read it (on the classroom hub only the instructor can)"
+            if isinstance(err, PermissionError)
+            else "this copy of the course has none (a class's copy, given to students without the hidden checks)"
+        )
+        return (
+            f"self-grading runs the hidden checks in {hidden}, and {why}. Submit {aid} instead (the Assignments "
+            f"tab on the classroom hub): the instructor's grading runs them, and its feedback comes back to "
+            f"you. The visible checks in your notebook need nothing more."
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Where the warm grader listens, and which code it runs
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _grader_dir() -> Path:
-    base = os.environ.get(ENV_DIR) or os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(),
-                                                   f"twoprim-grader-{os.getuid()}")
+    base = os.environ.get(ENV_DIR) or os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"twoprim-grader-{os.getuid()}"
+    )
     path = Path(base)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700, parents=True)
     st = path.lstat()
     if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise GraderUnavailable(f"{path} is not a folder of this user's alone (mode 0700): the warm grader "
-                                f"listens nowhere else; remove it, or set ${ENV_DIR} to another folder")
+        raise GraderUnavailable(
+            f"{path} is not a folder of this user's alone (mode 0700): the warm grader "
+            f"listens nowhere else; remove it, or set ${ENV_DIR} to another folder"
+        )
     return path
 
 
@@ -115,6 +148,7 @@ def _child_env() -> dict[str, str]:
 # Talking to it
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _connect(path: Path, timeout: float = 2.0) -> socket.socket:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
@@ -136,8 +170,15 @@ def _start(path: Path, while_pid: int | None = None, root: Path | None = None) -
     if root is not None:
         env[ROOT_ENV] = str(Path(root).resolve())
     try:
-        subprocess.Popen([sys.executable, "-m", "twoprim.grading.warm", "serve", str(path)], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, env=env, cwd=str(PACKAGE.parent), start_new_session=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "twoprim.grading.warm", "serve", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=str(PACKAGE.parent),
+            start_new_session=True,
+        )
     finally:
         log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -145,8 +186,9 @@ def _start(path: Path, while_pid: int | None = None, root: Path | None = None) -
         with contextlib.suppress(OSError):
             return _connect(path)
         time.sleep(0.1)
-    raise GraderUnavailable(f"the warm grader did not start within {START_TIMEOUT_S} s (its log: "
-                            f"{path.with_suffix('.log')})")
+    raise GraderUnavailable(
+        f"the warm grader did not start within {START_TIMEOUT_S} s (its log: {path.with_suffix('.log')})"
+    )
 
 
 def _lines(conn: socket.socket, deadline: float | None = None) -> Iterator[dict]:
@@ -212,11 +254,18 @@ def _warm_events(request: dict, start: bool) -> Iterator[dict]:
                         raise GraderUnavailable("the warm grader closed the connection without an answer")
                     return
             except TimeoutError:
-                seen = "nothing" if last is None else str(last.get("event")) + (
-                    f" {last.get('done')}/{last.get('total')}" if last.get("event") == "cell" else "")
-                yield {"event": "error", "message": f"the warm grader gave no result within {GRADE_TIMEOUT_S} s "
-                                                    f"(asked at {asked}; last event: {seen}); its log: "
-                                                    f"{path.with_suffix('.log')}"}
+                seen = (
+                    "nothing"
+                    if last is None
+                    else str(last.get("event"))
+                    + (f" {last.get('done')}/{last.get('total')}" if last.get("event") == "cell" else "")
+                )
+                yield {
+                    "event": "error",
+                    "message": f"the warm grader gave no result within {GRADE_TIMEOUT_S} s "
+                    f"(asked at {asked}; last event: {seen}); its log: "
+                    f"{path.with_suffix('.log')}",
+                }
                 return
     raise GraderUnavailable("the warm grader runs other code than this and did not make way")
 
@@ -229,11 +278,23 @@ def _wait_gone(path: Path, seconds: float = 10.0) -> None:
 
 def _cold_events(request: dict) -> Iterator[dict]:
     """The same events from a self-grade of its own, in a subprocess (no warm grader)."""
-    argv = [sys.executable, "-m", "twoprim.grading.warm", "once", request["assignment"], request["notebook"],
-            request["root"]]
-    errors = tempfile.TemporaryFile()  # not a pipe: a child that writes much there never blocks on it
-    with errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=_child_env(),
-                                  cwd=str(PACKAGE.parent)) as proc:
+    argv = [
+        sys.executable,
+        "-m",
+        "twoprim.grading.warm",
+        "once",
+        request["assignment"],
+        request["notebook"],
+        request["root"],
+    ]
+    # not a pipe: a child that writes much there never blocks on it
+    errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed by the `with` just below, with the child
+    with (
+        errors,
+        subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=errors, env=_child_env(), cwd=str(PACKAGE.parent)
+        ) as proc,
+    ):
         finished, timed_out, last, started = False, False, None, time.strftime("%H:%M:%S")
         try:
             for line in pipe_lines(proc.stdout, time.monotonic() + GRADE_TIMEOUT_S):  # the whole self-grade
@@ -251,18 +312,27 @@ def _cold_events(request: dict) -> Iterator[dict]:
         errors.seek(0)
         err = errors.read().decode(errors="replace")
     if timed_out and not finished:
-        yield {"event": "error", "message": f"the self-grade gave no result within {GRADE_TIMEOUT_S} s (started "
-                                            f"{started}; last event: {last or 'none'}); it was stopped"}
+        yield {
+            "event": "error",
+            "message": f"the self-grade gave no result within {GRADE_TIMEOUT_S} s (started "
+            f"{started}; last event: {last or 'none'}); it was stopped",
+        }
     elif not finished:
-        yield {"event": "error", "message": f"the self-grade stopped without a result (exit status "
-                                            f"{proc.returncode}): {err.strip()[-800:]}"}
+        yield {
+            "event": "error",
+            "message": f"the self-grade stopped without a result (exit status {proc.returncode}): {err.strip()[-800:]}",
+        }
 
 
 def events(aid: str, notebook: Path, root: Path = ROOT, *, warm: bool | None = None) -> Iterator[dict]:
     """The events of one self-grade of `notebook` (`aid`): from the warm grader (started if need be) unless `warm`
     is False or $TWOPRIM_WARM_GRADER is "off", else (or where it cannot start) from a cold run of its own."""
-    request = {"assignment": aid, "notebook": str(Path(notebook).resolve()), "root": str(Path(root).resolve()),
-               "version": code_version()}
+    request = {
+        "assignment": aid,
+        "notebook": str(Path(notebook).resolve()),
+        "root": str(Path(root).resolve()),
+        "version": code_version(),
+    }
     if warm is None:
         warm = os.environ.get(ENV_WARM, "").lower() not in ("off", "0", "no", "false")
     if warm:
@@ -370,8 +440,12 @@ def _open_in_lab(root: Path) -> set[str]:
         with contextlib.suppress(Exception):
             for key in json.loads(path.read_text()).get("data", {}):
                 parts = key.removeprefix("notebook:").split("/")
-                if key.startswith("notebook:") and len(parts) == 3 and parts[0] == "exercises" and \
-                        (root / key.removeprefix("notebook:")).is_file():
+                if (
+                    key.startswith("notebook:")
+                    and len(parts) == 3
+                    and parts[0] == "exercises"
+                    and (root / key.removeprefix("notebook:")).is_file()
+                ):
                     found.add(parts[1])
     return found
 
@@ -395,11 +469,12 @@ def stop_warm_grader(seconds: float = 10.0) -> bool:
 # The cell
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _notebook_path(aid: str) -> Path | None:
     """The notebook this kernel runs (Jupyter's session tells the kernel its path), if it is known."""
     session = os.environ.get("JPY_SESSION_NAME", "")
     with contextlib.suppress(Exception):
-        session = get_ipython().user_ns.get("__session__") or session  # noqa: F821 - IPython's global
+        session = get_ipython().user_ns.get("__session__") or session  # noqa: F821  # pyright: ignore[reportUndefinedVariable] (IPython's global)
     if session.endswith(".ipynb") and Path(session).is_file():
         return Path(session)
     return None
@@ -410,7 +485,7 @@ def _unsaved(notebook: Path) -> int:
     import nbformat
 
     try:
-        inputs = list(get_ipython().user_ns.get("In", []))[1:-1]  # noqa: F821 - the last one is this cell
+        inputs = list(get_ipython().user_ns.get("In", []))[1:-1]  # noqa: F821  # pyright: ignore[reportUndefinedVariable] (IPython's global; the last one is this cell)
         saved = {c.source.strip() for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "code"}
     except Exception:  # noqa: BLE001 - outside IPython, or an unreadable file (the grader says so)
         return 0
@@ -420,17 +495,22 @@ def _unsaved(notebook: Path) -> int:
 
 def render_table(result: dict) -> str:
     """The result as text: `Self-grade: S of T points`, then one row per test cell (grade_id, ✔/✘, points)."""
+
     def number(x: float) -> str:
         return f"{x:g}"
 
     if result.get("status") != "graded":
         return f"Self-grade: could not be graded: {result.get('reason')}"
-    lines = [f"Self-grade: {number(result['score'])} of {number(result['max_score'])} points"
-             f" (hidden checks included: the score `./course autograde` gives this notebook)"]
+    lines = [
+        f"Self-grade: {number(result['score'])} of {number(result['max_score'])} points"
+        f" (hidden checks included: the score `./course autograde` gives this notebook)"
+    ]
     width = max((len(gid) for gid, *_ in result["tests"]), default=9)
     lines.append(f"  {'test cell':<{width}}  ok  points")
     for gid, score, points in result["tests"]:
-        lines.append(f"  {gid:<{width}}  {'✔' if score and score >= points else '✘'}   {number(score or 0)} / {number(points)}")
+        lines.append(
+            f"  {gid:<{width}}  {'✔' if score and score >= points else '✘'}   {number(score or 0)} / {number(points)}"
+        )
     errors = [n for n in (result.get("reason") or "").split("; ") if n.startswith("error in ")]
     for note in errors:
         lines.append(f"✘ {note}: fix this first (the checks that need what that cell defines fail because of it)")
@@ -448,8 +528,7 @@ class _Bar:
             from IPython.display import display
 
             if ip() is not None and getattr(ip(), "kernel", None) is not None:
-                self.widget = ipywidgets.IntProgress(value=0, min=0, max=1, description="self-grade",
-                                                     bar_style="info")
+                self.widget = ipywidgets.IntProgress(value=0, min=0, max=1, description="self-grade", bar_style="info")
                 self.label = ipywidgets.Label("starting the grader…")
                 display(ipywidgets.HBox([self.widget, self.label]))
         except Exception:  # noqa: BLE001 - no widgets: the text result is the same
@@ -469,8 +548,9 @@ def _course_of(notebook: Path) -> Path:
     return course if in_exercises else ROOT
 
 
-def selfgrade(aid: str, notebook: str | Path | None = None, root: Path | None = None,
-              out: Callable[[str], None] = print) -> dict | None:
+def selfgrade(
+    aid: str, notebook: str | Path | None = None, root: Path | None = None, out: Callable[[str], None] = print
+) -> dict | None:
     """The self-grade cell: grade the *saved* notebook of `aid` (this kernel's notebook, or `notebook`) as
     autograde would, in the course it belongs to (or `root`), showing progress per test cell, then the score and
     the table; returns the result's data (None when nothing was graded, and the reason was printed)."""
@@ -484,15 +564,19 @@ def selfgrade(aid: str, notebook: str | Path | None = None, root: Path | None = 
         out(f"Self-grade: {problem}")
         return None
     if path is None:
-        out(f"Self-grade: run this cell in JupyterLab, in the notebook itself (it grades that notebook's saved "
-            f"file), or in a terminal: ./course selfgrade {aid} --notebook PATH")
+        out(
+            f"Self-grade: run this cell in JupyterLab, in the notebook itself (it grades that notebook's saved "
+            f"file), or in a terminal: ./course selfgrade {aid} --notebook PATH"
+        )
         return None
     age = time.time() - path.stat().st_mtime
     out(f"Grading the saved file {path.name} (saved {_ago(age)}): save first (Ctrl+S) if you changed anything.")
     unsaved = _unsaved(path)
     if unsaved:
-        out(f"⚠ {unsaved} cell(s) you ran are not in the saved file: this grades the saved file, not what you ran. "
-            f"Save (Ctrl+S), then run this cell again.")
+        out(
+            f"⚠ {unsaved} cell(s) you ran are not in the saved file: this grades the saved file, not what you ran. "
+            f"Save (Ctrl+S), then run this cell again."
+        )
     return _show(events(aid, path, root), out)
 
 
