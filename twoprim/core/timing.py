@@ -66,7 +66,10 @@ def fastest(
     max_calls: int = ...,
     stop: None = None,
     progress: Callable[[int, int], object] | None = ...,
-) -> Fastest: ...
+) -> Fastest:
+    """Without a `stop`: always a measurement."""
+
+
 @overload
 def fastest(
     fn: Callable[[], object],
@@ -76,7 +79,10 @@ def fastest(
     max_calls: int = ...,
     stop: threading.Event | None,
     progress: Callable[[int, int], object] | None = ...,
-) -> Fastest | None: ...
+) -> Fastest | None:
+    """With a `stop`: None when it was set before the first timed call."""
+
+
 def fastest(
     fn: Callable[[], object],
     *,
