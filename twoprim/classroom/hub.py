@@ -14,8 +14,9 @@ permissions, checked as a student before the hub starts), nor anyone else's home
 
 Everything is checked before anything is created or changed (`hub_checks.py`): the names, root, the port, the proxy, and
 that other accounts can run the course environment. On loopback by default; `--public HOST` serves the class to other
-machines over TLS only (`--ssl-cert`/`--ssl-key` for HOST and *.HOST, checked first). Ctrl-C (or SIGTERM) stops the hub, its proxy and every server it
-started, and says so. The files of one run live in a temporary folder (`hub_config.py`), removed at the end.
+machines over TLS only (`--ssl-cert`/`--ssl-key` for HOST and *.HOST, checked first). Ctrl-C (or SIGTERM) stops the
+hub, its proxy and every server it started, and says so. The files of one run live in a temporary folder
+(`hub_config.py`), removed at the end.
 At the end of a course, `--remove-class` deletes the accounts the hub made, and no other (`class_accounts.py`).
 
 Why this module is long: one command's whole life in the foreground: the accounts and passwords it prints, the
@@ -23,6 +24,7 @@ course folder's permissions, the students' homes, starting JupyterHub, following
 a Ctrl-C that stops the services, servers, proxy and hub in order and says what it stopped; the checks, the
 configuration and the accounts' removal already live in modules of their own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,74 +44,153 @@ from pathlib import Path
 
 from twoprim.classroom.class_accounts import record_created, record_path, remove_class
 from twoprim.classroom.hub_checks import MARKER, SYSTEM_PATH, _account, _tool, as_user, course_made, make_plan
-from twoprim.config import COURSE_ID
 from twoprim.classroom.hub_config import Plan, write_run_folder
+from twoprim.config import COURSE_ID, ROOT
 from twoprim.core.errors import CourseError
-from twoprim.config import ROOT
 
 DEFAULT_PORT = 8000
-DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"   # nbgrader's documented place
+DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader's documented place
 PUBLIC = ("lessons", "exercises", "twoprim", "data")  # readable by students; .venv and node_modules are checked
-UNTOUCHED = (".venv", "node_modules")                 # shared, possibly hard-linked: never chowned or chmodded
-CLASSROOM_FILE = "classroom.json"                     # grader/: the exchange for the instructor's later commands
+UNTOUCHED = (".venv", "node_modules")  # shared, possibly hard-linked: never chowned or chmodded
+CLASSROOM_FILE = "classroom.json"  # grader/: the exchange for the instructor's later commands
 READY_S = 90
 STOP_S = 60
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="course hub", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="course hub", description=(__doc__ or "").split("\n\n")[0])
+    for add in (_class_arguments, _address_arguments, _exchange_arguments, _limit_arguments, _end_arguments):
+        add(p)
+    return p
+
+
+def _class_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("the class: its students and instructor, or several courses, or logins from the LMS")
     p.add_argument("--students", default="", help="comma-separated student account names, e.g. alice,bob,carol")
     p.add_argument("--roster", type=Path, help="a CSV roster with an `id` column (nbgrader's `db student import`)")
     p.add_argument("--instructor", default="instructor", help="the instructor's account (default: instructor)")
+    p.add_argument(
+        "--new-password",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="give this course account a new password (repeatable; `all` for every one): accounts keep "
+        "theirs across runs otherwise",
+    )
+    p.add_argument(
+        "--courses",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="several courses on this hub: a JSON or TOML file listing each course's id, folder (a copy "
+        "of the course), instructor and students; each course gets its own exchange, formgrader and "
+        "gradebook, and its hub groups nbgrader-ID and formgrade-ID",
+    )
+    p.add_argument(
+        "--lti",
+        type=Path,
+        default=None,
+        metavar="CONFIG",
+        help="logins from the LMS over LTI 1.3 (a JSON or TOML file: the platform's issuer, client id, "
+        "deployment ids, URLs, the tool's private key, LMS contexts -> courses; docs/guides/lti.md):"
+        " students' accounts are made at their first launch",
+    )
+
+
+def _address_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("where students reach it")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port students open ({DEFAULT_PORT})")
-    p.add_argument("--new-password", action="append", default=[], metavar="NAME",
-                   help="give this course account a new password (repeatable; `all` for every one): accounts keep "
-                        "theirs across runs otherwise")
-    p.add_argument("--public", metavar="HOST", default=None,
-                   help="serve the class to other machines at https://HOST:PORT/, each user's server at "
-                        "https://NAME.HOST:PORT/ (DNS for HOST and *.HOST; needs --ssl-cert and --ssl-key)")
+    p.add_argument(
+        "--public",
+        metavar="HOST",
+        default=None,
+        help="serve the class to other machines at https://HOST:PORT/, each user's server at "
+        "https://NAME.HOST:PORT/ (DNS for HOST and *.HOST; needs --ssl-cert and --ssl-key)",
+    )
     p.add_argument("--ssl-cert", type=Path, default=None, help="with --public: a PEM certificate for HOST and *.HOST")
     p.add_argument("--ssl-key", type=Path, default=None, help="with --public: its private key")
-    p.add_argument("--ip", default=None,
-                   help="the address the hub listens on (default: 127.0.0.1; with --public, every interface)")
-    p.add_argument("--exchange", type=Path, default=Path(os.environ.get("TWOPRIM_EXCHANGE") or DEFAULT_EXCHANGE),
-                   help=f"with --exchange-kind filesystem: nbgrader's shared exchange folder ($TWOPRIM_EXCHANGE, else "
-                        f"{DEFAULT_EXCHANGE}); the exchange service shares no folder")
-    p.add_argument("--exchange-kind", choices=("service", "filesystem"), default="service",
-                   help="service (default): the exchange is a JupyterHub service that knows who submits and stamps "
-                        "the time, keeping submissions where no student can read them; filesystem: nbgrader's "
-                        "shared folder, every account writing into it")
-    p.add_argument("--max-file-mb", type=float, default=100.0,
-                   help="with the service: the largest notebook (or other file) a student may submit, in MB "
-                        "(default 100)")
-    p.add_argument("--max-submissions", type=int, default=50,
-                   help="with the service: how many times each student may submit an assignment (default 50)")
-    p.add_argument("--max-stored-mb", type=float, default=500.0,
-                   help="with the service: MB each student's submissions of an assignment may hold (default 500)")
-    p.add_argument("--memory-mb", type=int, default=2048,
-                   help="memory of each user's server and kernels together, in MB (default 2048; a control group: "
-                        "over it the largest process, their kernel, is stopped; 0: none)")
-    p.add_argument("--cpus", type=float, default=1.0,
-                   help="CPU time of each user's server and kernels together, in cores (default 1)")
-    p.add_argument("--cull-idle", type=int, default=3600, metavar="SECONDS",
-                   help="stop a server idle this long (jupyterhub-idle-culler; the student's files stay; default "
-                        "3600, 0: never)")
-    p.add_argument("--max-servers", type=int, default=0,
-                   help="the most servers running at once; a login past it gets a page saying the classroom is full "
-                        "(default 0: no limit; the README's capacity table says what a machine serves)")
-    p.add_argument("--courses", type=Path, default=None, metavar="FILE",
-                   help="several courses on this hub: a JSON or TOML file listing each course's id, folder (a copy "
-                        "of the course), instructor and students; each course gets its own exchange, formgrader and "
-                        "gradebook, and its hub groups nbgrader-ID and formgrade-ID")
-    p.add_argument("--lti", type=Path, default=None, metavar="CONFIG",
-                   help="logins from the LMS over LTI 1.3 (a JSON or TOML file: the platform's issuer, client id, "
-                        "deployment ids, URLs, the tool's private key, LMS contexts -> courses; docs/guides/lti.md):"
-                        " students' accounts are made at their first launch")
-    p.add_argument("--remove-class", action="store_true",
-                   help="at the end of a course: delete the accounts ./course hub created (recorded in "
-                        "grader/hub-accounts.json) and their homes, and no other; says what it will delete and asks")
+    p.add_argument(
+        "--ip", default=None, help="the address the hub listens on (default: 127.0.0.1; with --public, every interface)"
+    )
+
+
+def _exchange_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("how assignments and submissions are exchanged, and each student's quota")
+    p.add_argument(
+        "--exchange",
+        type=Path,
+        default=Path(os.environ.get("TWOPRIM_EXCHANGE") or DEFAULT_EXCHANGE),
+        help=f"with --exchange-kind filesystem: nbgrader's shared exchange folder ($TWOPRIM_EXCHANGE, else "
+        f"{DEFAULT_EXCHANGE}); the exchange service shares no folder",
+    )
+    p.add_argument(
+        "--exchange-kind",
+        choices=("service", "filesystem"),
+        default="service",
+        help="service (default): the exchange is a JupyterHub service that knows who submits and stamps "
+        "the time, keeping submissions where no student can read them; filesystem: nbgrader's "
+        "shared folder, every account writing into it",
+    )
+    p.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=100.0,
+        help="with the service: the largest notebook (or other file) a student may submit, in MB (default 100)",
+    )
+    p.add_argument(
+        "--max-submissions",
+        type=int,
+        default=50,
+        help="with the service: how many times each student may submit an assignment (default 50)",
+    )
+    p.add_argument(
+        "--max-stored-mb",
+        type=float,
+        default=500.0,
+        help="with the service: MB each student's submissions of an assignment may hold (default 500)",
+    )
+
+
+def _limit_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("what each user's server and kernels may use, and the idle cull")
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=2048,
+        help="memory of each user's server and kernels together, in MB (default 2048; a control group: "
+        "over it the largest process, their kernel, is stopped; 0: none)",
+    )
+    p.add_argument(
+        "--cpus",
+        type=float,
+        default=1.0,
+        help="CPU time of each user's server and kernels together, in cores (default 1)",
+    )
+    p.add_argument(
+        "--cull-idle",
+        type=int,
+        default=3600,
+        metavar="SECONDS",
+        help="stop a server idle this long (jupyterhub-idle-culler; the student's files stay; default 3600, 0: never)",
+    )
+    p.add_argument(
+        "--max-servers",
+        type=int,
+        default=0,
+        help="the most servers running at once; a login past it gets a page saying the classroom is full "
+        "(default 0: no limit; the capacity runs on the docs' Benchmarks page say what a machine serves)",
+    )
+
+
+def _end_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("the end of a course")
+    p.add_argument(
+        "--remove-class",
+        action="store_true",
+        help="at the end of a course: delete the accounts ./course hub created (recorded in "
+        "grader/hub-accounts.json) and their homes, and no other; says what it will delete and asks",
+    )
     p.add_argument("--yes", action="store_true", help="with --remove-class: delete without asking")
-    return p
 
 
 # --- preparing: accounts, the course's permissions, the exchange ----------------------------------------------
@@ -124,16 +205,39 @@ KEPT = "(kept from an earlier run)"
 OWN = "(their own Unix password)"
 
 
-def ensure_account(name: str, role: str, new_password: bool = False,
-                   course: Path | None = None) -> tuple[pwd.struct_passwd, str]:
+def _needed_tool(name: str) -> str:
+    """An account tool's full path; checked before anything was created (hub_checks), so missing only if removed
+    since."""
+    tool = _tool(name)
+    if tool is None:
+        raise CourseError(f"{name} was not found (it makes the class's accounts): install it (Debian: passwd)")
+    return tool
+
+
+def ensure_account(
+    name: str, role: str, new_password: bool = False, course: Path | None = None
+) -> tuple[pwd.struct_passwd, str]:
     """The account, made when missing (and then recorded in `course`'s grader/hub-accounts.json, for
     --remove-class), and what the table says of its password: a new one when the account is made here or
     `new_password`; else it keeps the one it has (an earlier run's, or one its owner set with `passwd`), and a
     person's own account is never changed."""
     account = _account(name)
     if account is None:
-        subprocess.run([_tool("useradd"), "--create-home", "--user-group", "--shell", "/bin/bash",
-                        "--comment", MARKER[role], name], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                _needed_tool("useradd"),
+                "--create-home",
+                "--user-group",
+                "--shell",
+                "/bin/bash",
+                "--comment",
+                MARKER[role],
+                name,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         account = pwd.getpwnam(name)
         if course is not None:
             record_created(course, account, role)
@@ -141,14 +245,16 @@ def ensure_account(name: str, role: str, new_password: bool = False,
     elif not course_made(account):
         return account, OWN  # the instructor's own account: their own password, never changed
     elif account.pw_gecos.split(",")[0] != MARKER[role]:
-        subprocess.run([_tool("usermod"), "--comment", MARKER[role], name], check=True, capture_output=True,
-                       timeout=60)
+        subprocess.run(
+            [_needed_tool("usermod"), "--comment", MARKER[role], name], check=True, capture_output=True, timeout=60
+        )
     os.chmod(account.pw_dir, 0o700)
     if not new_password:
         return account, KEPT
     password = _password()
-    subprocess.run([_tool("chpasswd")], input=f"{name}:{password}\n", text=True, check=True, capture_output=True,
-                   timeout=60)
+    subprocess.run(
+        [_needed_tool("chpasswd")], input=f"{name}:{password}\n", text=True, check=True, capture_output=True, timeout=60
+    )
     return account, password
 
 
@@ -170,15 +276,29 @@ def furnish_home(plan: Plan, account: pwd.struct_passwd) -> None:
     """~/exercises and the lessons missing from ~/lessons (a student's own files are never replaced), written as
     the student: root never writes into a home its owner controls (a symlink there could point anywhere)."""
     try:
-        probe = as_user(account.pw_uid, account.pw_gid, [str(plan.venv / "bin" / "python"), "-I", "-S", "-c",
-                                                         COPY_AS_STUDENT, str(plan.course / "lessons"),
-                                                         account.pw_dir], timeout=120)
+        probe = as_user(
+            account.pw_uid,
+            account.pw_gid,
+            [
+                str(plan.venv / "bin" / "python"),
+                "-I",
+                "-S",
+                "-c",
+                COPY_AS_STUDENT,
+                str(plan.course / "lessons"),
+                account.pw_dir,
+            ],
+            timeout=120,
+        )
         problem = probe.stderr.strip().splitlines()[-1] if probe.returncode else ""
     except OSError as e:
         problem = str(e)
     if problem:
-        print(f"note: could not copy the lessons into {account.pw_dir}/lessons ({problem}); {account.pw_name} can "
-              f"open them in {plan.course / 'lessons'}", flush=True)
+        print(
+            f"note: could not copy the lessons into {account.pw_dir}/lessons ({problem}); {account.pw_name} can "
+            f"open them in {plan.course / 'lessons'}",
+            flush=True,
+        )
 
 
 def give_course(course: Path, owner: pwd.struct_passwd) -> None:
@@ -198,8 +318,11 @@ def give_course(course: Path, owner: pwd.struct_passwd) -> None:
     for entry in course.iterdir():
         if entry.name in UNTOUCHED or entry.is_symlink():
             continue
-        public = entry.name in PUBLIC or entry.name.endswith(".egg-info") or (
-            entry.is_file() and not entry.name.startswith("."))
+        public = (
+            entry.name in PUBLIC
+            or entry.name.endswith(".egg-info")
+            or (entry.is_file() and not entry.name.startswith("."))
+        )
         if not public:
             entry.chmod(entry.stat().st_mode & 0o700)
             continue
@@ -233,20 +356,26 @@ def verify_as_student(plan: Plan, student: pwd.struct_passwd, others: list[pwd.s
     private += [Path(o.pw_dir) for o in others]
     public = [plan.course / p for p in PUBLIC if (plan.course / p).exists()] + ([] if plan.service else [plan.exchange])
     try:
-        probe = as_user(student.pw_uid, student.pw_gid,
-                        [str(plan.venv / "bin" / "python"), "-I", "-S", "-c", CHECK_AS_STUDENT,
-                         *map(str, private + public)], timeout=60)
+        probe = as_user(
+            student.pw_uid,
+            student.pw_gid,
+            [str(plan.venv / "bin" / "python"), "-I", "-S", "-c", CHECK_AS_STUDENT, *map(str, private + public)],
+            timeout=60,
+        )
         seen, why = (json.loads(probe.stdout), "") if probe.returncode == 0 else ({}, probe.stderr.strip()[-300:])
     except (OSError, ValueError) as e:
         seen, why = {}, str(e)
     for path in private:
         if seen.get(str(path)) != "denied":
-            raise CourseError(f"student {student.pw_name} could read {path} ({seen.get(str(path), why)}): "
-                              f"the classroom does not start until it is private (chmod go-rwx {path})")
+            raise CourseError(
+                f"student {student.pw_name} could read {path} ({seen.get(str(path), why)}): "
+                f"the classroom does not start until it is private (chmod go-rwx {path})"
+            )
     for path in public:
         if seen.get(str(path)) != "readable":
-            raise CourseError(f"student {student.pw_name} cannot read {path} ({seen.get(str(path), why)})"
-                              f": chmod -R go+rX {path}")
+            raise CourseError(
+                f"student {student.pw_name} cannot read {path} ({seen.get(str(path), why)}): chmod -R go+rX {path}"
+            )
 
 
 def prepare_exchange(exchange: Path, instructor: pwd.struct_passwd) -> None:
@@ -302,18 +431,29 @@ def prepare_several(plan: Plan) -> dict[str, str]:
     renew = everyone if "all" in plan.new_passwords else set(plan.new_passwords)
     accounts: dict[str, pwd.struct_passwd] = {}
     for course in plan.courses:
-        teacher, passwords[course.instructor] = ensure_account(course.instructor, "instructor",
-                                                               course.instructor in renew, course.folder)
+        teacher, passwords[course.instructor] = ensure_account(
+            course.instructor, "instructor", course.instructor in renew, course.folder
+        )
         accounts[course.instructor] = teacher
         for name in course.students:
             if name not in accounts:
                 accounts[name], passwords[name] = ensure_account(name, "student", name in renew, course.folder)
         give_course(course.folder, teacher)
         prepare_store(course.store, teacher)
-        _record_classroom(plan, course.folder, teacher, {
-            "course_id": course.id, "instructor": course.instructor, "students": list(course.students),
-            "exchange_kind": "service", "exchange": str(plan.exchange), "exchange_url": course.service_url,
-            "exchange_store": str(course.store)})
+        _record_classroom(
+            plan,
+            course.folder,
+            teacher,
+            {
+                "course_id": course.id,
+                "instructor": course.instructor,
+                "students": list(course.students),
+                "exchange_kind": "service",
+                "exchange": str(plan.exchange),
+                "exchange_url": course.service_url,
+                "exchange_store": str(course.store),
+            },
+        )
     for name in plan.students:
         first = next(c for c in plan.courses if name in c.students)
         furnish_home(dataclasses.replace(plan, course=first.folder), accounts[name])
@@ -334,8 +474,9 @@ def prepare(plan: Plan) -> dict[str, str]:
         return prepare_several(plan)
     passwords = {}
     renew = set(plan.students) | {plan.instructor} if "all" in plan.new_passwords else set(plan.new_passwords)
-    instructor, passwords[plan.instructor] = ensure_account(plan.instructor, "instructor", plan.instructor in renew,
-                                                            plan.course)
+    instructor, passwords[plan.instructor] = ensure_account(
+        plan.instructor, "instructor", plan.instructor in renew, plan.course
+    )
     accounts = []
     for name in plan.students:
         account, passwords[name] = ensure_account(name, "student", name in renew, plan.course)
@@ -348,11 +489,20 @@ def prepare(plan: Plan) -> dict[str, str]:
     for account in accounts:
         furnish_home(plan, account)
     record = plan.course / "grader" / CLASSROOM_FILE
-    record.write_text(json.dumps({"exchange": str(plan.exchange), "instructor": plan.instructor,
-                                  "students": list(plan.students), "url": plan.url,
-                                  "exchange_kind": plan.exchange_kind,
-                                  **({"exchange_url": plan.service_url, "exchange_store": str(plan.store)}
-                                     if plan.service else {})}, indent=1) + "\n")
+    record.write_text(
+        json.dumps(
+            {
+                "exchange": str(plan.exchange),
+                "instructor": plan.instructor,
+                "students": list(plan.students),
+                "url": plan.url,
+                "exchange_kind": plan.exchange_kind,
+                **({"exchange_url": plan.service_url, "exchange_store": str(plan.store)} if plan.service else {}),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     os.chown(record, instructor.pw_uid, instructor.pw_gid)
     verify_as_student(plan, accounts[0] if accounts else _nobody(), [instructor, *accounts[1:]])
     return passwords
@@ -370,31 +520,51 @@ def table(plan: Plan, passwords: dict[str, str], pid: int) -> str:
         rows.append((instructor, "instructor", passwords[instructor], f"{where}; Nbgrader > Formgrader)"))
     for name in plan.students:
         mine = [c.id for c in plan.courses if name in c.students]
-        rows.append((name, "student", passwords[name],
-                     f"~{name} (lessons/, exercises/{'<course>/' if mine else ''})" +
-                     (f" in {', '.join(mine)}" if mine else "")))
+        rows.append(
+            (
+                name,
+                "student",
+                passwords[name],
+                f"~{name} (lessons/, exercises/{'<course>/' if mine else ''})"
+                + (f" in {', '.join(mine)}" if mine else ""),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     where = f"on {plan.ip or 'every interface'}, TLS" if plan.public else "loopback only"
     lines = ["", f"The Two Primitives classroom is running (JupyterHub, {where}): {plan.url}", ""]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
-    lines += ["",
-              (f"Logins come from the LMS (LTI 1.3, {plan.lti}): register the tool there with the OIDC login URL "
-               f"{plan.url}hub/lti13/oauth_login, the redirect URI {plan.url}hub/lti13/oauth_callback and the "
-               f"public JWK URL {plan.url}hub/lti13/jwks ({plan.url}hub/lti13/config is Canvas's JSON); students' "
-               f"accounts are made at their first launch." if plan.lti else
-               f"Log in at {plan.url}hub/login with an account and its password (a new one is shown only here, once; "
-               f"accounts keep theirs across runs, `passwd` in a JupyterLab terminal changes it, and "
-               f"--new-password NAME gives one a new one)."),
-              *([f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
-                 f"send {plan.host} and *.{plan.host} to this machine."] if plan.public else []),
-              (f"Exchange: the service {plan.service_url} (JupyterHub says who submits; submissions are kept in "
-               f"{plan.store}, which only {plan.instructor} can read; no folder is shared with students)."
-               if plan.service else
-               f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course "
-               f"collect, autograde, feedback)."),
-              f"Class commands run as the instructor: their JupyterLab terminal, or runuser -u {plan.instructor} -- "
-              f"{plan.course / 'course'} collect ex01_dot",
-              f"Stop: Ctrl-C here (or kill -INT {pid}): stops the hub, the proxy and every server it started.", ""]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=False)) + "  " + r[3] for r in rows]
+    lines += [
+        "",
+        (
+            f"Logins come from the LMS (LTI 1.3, {plan.lti}): register the tool there with the OIDC login URL "
+            f"{plan.url}hub/lti13/oauth_login, the redirect URI {plan.url}hub/lti13/oauth_callback and the "
+            f"public JWK URL {plan.url}hub/lti13/jwks ({plan.url}hub/lti13/config is Canvas's JSON); students' "
+            f"accounts are made at their first launch."
+            if plan.lti
+            else f"Log in at {plan.url}hub/login with an account and its password (a new one is shown only here, once; "
+            f"accounts keep theirs across runs, `passwd` in a JupyterLab terminal changes it, and "
+            f"--new-password NAME gives one a new one)."
+        ),
+        *(
+            [
+                f"Each user's server is at https://<name>.{plan.host}{plan.url.rsplit(plan.host, 1)[1]}: DNS must "
+                f"send {plan.host} and *.{plan.host} to this machine."
+            ]
+            if plan.public
+            else []
+        ),
+        (
+            f"Exchange: the service {plan.service_url} (JupyterHub says who submits; submissions are kept in "
+            f"{plan.store}, which only {plan.instructor} can read; no folder is shared with students)."
+            if plan.service
+            else f"Exchange: {plan.exchange} (recorded in grader/{CLASSROOM_FILE} for the instructor's ./course "
+            f"collect, autograde, feedback)."
+        ),
+        f"Class commands run as the instructor: their JupyterLab terminal, or runuser -u {plan.instructor} -- "
+        f"{plan.course / 'course'} collect ex01_dot",
+        f"Stop: Ctrl-C here (or kill -INT {pid}): stops the hub, the proxy and every server it started.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -419,8 +589,9 @@ def _answers(port: int, host: str, *, ip: str = "127.0.0.1", tls: bool = False) 
 def _ready(plan: Plan) -> bool:
     """The hub itself first (asking the proxy earlier only fills the log with its 404s), then through the proxy."""
     ip = plan.ip if plan.ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    return _answers(plan.hub_port, "127.0.0.1") and _answers(plan.port, f"{plan.host}:{plan.port}", ip=ip,
-                                                             tls=plan.public)
+    return _answers(plan.hub_port, "127.0.0.1") and _answers(
+        plan.port, f"{plan.host}:{plan.port}", ip=ip, tls=plan.public
+    )
 
 
 SERVICE_COMMANDS = ("twoprim.exchange.service", "jupyterhub_idle_culler")  # the hub's services, as started
@@ -489,8 +660,9 @@ def run(argv: list[str]) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="twoprim-hub-"))
     try:
         config = write_run_folder(plan, run_dir)
-        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=config.parent, env=env,
-                                start_new_session=True)  # Ctrl-C reaches us only; we stop it once, in order
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=config.parent, env=env, start_new_session=True
+        )  # Ctrl-C reaches us only; we stop it once, in order
         return _serve(plan, passwords, proc)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -503,8 +675,11 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
 
     def stop(signum, frame):
         if not stopping:
-            print(f"\nstopping the classroom ({signal.Signals(signum).name}): the servers, the proxy, the hub; "
-                  f"a second Ctrl-C kills them at once", flush=True)
+            print(
+                f"\nstopping the classroom ({signal.Signals(signum).name}): the servers, the proxy, the hub; "
+                f"a second Ctrl-C kills them at once",
+                flush=True,
+            )
             tracker.end_services()
             proc.send_signal(signal.SIGTERM)
         else:
@@ -518,8 +693,12 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
     while proc.poll() is None and not stopping and not _ready(plan):
         tracker.poll()
         if time.monotonic() > deadline:
-            print(f"error: JupyterHub did not answer on {plan.url} within {READY_S} s; stopping it (its messages "
-                  f"above say why)", file=sys.stderr, flush=True)
+            print(
+                f"error: JupyterHub did not answer on {plan.url} within {READY_S} s; stopping it (its messages "
+                f"above say why)",
+                file=sys.stderr,
+                flush=True,
+            )
             never_ready = True
             stop(signal.SIGTERM, None)
             break
@@ -535,29 +714,30 @@ def _serve(plan: Plan, passwords: dict, proc: subprocess.Popen) -> int:
             stop_by = time.monotonic() + STOP_S  # JupyterHub gives each server 10 s, then kills it
         if stop_by is not None and time.monotonic() > stop_by:
             proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            pass
     code = proc.wait()  # it has exited (the loop above ends then): this reaps it
     left = tracker.leftovers()
     for p in left:
-        try:
+        with contextlib.suppress(tracker.psutil.Error):
             p.terminate()
-        except tracker.psutil.Error:
-            pass
     gone, alive = tracker.psutil.wait_procs(left, timeout=5)
     for p in alive:
         p.kill()
     servers = tracker.servers()
     if not stopping:
-        print(f"error: JupyterHub exited with code {code} before it was asked to stop; its messages above say why",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: JupyterHub exited with code {code} before it was asked to stop; its messages above say why",
+            file=sys.stderr,
+            flush=True,
+        )
         return code or 1
     extra = f"; {len(left)} process(es) that outlived it were ended" if left else ""
-    print(f"stopped: the hub, the proxy and the {len(servers)} server(s) it started"
-          f"{' (' + ', '.join(servers) + ')' if servers else ''}{extra}. Nothing of the classroom is running.",
-          flush=True)
+    print(
+        f"stopped: the hub, the proxy and the {len(servers)} server(s) it started"
+        f"{' (' + ', '.join(servers) + ')' if servers else ''}{extra}. Nothing of the classroom is running.",
+        flush=True,
+    )
     if never_ready:
         return 1
     return 0 if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else code
@@ -582,6 +762,8 @@ def refuse_root_in_classroom(command: list[str], course: Path = ROOT) -> None:
         name = pwd.getpwuid(owner).pw_name
     except KeyError:
         name = str(owner)
-    raise CourseError(f"this course belongs to {name}, the instructor of its classroom (./course hub): run class "
-                      f"commands as them, so the formgrader and the commands share one gradebook: "
-                      f"runuser -u {name} -- {course / 'course'} {' '.join(command)}")
+    raise CourseError(
+        f"this course belongs to {name}, the instructor of its classroom (./course hub): run class "
+        f"commands as them, so the formgrader and the commands share one gradebook: "
+        f"runuser -u {name} -- {course / 'course'} {' '.join(command)}"
+    )

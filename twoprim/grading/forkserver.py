@@ -25,10 +25,10 @@ report came and names something of the student's doing: an exit of its own, a cr
 limit (its memory limit is the address space: an allocation past it fails with MemoryError, or aborts). Anything else
 is the grader's, never a grade: no report (the forkserver, its sandbox or the launcher killed; a kernel that never
 answered, before any of the notebook's code ran), the machine's out-of-memory killer (counted in /proc/vmstat over
-the kernel's life), or a signal with nothing of the student's behind it (the grader cannot tell who sent it). When the grader runs as root each
-kernel has a uid of its own and cannot signal the forkserver; otherwise they share one (user namespaces map a single
-uid), and a submission's code could kill it: that submission is then not graded, on every run, and the reason says
-to read it.
+the kernel's life), or a signal with nothing of the student's behind it (the grader cannot tell who sent it). When the
+grader runs as root each kernel has a uid of its own and cannot signal the forkserver; otherwise they share one (user
+namespaces map a single uid), and a submission's code could kill it: that submission is then not graded, on every
+run, and the reason says to read it.
 
 A request with `"warm": true` (a grading worker's, `cluster`) warms its assignment (module and cells) and forks
 nothing, so the first kernel of that assignment is forked at once.
@@ -38,7 +38,12 @@ Two commands, both run with `python -I -m twoprim.grading.forkserver` and import
 - `launch CONNECTION_FILE`: the kernelspec's argv (`sandbox.kernelspec`): asks the forkserver named by
   $TWOPRIM_FORKSERVER for a kernel in the box $TWOPRIM_SANDBOX_BOX as $TWOPRIM_SANDBOX_UID, then waits for it to end,
   noting what it sees ($TWOPRIM_KERNEL_END); killed, it takes the kernel with it.
+
+Why this module is long: the server that runs inside the sandbox, the client the grader starts and talks to it with, the
+launcher each kernel starts from and the report of how a kernel ended share one protocol (the requests and the end
+report), kept in one module so that both sides change together.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,17 +60,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ENV_SOCKET = "TWOPRIM_FORKSERVER"
-ENV_MODULE = "TWOPRIM_CHECKS_MODULE"    # the assignment's checks module: its kernel keeps what its import set
-ENV_CELLS = "TWOPRIM_WARM_CELLS"        # a file of the grader's: the instructor's test cells, for `warm_cells`
-ENV_END = "TWOPRIM_KERNEL_END"          # a file of the grader's: what the launcher saw of its kernel (`kernel_death`)
+ENV_MODULE = "TWOPRIM_CHECKS_MODULE"  # the assignment's checks module: its kernel keeps what its import set
+ENV_CELLS = "TWOPRIM_WARM_CELLS"  # a file of the grader's: the instructor's test cells, for `warm_cells`
+ENV_END = "TWOPRIM_KERNEL_END"  # a file of the grader's: what the launcher saw of its kernel (`kernel_death`)
 READY = "twoprim-forkserver-ready"
-START_TIMEOUT_S = 180   # importing torch and the checks on a busy 2-core machine
+START_TIMEOUT_S = 180  # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
-_SET_BY: dict[str, dict[str, str]] = {}   # module -> what importing it set in the environment
-_WARMED: set[str] = set()                 # checks modules whose warm_up has run here, and "module:digest" of cells
+_SET_BY: dict[str, dict[str, str]] = {}  # module -> what importing it set in the environment
+_WARMED: set[str] = set()  # checks modules whose warm_up has run here, and "module:digest" of cells
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -88,6 +94,7 @@ def _read_line(conn: socket.socket, limit: int = 1 << 20) -> dict | None:
 # The forkserver (inside the sandbox)
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _warm_up() -> None:
     """Pay once what every graded kernel would pay on its first check: torch wraps a dispatch mode's handler so that
     its first call imports Dynamo (~3 s of CPU on the course's 2-core machine). Every kernel's Dynamo also skips
@@ -103,7 +110,7 @@ def _warm_up() -> None:
             (torch.ones(3, dtype=torch.float64) * 2).sum()
 
 
-def _warm_assignment(module: str, cells: list[str] = ()) -> None:
+def _warm_assignment(module: str, cells: Sequence[str] = ()) -> None:
     """Before the first kernel of an assignment is forked: its checks module's `warm_up()`, if it has one, run here
     once, so every kernel of that assignment inherits what it computed (ex06: Dynamo's and AOTAutograd's first
     capture, and the graphs its visible check hands the learner's code, the same for every submission). Then, for
@@ -135,8 +142,11 @@ def _warm_run(fn, module: str, what: str) -> None:
             torch.set_num_threads(1)  # broken (its first parallel op then waits forever on threads it does not have)
         fn()
     except Exception as exc:  # noqa: BLE001 - the kernels do the same work themselves
-        print(f"twoprim.grading.forkserver: {module}.{what} failed: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(
+            f"twoprim.grading.forkserver: {module}.{what} failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
         print(f"twoprim.grading.forkserver: {module} {what} in {time.monotonic() - start:.2f} s", flush=True)
     finally:
@@ -178,7 +188,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
     selector.register(server, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     kernels: dict[int, socket.socket] = {}
-    born: dict[int, int | None] = {}   # kernel pid -> the system's count of out-of-memory kills when it was forked
+    born: dict[int, int | None] = {}  # kernel pid -> the system's count of out-of-memory kills when it was forked
     print(READY, flush=True)
     os.dup2(log, 1)  # from here on, what it and its kernels print goes to its log, never into a full pipe
     os.dup2(log, 2)
@@ -196,8 +206,10 @@ def serve(socket_path: str, modules: list[str]) -> None:
                     conn.close()
                     continue
                 cells = request.get("cells")
-                _warm_assignment(str(request.get("module") or ""),
-                                 [c for c in cells if isinstance(c, str)] if isinstance(cells, list) else [])
+                _warm_assignment(
+                    str(request.get("module") or ""),
+                    [c for c in cells if isinstance(c, str)] if isinstance(cells, list) else [],
+                )
                 if request.get("warm"):  # a grading worker warming an assignment ahead of its kernels: no fork
                     with contextlib.suppress(OSError):
                         _send(conn, {"warmed": True})
@@ -229,10 +241,8 @@ def _kill(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)  # the kernel leads a session of its own
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def oom_kills() -> int | None:
@@ -263,17 +273,19 @@ def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector, b
         before = born.pop(pid, None)
         if conn is None:
             continue
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             selector.unregister(conn)
-        except (KeyError, ValueError):
-            pass
         after = oom_kills()
-        try:
-            _send(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
-                         "maxrss": usage.ru_maxrss * 1024,
-                         "oom_kills": after - before if after is not None and before is not None else None})
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            _send(
+                conn,
+                {
+                    "exit": os.waitstatus_to_exitcode(status),
+                    "cpu_s": usage.ru_utime + usage.ru_stime,
+                    "maxrss": usage.ru_maxrss * 1024,
+                    "oom_kills": after - before if after is not None and before is not None else None,
+                },
+            )
         conn.close()
         if not kernels and os.geteuid() != 0:
             _kill_everything_else()
@@ -284,8 +296,9 @@ def _kill_everything_else() -> None:
     from twoprim.grading.sandbox import kill_until_gone
 
     keep = {1, os.getpid()}
-    kill_until_gone(lambda: [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
-                             and int(e.name) not in keep])
+    kill_until_gone(
+        lambda: [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) not in keep]
+    )
 
 
 def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
@@ -333,8 +346,11 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
         if not isinstance(exc.code, int) and exc.code:
             print(f"twoprim.grading.forkserver: {exc.code}", file=sys.stderr, flush=True)
     except BaseException as exc:  # noqa: BLE001 - reported, then the child ends
-        print(f"twoprim.grading.forkserver: the kernel could not start: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(
+            f"twoprim.grading.forkserver: the kernel could not start: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         os._exit(code)
 
@@ -342,6 +358,7 @@ def _become_kernel(request: dict, fds: list, wake_r: int, wake_w: int) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # The grader's side: starting a forkserver, and the kernelspec's launcher
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class Forkserver:
     """A forkserver for one grading worker: `start()` runs it in the sandbox and waits until its modules are
@@ -368,22 +385,27 @@ class Forkserver:
             probe.close()
         return True
 
-    def start(self) -> "Forkserver":
+    def start(self) -> Forkserver:
         from twoprim.grading import sandbox
 
         self.control.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.boxes.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(sandbox.forkserver_command(self.boxes, self.control, self.modules),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        self.proc = proc = subprocess.Popen(
+            sandbox.forkserver_command(self.boxes, self.control, self.modules),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None  # stdout=PIPE
         selector = selectors.DefaultSelector()
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + START_TIMEOUT_S
         seen = []
         while time.monotonic() < deadline:
             if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
                 break
-            line = self.proc.stdout.readline()
+            line = proc.stdout.readline()
             if not line:
                 break
             if line.strip() == READY:
@@ -392,16 +414,19 @@ class Forkserver:
             seen.append(line.rstrip())
         selector.close()
         self.stop()
-        raise RuntimeError(f"the grading forkserver did not start within {START_TIMEOUT_S} s "
-                           f"(it printed: {' | '.join(seen[-5:]) or 'nothing'})")
+        raise RuntimeError(
+            f"the grading forkserver did not start within {START_TIMEOUT_S} s "
+            f"(it printed: {' | '.join(seen[-5:]) or 'nothing'})"
+        )
 
     def pids(self) -> set[int]:
-        if not self.alive():
+        proc = self.proc
+        if proc is None or not self.alive():
             return set()
         import psutil
 
         try:
-            root = psutil.Process(self.proc.pid)
+            root = psutil.Process(proc.pid)
             return {root.pid, *(p.pid for p in root.children(recursive=True))}
         except psutil.Error:
             return set()
@@ -431,15 +456,19 @@ def launch(connection_file: str) -> int:
     box = os.environ.get(sandbox.ENV_BOX)
     server = os.environ.get(ENV_SOCKET)
     if not box or not server:
-        raise SystemExit(f"twoprim.grading.forkserver: {sandbox.ENV_BOX} and {ENV_SOCKET} must be set; only the grader "
-                         f"starts this kernel")
+        raise SystemExit(
+            f"twoprim.grading.forkserver: {sandbox.ENV_BOX} and {ENV_SOCKET} must be set; only the grader "
+            f"starts this kernel"
+        )
     box = Path(box)
     uid = int(os.environ[sandbox.ENV_UID]) if os.environ.get(sandbox.ENV_UID) else None
     info = json.loads(Path(connection_file).read_text())
     if info.get("transport") != "ipc" or box / "run" not in Path(info.get("ip", "")).parents:
-        raise SystemExit(f"twoprim.grading.forkserver: the kernel must listen on Unix sockets in {box / 'run'} (transport "
-                         f"'ipc', ip under that folder); got transport {info.get('transport')!r}, ip "
-                         f"{info.get('ip')!r}. The grader configures KernelManager.transport and .ip")
+        raise SystemExit(
+            f"twoprim.grading.forkserver: the kernel must listen on Unix sockets in {box / 'run'} (transport "
+            f"'ipc', ip under that folder); got transport {info.get('transport')!r}, ip "
+            f"{info.get('ip')!r}. The grader configures KernelManager.transport and .ip"
+        )
     inside = box / "run" / "connection.json"  # a copy the kernel's user can read, in the one folder it shares
     inside.write_text(json.dumps(info))
     if uid is not None and os.geteuid() == 0:
@@ -462,8 +491,18 @@ def launch(connection_file: str) -> int:
             cells = json.loads(Path(os.environ[ENV_CELLS]).read_text())
         except (OSError, ValueError):
             cells = []
-    _send(conn, {"connection_file": str(inside), "box": str(box), "uid": uid, "env": sandbox.kernel_env(box),
-                 "limits": sandbox.rlimits(), "module": os.environ.get(ENV_MODULE, ""), "cells": cells})
+    _send(
+        conn,
+        {
+            "connection_file": str(inside),
+            "box": str(box),
+            "uid": uid,
+            "env": sandbox.kernel_env(box),
+            "limits": sandbox.rlimits(),
+            "module": os.environ.get(ENV_MODULE, ""),
+            "cells": cells,
+        },
+    )
     while True:  # as long as its kernel lives, which the grader's cell limits and watchdog bound
         try:
             message = _read_line(conn)
@@ -472,9 +511,14 @@ def launch(connection_file: str) -> int:
         else:
             lost = "its connection closed"
         if message is None:
-            shared = "" if os.geteuid() == 0 else (
-                "; the grader does not run as root, so the kernel runs as the forkserver's own user and could kill "
-                "it: a submission never graded on every run is one to read")
+            shared = (
+                ""
+                if os.geteuid() == 0
+                else (
+                    "; the grader does not run as root, so the kernel runs as the forkserver's own user and could kill "
+                    "it: a submission never graded on every run is one to read"
+                )
+            )
             _note({"lost": f"the grading forkserver died under the kernel ({lost}){shared}"})
             return 1
         if "pid" in message:
@@ -484,13 +528,16 @@ def launch(connection_file: str) -> int:
             return int(message["exit"]) if int(message["exit"]) >= 0 else 128 - int(message["exit"])
 
 
-_CRASHES = {"SIGSEGV": "a segmentation fault: memory read or written where there is none, e.g. through ctypes or a "
-                       "library called with bad arguments",
-            "SIGBUS": "a bus error: memory accessed in a way the machine cannot",
-            "SIGILL": "an illegal instruction", "SIGFPE": "an arithmetic fault (an integer divided by zero in C code)",
-            "SIGABRT": "aborted by its code or a library it called, e.g. on an allocation that failed under the "
-                       "address-space limit of {memory}",
-            "SIGSYS": "a forbidden system call"}
+_CRASHES = {
+    "SIGSEGV": "a segmentation fault: memory read or written where there is none, e.g. through ctypes or a "
+    "library called with bad arguments",
+    "SIGBUS": "a bus error: memory accessed in a way the machine cannot",
+    "SIGILL": "an illegal instruction",
+    "SIGFPE": "an arithmetic fault (an integer divided by zero in C code)",
+    "SIGABRT": "aborted by its code or a library it called, e.g. on an allocation that failed under the "
+    "address-space limit of {memory}",
+    "SIGSYS": "a forbidden system call",
+}
 
 
 def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, file_limit: int) -> tuple[str, str]:
@@ -501,7 +548,7 @@ def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, fi
     limit is the address space, which fails an allocation with MemoryError instead), or a signal with nothing of the
     student's behind it killed the kernel (the grader cannot tell who sent it, so it never counts against them)."""
     starts = [i for i, r in enumerate(records) if "launcher" in r]
-    records = records[starts[-1]:] if starts else records  # the last kernel's: the one that died
+    records = records[starts[-1] :] if starts else records  # the last kernel's: the one that died
     if not records:
         return "grader", "the kernel's launcher (a grader process) died before it could start the kernel"
     last = records[-1]
@@ -513,8 +560,9 @@ def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, fi
         return "grader", "the kernel's launcher (a grader process) was killed, taking the kernel with it"
     code = int(last["exit"])
     if code >= 0:
-        return "student", (f"the student's code ended the kernel's process (exit status {code}, as os._exit({code}) "
-                           f"does)")
+        return "student", (
+            f"the student's code ended the kernel's process (exit status {code}, as os._exit({code}) does)"
+        )
     try:
         name = signal.Signals(-code).name
     except ValueError:
@@ -529,10 +577,14 @@ def kernel_death(records: list[dict], *, cpu_limit: float, memory_limit: int, fi
         return "student", f"the student's code wrote a file past the limit of {file_limit / 2**20:.0f} MiB ({name})"
     if name == "SIGKILL" and oom:  # the student's limit is the address space (a MemoryError); the machine's is not
         held = f"{rss / 2**30:.1f} GiB at its peak, " if rss else ""
-        return "grader", (f"the machine ran out of memory and its out-of-memory killer stopped the kernel (it held "
-                          f"{held}within its own limit of {memory_limit / 2**30:.0f} GiB)")
-    return "grader", (f"the kernel was killed by {name} from outside, not by one of its limits or the out-of-memory "
-                      f"killer (the grader cannot tell who sent it)")
+        return "grader", (
+            f"the machine ran out of memory and its out-of-memory killer stopped the kernel (it held "
+            f"{held}within its own limit of {memory_limit / 2**30:.0f} GiB)"
+        )
+    return "grader", (
+        f"the kernel was killed by {name} from outside, not by one of its limits or the out-of-memory "
+        f"killer (the grader cannot tell who sent it)"
+    )
 
 
 def main(argv: list[str]) -> int:
