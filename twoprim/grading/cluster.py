@@ -190,14 +190,7 @@ def autograde(
     cluster's workers costs more than grading them). `on_outcome`: called with each outcome once it is committed
     (the benchmark times when each arrives)."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
-    if not unisolated and not scheduler:
-        why = sandbox.missing()
-        if why:
-            raise SystemExit(f"error: cannot isolate students' code: {why}")
-    everyone = submitted_students(aid, root)
-    unknown = sorted(set(students or []) - set(everyone))
-    if unknown:
-        raise SystemExit(f"error: no submission of {aid} for {', '.join(unknown)} under grader/submitted/")
+    everyone = _check_request(aid, root, students, unisolated=unisolated, remote=bool(scheduler))
     url = database_url(root, db)
     client = connect(scheduler, 1) if scheduler else None  # an unreachable scheduler fails before any write
     try:
@@ -205,25 +198,8 @@ def autograde(
             _check_workers(client, unisolated)
         init_db(url)
         source = sorted((root / "solutions" / aid).rglob("*.ipynb"))
-        read = {s: read_submission(aid, s, root) for s in (students or everyone)}
-        files = {s: f for s, (f, _) in read.items()}
-        refused = {s: r for s, (_, r) in read.items()}
-        digests = {
-            s: digest(
-                f,
-                *(p.read_bytes() for p in source),
-                str(s in (trust or [])).encode(),
-                repr(sorted(refused[s].items())).encode(),
-            )
-            for s, f in files.items()
-        }
-        done = committed(aid, url) if not (force or students) else {}
-        todo = [s for s in (students or everyone) if done.get(s) != digests[s]]
-        if progress and len(todo) < len(students or everyone):
-            print(
-                f"{len(students or everyone) - len(todo)} submission(s) of {aid} already graded in their current "
-                f"form; grading {len(todo)} (--force grades every one again)"
-            )
+        files, refused, digests = _read_all(aid, root, students or everyone, source, trust or [])
+        todo = _to_grade(aid, url, students or everyone, digests, again=force or bool(students), say=progress)
         if not todo:  # the reports still follow today's due dates
             refresh_late_penalties(aid, root, url)
             write_reports(aid, root=root, url=url)
@@ -234,24 +210,11 @@ def autograde(
         in_process = in_process or (client is None and len(todo) <= IN_PROCESS_MAX)
         threads = 1 if (scheduler or (min(workers, len(todo)) > 1 and not in_process)) else None
         warm = None if unisolated or in_process else (aid, threads, _test_cells(source), on_workers)
-        early = None
-        if client is None and not in_process:  # the cluster starts (and warms) while the release is made
-            early = _start_early(min(workers, len(todo)), warm)
-        elif client is not None and warm is not None:
-            _warm_workers(client, *warm)
-        released = released_notebooks(aid, root, url)
-        if client is None and not in_process:
-            client = connect(None, min(workers, len(todo)), early)
-        run = _Run(
-            client,
-            aid,
-            root,
-            url,
-            digests,
-            on_outcome=on_outcome,
-            on_workers=on_workers,
-            reconnect=(lambda: connect(scheduler, 1)) if scheduler else None,
+        client, released = _cluster_and_release(
+            client, aid, root, url, min(workers, len(todo)), warm, start_here=client is None and not in_process
         )
+        reconnect = (lambda: connect(scheduler, 1)) if scheduler else None
+        run = _Run(client, aid, root, url, digests, on_outcome=on_outcome, on_workers=on_workers, reconnect=reconnect)
         try:
             return run.grade(
                 todo,
@@ -273,6 +236,69 @@ def autograde(
             # idle"): what the run recorded stands, so that never becomes the command's error
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _check_request(aid: str, root: Path, students: list[str] | None, *, unisolated: bool, remote: bool) -> list[str]:
+    """Every student who submitted `aid`; refuses (SystemExit) a named student with no submission, and, on this
+    machine, grading without isolation unless the instructor said `unisolated` (a remote cluster's workers are
+    checked once connected, `_check_workers`)."""
+    if not unisolated and not remote:
+        why = sandbox.missing()
+        if why:
+            raise SystemExit(f"error: cannot isolate students' code: {why}")
+    everyone = submitted_students(aid, root)
+    unknown = sorted(set(students or []) - set(everyone))
+    if unknown:
+        raise SystemExit(f"error: no submission of {aid} for {', '.join(unknown)} under grader/submitted/")
+    return everyone
+
+
+def _to_grade(aid: str, url: str, names: list[str], digests: dict[str, str], *, again: bool, say: bool) -> list[str]:
+    """The students of `names` to grade: all when `again`, else those whose submission is not committed in its
+    current form (`digests`); says how many are left as they are when `say`."""
+    done = committed(aid, url) if not again else {}
+    todo = [s for s in names if done.get(s) != digests[s]]
+    if say and len(todo) < len(names):
+        print(
+            f"{len(names) - len(todo)} submission(s) of {aid} already graded in their current form; grading "
+            f"{len(todo)} (--force grades every one again)"
+        )
+    return todo
+
+
+def _read_all(
+    aid: str, root: Path, names: list[str], source: list[Path], trust: list[str]
+) -> tuple[dict, dict, dict[str, str]]:
+    """Each named student's submitted files, what was refused of them, and the digest of what grading them depends
+    on (their files, the assignment's source, whether the instructor trusts them, what was refused): a submission is
+    graded again only when that digest changes."""
+    read = {s: read_submission(aid, s, root) for s in names}
+    files = {s: f for s, (f, _) in read.items()}
+    refused = {s: r for s, (_, r) in read.items()}
+    digests = {
+        s: digest(
+            f,
+            *(p.read_bytes() for p in source),
+            str(s in trust).encode(),
+            repr(sorted(refused[s].items())).encode(),
+        )
+        for s, f in files.items()
+    }
+    return files, refused, digests
+
+
+def _cluster_and_release(client, aid: str, root: Path, url: str, workers: int, warm: tuple | None, *, start_here: bool):
+    """The run's client and the released notebooks: with `start_here`, this machine's cluster of `workers` starts (and
+    warms, `warm`) in a thread while the release is made; a remote cluster's workers are warmed first."""
+    early = None
+    if start_here:
+        early = _start_early(workers, warm)
+    elif client is not None and warm is not None:
+        _warm_workers(client, *warm)
+    released = released_notebooks(aid, root, url)
+    if start_here:
+        client = connect(None, workers, early)
+    return client, released
 
 
 def _test_cells(source: list[Path]) -> list[list[str]]:
