@@ -30,6 +30,9 @@ Learners on their own:
     ./course lab [LAB OPTION ...]        JupyterLab on lesson 00, as `make lab` starts it (as root too)
     ./course selfgrade ASSIGNMENT        grade exercises/ASSIGNMENT as an instructor would, hidden checks included
     ./course progress                    lessons run, visible checks passing, self-grades, hints used, what next
+
+Why this module is long: the table of every course command (its help, arguments, what it runs and who may run it) is the
+one place the command line is defined, and `./course --help` is checked against it.
 """
 
 from __future__ import annotations

@@ -52,6 +52,10 @@ expressions in the lessons (`(x * w).sum()`, `2 * M * N * K`, `mx.inner(x, w)`: 
 those, which renamed their variables (`E`, `q` for `keys`, `query`), spelled a call another way (`norm`, `argsort`,
 `math.ceil`) or spread an answer over statements. An answer the package holds is kept from learners by the checks
 instead (`twoprim.core.checks.no_grader_calls`: calling it fails the visible check).
+
+Why this module is long: the comparison (every lesson cell's fingerprints against every answer's), the normalisation
+that makes a renamed or recommented copy read as its source, the rules for short answers and the measurements the
+threshold rests on, and the command's table.
 """
 
 from __future__ import annotations

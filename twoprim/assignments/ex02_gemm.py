@@ -10,6 +10,9 @@ The rules each exercise states are checked on what ran: every dot/GEMV/GEMM ATen
 shapes (in-place and `out=` forms included) while the learner's function runs. Lesson 02's loops
 (`twoprim.gemm.matmul_spec`, `python_loop_order`) are `matmul_loops` itself and `flop_counter` is `gemm_flops`'s
 oracle: an answer that calls them is refused (`no_grader_calls`).
+
+Why this module is long: six graded functions, each with its case builders, its check, its judge and the diagnoses of
+its common mistakes (a tile loop that misses the ragged edge, C read when beta is 0, strides ignored), and their hints.
 """
 
 from __future__ import annotations

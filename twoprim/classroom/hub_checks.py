@@ -2,6 +2,10 @@
 line (a CourseError) that says what to do. The names (valid, not someone else's account), root, the port (and with
 --public the host name, its certificate and key), the proxy, the exchange, and that other accounts can reach the
 course and run its environment (as `nobody`, the way a student's server will).
+
+Why this module is long: every check runs before anything is created or changed, and each problem has its own one-line
+error that says what to do: the names and the roster, root, the port, the proxy, the exchange, several courses'
+configuration, the public host's certificate and key, and the environment other accounts must run.
 """
 
 from __future__ import annotations

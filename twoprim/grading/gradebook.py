@@ -11,6 +11,9 @@ it again, which grades only what is not committed in its current form.
 Only the instructor's process writes the gradebook, one submission per transaction; grading workers never open it
 (they get an assignment-only SQLite `snapshot` to run nbgrader in). Credentials never live in a file of the course:
 a PostgreSQL URL names the user and host, and libpq finds the password in `PGPASSWORD` or `~/.pgpass`.
+
+Why this module is long: nbgrader's schema on two databases (SQLite and PostgreSQL) with the course's own tables beside
+it, and the merges, extensions, late penalties and not-graded records that read and write them, each in one transaction.
 """
 
 from __future__ import annotations

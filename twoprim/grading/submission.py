@@ -13,6 +13,9 @@ whose kernel would not stop, a kernel that died of the student's doing, which `f
 what the forkserver reported) fails the submission with that reason; anything else (a grader process that died
 under the kernel, a kernel that never answered, an error of the grader's own) is `NOT_GRADED`, with nbgrader's log
 kept in `Outcome.log` for the instructor, and graded again by the next run.
+
+Why this module is long: one submission's whole grading, step by step (its files, realign, the audit, nbgrader with a
+sandboxed kernel, judging in the grader), and for each step the ways it can fail and whose fault each is.
 """
 
 from __future__ import annotations

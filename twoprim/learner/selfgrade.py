@@ -14,6 +14,9 @@ Events, one JSON object a line: `start` (the test cells' grade_ids and points), 
 `done` of `total`), `result` (status, score, max_score, tests, the text `./course selfgrade` prints), `feedback`
 (the feedback HTML's path, written after the result), `error` (a message for the learner, e.g. on the classroom
 hub, where the hidden checks are the instructor's: submit instead), `restart` (a warm grader of older code).
+
+Why this module is long: the self-grade cell and `./course selfgrade` share one stream of events, from the learner's
+warm grader or from a cold run of their own, and both paths bound every wait and say why a grade did not come.
 """
 
 from __future__ import annotations

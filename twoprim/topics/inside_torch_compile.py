@@ -20,6 +20,10 @@ variable names and comments too (`word_count` shows how much that over-counts).
 This module is the ground truth the ex06_compile checks compare a learner's functions with, at grading time, on the
 torch that is installed: no count is written down anywhere. Calls made to it from a learner's code are counted
 (`uses`), so a check can tell when an answer calls the grader instead of doing the work.
+
+Why this module is long: each of torch.compile's three stages needs its own way to be watched (Dynamo's graphs,
+AOTAutograd's forward and backward, Inductor's code and cache), and the grader's capture and counting share that code
+with lesson 06.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ traced with `export_function` sees through `mx.compile`, while a pending graph s
 primitive that a compiled call really left behind.
 
 The module imports without MLX (so the course package imports everywhere); its functions then raise ImportError.
+
+Why this module is long: MLX's graph is read two ways (export_function's callback and its DOT export), and drawing it as
+a figure needs a small layout of its own (no graph-drawing package is a dependency).
 """
 
 from __future__ import annotations
