@@ -31,7 +31,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from twoprim.classroom import warm_kernels
 from twoprim.config import COURSE_ID
 
 INSTRUCTOR_CSP = "frame-ancestors 'self'"
@@ -151,6 +150,10 @@ class Plan:
 
 def write_run_folder(plan: Plan, run: Path) -> Path:
     """Write the run folder's files; returns the JupyterHub configuration file."""
+    # the students' kernels are forked by warm_kernels (jupyter_client's provisioning API): imported here, when a
+    # hub's files are written, never by the modules a student's `course` command imports
+    from twoprim.classroom import warm_kernels
+
     run.chmod(0o711)
     hub = run / "hub"
     hub.mkdir(mode=0o700)
