@@ -4,6 +4,7 @@ touches the submitted files. Also the self-grading command a learner runs on the
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import hashlib
@@ -822,6 +823,29 @@ GRADER_PROCESSES = {  # what the test kills, found among this process's descenda
 }
 
 
+def _serving_her(process: str):
+    """The grader's `process` that serves the kernel running now, among this test process's descendants (another
+    forkserver may be left idle by an earlier test): the forkserver that forked it (a kernel is a fork of its
+    forkserver, with the same command line: a forkserver with such a child), that forkserver's nearest bubblewrap,
+    or the newest launcher. None when none runs yet."""
+    import psutil
+
+    def is_(kind, proc):
+        with contextlib.suppress(psutil.Error):
+            return GRADER_PROCESSES[kind](proc.cmdline())
+        return False
+
+    tree = psutil.Process().children(recursive=True)
+    if process == "launcher":
+        return max((p for p in tree if is_("launcher", p)), key=lambda p: p.create_time(), default=None)
+    serving = [p for p in tree if is_("forkserver", p) and any(is_("forkserver", c) for c in p.children())]
+    if not serving:
+        return None
+    if process == "forkserver":
+        return serving[0]
+    return next((p for p in serving[0].parents() if is_("sandbox", p)), None)
+
+
 @pytest.mark.parametrize("process", sorted(GRADER_PROCESSES))
 def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_and_a_rerun_grades_them(
     tmp_path, monkeypatch, capsys, process
@@ -851,14 +875,12 @@ def test_a_grading_process_killed_while_a_student_runs_leaves_them_not_graded_an
             logs = list((kernels.scratch() / "work").glob("*/cell.log"))
             if any(f"{AID}-dot-solution" in log.read_text(errors="replace") for log in logs if log.is_file()):
                 time.sleep(0.3)  # inside its time.sleep(4)
-                for proc in psutil.Process().children(recursive=True):
-                    try:
-                        if GRADER_PROCESSES[process](proc.cmdline()):
-                            proc.kill()
-                            killed.append(proc.pid)
-                            return
-                    except psutil.Error:
-                        continue
+                target = _serving_her(process)
+                if target is not None:
+                    with contextlib.suppress(psutil.Error):
+                        target.kill()
+                        killed.append(target.pid)
+                        return
             time.sleep(0.05)
 
     hook = threading.Thread(target=kill_while_her_answer_runs, daemon=True)
