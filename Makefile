@@ -69,7 +69,7 @@ test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder
 
 # For development: every test but those marked `servers` (JupyterHub, the Dask cluster and PostgreSQL, Chromium)
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NODE_STAMP)
 	@$(CURDIR)/course --check-venv
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder -m "not servers"
 
