@@ -74,11 +74,12 @@ test-fast: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder -m "not servers"
 
 # The code's checks (tests/test_tooling.py runs the same three in make test; `pre-commit install` runs them at each
-# commit): ruff's lint and import order, ruff's formatting, pyright's types; configured in pyproject.toml
+# commit): ruff's lint and import order, ruff's formatting, pyright's types; configured in pyproject.toml (pyright
+# told so with -p: without it a pyrightconfig.json in any folder above the checkout takes its place)
 lint: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
-	node_modules/.bin/pyright
+	node_modules/.bin/pyright -p .
 
 exercises: $(STAMP)
 	$(CURDIR)/course generate

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import linecache
 import os
-import shlex
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -100,44 +95,3 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("lesson run times (fresh kernel; budget 60 s each, checked by `make bench-lessons`)")
         for name, secs in sorted(rows):
             terminalreporter.write_line(f"{name:40s} {secs:6.1f} s")
-
-
-# pyright, the suite's longest single check (~45 s of one core, tests/test_tooling.py), starts with the run at the
-# lowest priority (nice 19): it takes the cores only while the tests leave them idle (about an eighth of a `make test`
-# on 2 cores), and its test reads what it reported, or waits for it (bounded, tests/test_tooling.py). Started by the
-# process that hands out the tests, before pytest-xdist starts its workers, which inherit where the report goes; a run
-# that never reaches test_tooling.py stops it at the end. Off in a run given other paths than the whole suite.
-PYRIGHT_PREFETCH = "TWOPRIM_PYRIGHT_PREFETCH"
-_prefetch: subprocess.Popen | None = None
-
-
-def _runs_the_whole_suite(config) -> bool:
-    here = Path(__file__).parent.resolve()
-    args = [a for a in config.args]
-    return not args or any(Path(a.split("::")[0]).resolve() in (here, here / "test_tooling.py") for a in args)
-
-
-def pytest_configure(config):
-    global _prefetch
-    pyright = ROOT / "node_modules" / ".bin" / "pyright"
-    if hasattr(config, "workerinput") or PYRIGHT_PREFETCH in os.environ or not pyright.exists():
-        return
-    if not _runs_the_whole_suite(config):
-        return
-    folder = Path(tempfile.mkdtemp(prefix="twoprim-pyright-"))
-    out = lambda name: shlex.quote(str(folder / name))  # noqa: E731
-    script = f"nice -n 19 {shlex.quote(str(pyright))} --outputjson > {out('report.json')} 2> {out('stderr')}; "
-    script += f"echo $? > {out('exit')}"
-    _prefetch = subprocess.Popen(["sh", "-c", script], cwd=ROOT, start_new_session=True)
-    os.environ[PYRIGHT_PREFETCH] = f"{folder}:{_prefetch.pid}"
-
-
-def pytest_unconfigure(config):
-    global _prefetch
-    if _prefetch is None:
-        return
-    if _prefetch.poll() is None:  # the run ended before test_tooling.py read the report
-        os.killpg(_prefetch.pid, signal.SIGKILL)
-    _prefetch.wait(timeout=30)
-    shutil.rmtree(os.environ.pop(PYRIGHT_PREFETCH).rsplit(":", 1)[0], ignore_errors=True)
-    _prefetch = None
