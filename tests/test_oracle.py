@@ -110,3 +110,48 @@ def test_a_worker_reads_each_result_once_and_again_when_its_values_were_dropped(
     assert len(reads) == 1 and torch.equal(checks._EXPECTED[key], torch.arange(3.0))
     checks._EXPECTED.clear()  # the worker's bounded cache dropped it: read again, not assumed
     assert oracle.keep([part]) == 1 and len(reads) == 2 and key in checks._EXPECTED
+
+
+class _Future:
+    """A cell's values as a Dask future gives them: done or not, and fetched in `fetch_s` (a transfer from the worker
+    that holds them)."""
+
+    def __init__(self, part: bytes, done: bool, fetch_s: float):
+        self.part, self.is_done, self.fetch_s, self.fetched = part, done, fetch_s, 0
+
+    def done(self) -> bool:
+        return self.is_done
+
+    def result(self, timeout: float | None = None) -> bytes:
+        import time
+
+        self.fetched += 1
+        if timeout is not None and timeout < self.fetch_s:
+            raise TimeoutError(f"not fetched within {timeout} s")
+        time.sleep(self.fetch_s)
+        return self.part
+
+
+def test_a_computed_value_slow_to_arrive_is_still_handed_and_one_not_computed_is_not_waited_for(monkeypatch):
+    import distributed
+
+    key = ("cell", "task", ("a",), 0)
+    part = pickle.dumps({"torch": torch.__version__, "values": {key: torch.arange(3.0)}})
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    monkeypatch.setattr(oracle, "_KEPT", {})
+    monkeypatch.setattr(distributed, "wait", lambda futures, timeout=None: None)  # computed, as wait() reports it
+    slow = _Future(part, done=True, fetch_s=oracle.QUICK_S + 0.3)  # a transfer longer than the judge's quick wait
+    expect = oracle.Expected("run")
+    expect.futures = {verdicts.cell_digest("ex01_dot-dot", "pass"): slow}
+    expect("ex01_dot-dot", "pass")
+    assert expect.given == 1 and checks._EXPECTED[key].tolist() == [0.0, 1.0, 2.0]
+
+    monkeypatch.setattr(checks, "_EXPECTED", collections.OrderedDict())
+    monkeypatch.setattr(oracle, "_KEPT", {})
+    pending = _Future(part, done=False, fetch_s=0)  # still being computed after the wait: the judge computes it
+    expect = oracle.Expected("run")
+    expect.futures = {verdicts.cell_digest("ex01_dot-dot", "pass"): pending}
+    expect.waited = True  # left the pool once already
+    monkeypatch.setattr(distributed, "wait", lambda futures, timeout=None: (_ for _ in ()).throw(TimeoutError()))
+    expect("ex01_dot-dot", "pass")
+    assert expect.given == 0 and pending.fetched == 0 and not checks._EXPECTED
