@@ -41,7 +41,12 @@ def _runs() -> dict[str, list[dict]]:
 
 def test_the_readmes_suite_time_is_the_newest_passing_run_of_its_data_file():
     [(minutes, cores, measured)] = SUITE_LINE.findall(README.read_text(encoding="utf-8"))
-    passing = [r for r in _runs()["suite.json"] if r["numbers"].get("failed") == 0]
+    # the line speaks of `make test` itself: not of make test-fast, nor of another number of test processes
+    passing = [
+        r
+        for r in _runs()["suite.json"]
+        if r["numbers"].get("failed") == 0 and r["command"] in ("make test", ".ci/run (make test)")
+    ]
     newest = max(passing, key=lambda r: r["date"])  # runs of one day are in the order they were made
     newest = [r for r in passing if r["date"] == newest["date"]][-1]
     assert (int(minutes), int(cores), measured) == (
