@@ -84,6 +84,23 @@ bench = _bench()
 # --- the limits' own logic, without a hub (milliseconds) -----------------------------------------------------------
 
 
+def _plan(exchange: Path = ROOT):
+    """A classroom's plan with made-up accounts and ports: what the configuration and the limits are built from."""
+    from twoprim.classroom.hub_config import Plan
+
+    return Plan(
+        course=ROOT,
+        venv=ROOT / ".venv",
+        proxy=ROOT,
+        exchange=exchange,
+        instructor="i",
+        students=("s",),
+        port=1,
+        hub_port=2,
+        proxy_api_port=3,
+    )
+
+
 def _args(**kw):
     import argparse
 
@@ -101,21 +118,10 @@ def _args(**kw):
     ],
 )
 def test_limits_that_make_no_sense_are_refused_saying_what_to_give(kw, expected):
-    from twoprim.classroom.hub_config import Plan
     from twoprim.classroom.limits import protected
     from twoprim.core.errors import CourseError
 
-    plan = Plan(
-        course=ROOT,
-        venv=ROOT / ".venv",
-        proxy=ROOT,
-        exchange=ROOT,
-        instructor="i",
-        students=("s",),
-        port=1,
-        hub_port=2,
-        proxy_api_port=3,
-    )
+    plan = _plan()
     with pytest.raises(CourseError, match=re.escape(expected)):
         protected(plan, _args(**kw))
     kept = protected(plan, _args(memory_mb=512, cpus=0.5, cull_idle=0, max_servers=30))
@@ -167,19 +173,9 @@ def test_a_student_is_told_once_when_the_memory_limit_stopped_their_kernel(tmp_p
 
 
 def test_the_hub_configuration_has_the_culler_and_the_limit_only_when_asked(tmp_path):
-    from twoprim.classroom.hub_config import Plan, _protection, full_message
+    from twoprim.classroom.hub_config import _protection, full_message
 
-    plan = Plan(
-        course=ROOT,
-        venv=ROOT / ".venv",
-        proxy=ROOT,
-        exchange=ROOT,
-        instructor="i",
-        students=("s",),
-        port=1,
-        hub_port=2,
-        proxy_api_port=3,
-    )
+    plan = _plan()
     plain = _protection(plan, tmp_path)
     assert "c.ClassroomSpawner.memory_mb = 2048" in plain and "active_server_limit" not in plain
     assert "jupyterhub_idle_culler" in plain and "--timeout=3600" in plain
@@ -200,20 +196,10 @@ def test_validate_waits_as_long_as_grading_for_a_loaded_kernel_for_students_and_
     from nbgrader.preprocessors import Execute
     from traitlets.config.loader import PyFileConfigLoader
 
-    from twoprim.classroom.hub_config import Plan, _student_nbgrader_config
+    from twoprim.classroom.hub_config import _student_nbgrader_config
     from twoprim.grading.preprocessors import DEFAULT_CELL_TIMEOUT
 
-    plan = Plan(
-        course=ROOT,
-        venv=ROOT / ".venv",
-        proxy=ROOT,
-        exchange=tmp_path,
-        instructor="i",
-        students=("s",),
-        port=1,
-        hub_port=2,
-        proxy_api_port=3,
-    )
+    plan = _plan(exchange=tmp_path)
     (tmp_path / "student").mkdir()
     (tmp_path / "student" / "nbgrader_config.py").write_text(_student_nbgrader_config(plan))
     for folder in (tmp_path / "student", ROOT / "grader"):
