@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import select
 import shutil
 import subprocess
@@ -255,6 +256,10 @@ def test_a_students_kernels_are_forked_warm_fresh_their_own_interruptible_and_re
     assert f"/{user.pw_name}\n" in cgroups and hierarchy.memory.name in cgroups, cgroups  # the student's group
     assert second["result"] == ["ok", "False False\n"], second  # a fresh namespace
     assert text.count("forked from the zygote") >= 2, text[-3000:]
+    # each line names whose server it is: a hub's log interleaves every student's
+    named = rf"twoprim warm kernels \({user.pw_name}\): kernel [0-9a-f-]{{36}} forked from the zygote"
+    assert re.search(named, text), text[-3000:]
+    assert all(user.pw_name in line for line in text.splitlines() if "twoprim warm kernels" in line), text[-3000:]
 
     assert steps["interrupt"]["error"] == "KeyboardInterrupt" and steps["interrupt"]["seconds"] < 20, steps
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import select
 import signal
 import socket
@@ -46,7 +47,17 @@ from twoprim.classroom.zygote import READY
 __all__ = ["NAME", "WarmProvisioner", "kernel_spec", "zygote", "stop_zygotes"]
 
 NAME = "twoprim-warm"  # the provisioner's entry point, as a kernelspec names it
-LOG = "twoprim warm kernels"
+
+
+def _log_prefix() -> str:
+    """The log lines' prefix, with the account the server runs as: a hub's log interleaves every student's server."""
+    try:
+        return f"twoprim warm kernels ({pwd.getpwuid(os.getuid()).pw_name})"
+    except KeyError:
+        return f"twoprim warm kernels (uid {os.getuid()})"
+
+
+LOG = _log_prefix()
 START_S = 180  # the zygote importing torch while a whole class logs in on 2 cores
 FORK_S = 30  # the zygote's answer to a request (it forks at once)
 RESTARTS = 3  # a zygote that keeps dying is not started again more often than this per server
@@ -322,13 +333,13 @@ class WarmProvisioner(LocalProvisioner):
                 self.log.info(
                     "%s: kernel %s forked from the zygote (pid %d) in %.0f ms",
                     LOG,
-                    kwargs.get("kernel_id", ""),
+                    self.kernel_id,
                     pid,
                     1000 * (time.monotonic() - started),
                 )
                 return self.connection_info
         self.log.warning(
-            "%s: kernel %s started the usual way: the zygote cannot serve it: %s", LOG, kwargs.get("kernel_id", ""), why
+            "%s: kernel %s started the usual way: the zygote cannot serve it: %s", LOG, self.kernel_id, why
         )
         return await super().launch_kernel(cmd, **kwargs)
 
