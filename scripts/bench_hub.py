@@ -60,6 +60,9 @@ STEPS = ("login", "spawn", "fetch", "open", "kernel", "cells", "validate", "subm
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 START_S = 240  # the hub's table: accounts, the environment probe, JupyterHub and its proxy
 REQUEST_S = 300  # one request at most (a Validate on a loaded machine is the longest)
+# JupyterLab's page asks its server for the running kernels and sessions this often (its services' polls), which the
+# server counts as activity: a student whose page is open is never idle to the culler, however long a step takes
+LAB_POLL_S = 10.0
 
 
 # --- the classroom: a copy of the course and ./course hub in it ---------------------------------------------------
@@ -232,6 +235,7 @@ class Student:
     validate: dict = field(default_factory=dict)
     token: str = ""
     finished: float = 0.0  # time.monotonic() when their last step (Submit) answered; 0: not finished
+    polls: int = 0  # their JupyterLab page's polls that the server answered (`LabPage`)
 
 
 class Client:
@@ -315,6 +319,52 @@ def spawn(c: Client, deadline: float) -> str:
     token = r.json()["token"]
     c.server.headers["Authorization"] = f"token {token}"
     return token
+
+
+class LabPage:
+    """What an open JupyterLab page does while its student works: every `every` s it asks their server for the
+    running kernels and sessions, as JupyterLab's polls do (a poll that fails is skipped, as the page skips it).
+    `every=None`: no page (the requests of the steps alone, as recorded in data/capacity/ until 2026-12-05).
+    Leaving the block closes the page: the polls stop within `every` + their own bound."""
+
+    def __init__(self, c: Client, every: float | None):
+        self.every, self.polls, self.failed = every, 0, 0
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        if every:
+            self.session = c.requests.Session()  # its own: a requests.Session is not shared between threads
+            self.session.headers.update(c.server.headers)  # the server's host and the student's token
+            self.urls = [c.base + "api/kernels", c.base + "api/sessions"]
+            self.thread = threading.Thread(target=self._run, name=f"lab-page-{c.name}", daemon=True)
+
+    def __enter__(self) -> LabPage:
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        assert self.every is not None
+        while not self.stopped.wait(self.every):
+            for url in self.urls:
+                try:
+                    ok = self.session.get(url, timeout=self.every).status_code < 400
+                except OSError:  # requests' errors are OSErrors: a refused or timed-out poll
+                    ok = False
+                self.polls += ok
+                self.failed += not ok
+
+    def close(self) -> None:
+        self.stopped.set()
+        if self.thread is not None and self.thread.is_alive():
+            assert self.every is not None
+            # a poll in flight ends within its timeout (connect and each read, per URL)
+            self.thread.join(timeout=4 * self.every + 5)
+            if self.thread.is_alive():
+                raise StepError(f"the page's polls did not stop within {4 * self.every + 5:.0f} s of closing it")
+            self.session.close()
 
 
 def _form(c: Client, path: str, data: dict, what: str) -> dict:
@@ -611,9 +661,13 @@ LOW_MEMORY = threading.Event()  # set by the Sampler: the machine is nearly out 
 LOW_MEMORY_MB = 1500
 
 
-def run_student(s: Student, url: str, port: int, deadline: float, keep_kernel: bool = True) -> Student:
+def run_student(
+    s: Student, url: str, port: int, deadline: float, keep_kernel: bool = True, lab_polls_s: float | None = None
+) -> Student:
     """Every step of one student, timed; the first failure ends their run (and is recorded with its cause).
-    `keep_kernel=False`: the notebook's kernel is shut down after its cells (the student closes it)."""
+    `keep_kernel=False`: the notebook's kernel is shut down after its cells (the student closes it).
+    `lab_polls_s`: their JupyterLab page polls the server this often from their server's start to their Submit
+    (`LabPage`), then is closed."""
     c = Client(url, port, s.name)
     step = "login"
 
@@ -630,25 +684,27 @@ def run_student(s: Student, url: str, port: int, deadline: float, keep_kernel: b
     try:
         timed("login", login, c, s.password)
         s.token = timed("spawn", spawn, c, deadline)
-        timed("fetch", fetch, c)
-        timed("open", open_and_answer, c, s.notebook)
-        cells = code_cells(s.notebook)
-        kernel = timed("kernel", lambda: _first_cell(c, cells, s))
-        try:
-            timed("cells", lambda: [_cell(kernel, code, s) for code in cells[1:]])
-        finally:
-            if not keep_kernel:
-                kernel.close()
-                c.server.delete(c.base + f"api/sessions/{kernel.session['id']}", timeout=REQUEST_S)
-        s.validate = timed("validate", _form, c, "assignments/validate", {"path": NOTEBOOK}, "Validate")
-        if not s.validate.get("success"):
-            raise StepError(f"Validate did not run: ...{str(s.validate.get('value'))[-500:]}")  # the error's end
-        submitted = timed(
-            "submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID}, "Submit"
-        )
-        if isinstance(submitted, dict) and submitted.get("success") is False:
-            raise StepError(f"Submit: {str(submitted.get('value'))[:300]}")
-        s.finished = time.monotonic()  # their server's last activity: from here on they are idle
+        with LabPage(c, lab_polls_s) as page:
+            timed("fetch", fetch, c)
+            timed("open", open_and_answer, c, s.notebook)
+            cells = code_cells(s.notebook)
+            kernel = timed("kernel", lambda: _first_cell(c, cells, s))
+            try:
+                timed("cells", lambda: [_cell(kernel, code, s) for code in cells[1:]])
+            finally:
+                if not keep_kernel:
+                    kernel.close()
+                    c.server.delete(c.base + f"api/sessions/{kernel.session['id']}", timeout=REQUEST_S)
+            s.validate = timed("validate", _form, c, "assignments/validate", {"path": NOTEBOOK}, "Validate")
+            if not s.validate.get("success"):
+                raise StepError(f"Validate did not run: ...{str(s.validate.get('value'))[-500:]}")  # the error's end
+            submitted = timed(
+                "submit", _form, c, "assignments/submit", {"course_id": COURSE_ID, "assignment_id": AID}, "Submit"
+            )
+            if isinstance(submitted, dict) and submitted.get("success") is False:
+                raise StepError(f"Submit: {str(submitted.get('value'))[:300]}")
+        s.polls = page.polls
+        s.finished = time.monotonic()  # their server's last activity (the page closed): from here on they are idle
     except Exception as err:  # noqa: BLE001 - every failure is counted with its cause, never raised past the student
         cause = str(err) if isinstance(err, StepError) else f"{type(err).__name__}: {err}"
         s.failure = f"{step}: {cause}"
@@ -898,10 +954,12 @@ def drive(
     deadline_s: float = 900,
     keep_kernel: bool = True,
     browsers: tuple[str, ...] = (),
+    lab_polls_s: float | None = None,
 ) -> dict:
     """Every student of `notebooks` (name -> the notebook they submit) through every step, starting evenly over
     `window_s`, and each of `browsers` in a real Chromium among them (log in, open the lesson, run its first cell);
-    the report (per step p50/p95/max, failures, memory, CPU)."""
+    `lab_polls_s`: each student's JupyterLab page polls as JupyterLab does (`LabPage`). The report (per step
+    p50/p95/max, failures, memory, CPU)."""
     uids = {pwd.getpwnam(n).pw_uid: n for n in (*notebooks, *browsers)}
     sampler = Sampler(uids)
     sampler.start()
@@ -918,7 +976,7 @@ def drive(
             if s in watchers:
                 _run_browser(s, room.port)
             else:
-                run_student(s, room.url, room.port, deadline, keep_kernel)
+                run_student(s, room.url, room.port, deadline, keep_kernel, lab_polls_s)
 
         t = threading.Thread(target=one, daemon=True)
         t.start()
@@ -941,6 +999,7 @@ def drive(
         **sampler.stop(),
         "per_student": {s.name: s.times for s in students},
         "finished_s": {s.name: s.finished - started for s in students if s.finished},
+        "lab_polls": {s.name: s.polls for s in students},
         "started_monotonic": started,
         "tokens": {s.name: s.token for s in students},
         "hub_log": {s.name: room.lines_about(s.name) for s in students + watchers if s.failure},
@@ -1056,6 +1115,14 @@ def main(argv: list[str] | None = None) -> int:
         help="students more, each in a real Chromium: log in, open lesson 01, run its first cell",
     )
     p.add_argument(
+        "--lab-polls",
+        type=float,
+        default=0,
+        metavar="S",
+        help=f"each student's JupyterLab page polls their server every S s, as JupyterLab does ({LAB_POLL_S:g}); "
+        "0 (the default, as the recorded runs): only the steps' own requests",
+    )
+    p.add_argument(
         "--close-kernel",
         action="store_true",
         help="each student shuts their notebook's kernel down after its cells (before Validate): what "
@@ -1080,6 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline_s=args.deadline,
             keep_kernel=not args.close_kernel,
             browsers=tuple(room.students[args.students :]),
+            lab_polls_s=args.lab_polls or None,
         )
     report.pop("tokens", None)
     report.pop("started_monotonic", None)  # time.monotonic() of this process: no meaning in a file
@@ -1088,6 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
         started=started,
         memory_mb_limit=args.memory_mb,
         kernels_kept=not args.close_kernel,
+        lab_polls_s=args.lab_polls or None,
         loadavg_before=load_before,
         loadavg_after=os.getloadavg(),
     )

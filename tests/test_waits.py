@@ -481,3 +481,71 @@ def test_a_cold_self_grade_whose_child_keeps_the_pipe_open_is_bounded(monkeypatc
     assert [e["event"] for e in events] == ["start", "error"], events
     assert events[1]["message"].startswith("the self-grade gave no result within 1 s (started "), events
     assert "last event: start" in events[1]["message"], events
+
+
+def test_a_pages_polls_keep_coming_while_it_is_open_and_stop_when_it_closes():
+    """bench_hub's JupyterLab page (the hub-load test's students): it asks for the running kernels and sessions every
+    period while open, with the student's server and token; once closed, no request follows."""
+    import http.server
+
+    seen: list[tuple[str, str, str]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # http.server calls it by this name
+            seen.append((self.path, self.headers.get("Host", ""), self.headers.get("Authorization", "")))
+            body = b"[]"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # noqa: A002 - http.server's parameter name: quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    c = bench.Client(f"http://127.0.0.1:{port}", port, "alice")
+    c.server.headers["Authorization"] = "token t0k"
+    try:
+        with bench.LabPage(c, 0.2) as page:
+            time.sleep(1.1)
+        stopped = len(seen)
+        time.sleep(0.6)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(seen) == stopped, "a request after the page closed"
+    paths = [p for p, _, _ in seen]
+    assert paths.count("/user/alice/api/kernels") >= 3 and paths.count("/user/alice/api/sessions") >= 3, paths
+    assert {(h, a) for _, h, a in seen} == {(f"alice.localhost:{port}", "token t0k")}, seen
+    assert page.polls == len(seen) and page.failed == 0
+
+
+def test_a_page_whose_server_never_answers_closes_within_its_bound():
+    """A server that accepts and never answers: each poll gives up at its bound, counted as failed, and closing the
+    page does not wait for an answer."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # accepted by the kernel's backlog, never read nor answered
+    port = listener.getsockname()[1]
+    c = bench.Client(f"http://127.0.0.1:{port}", port, "bob")
+    try:
+        with bench.LabPage(c, 0.2) as page:
+            time.sleep(1.0)
+            closing = time.monotonic()
+        took = time.monotonic() - closing
+    finally:
+        listener.close()
+    assert took < 1.5, took  # within one poll's bound (0.2 s per URL), far under close()'s own limit
+    assert page.polls == 0 and page.failed >= 2, (page.polls, page.failed)
+
+
+def test_no_page_polls_nothing():
+    c = bench.Client("http://127.0.0.1:9", 9, "carol")
+    with bench.LabPage(c, None) as page:
+        pass
+    assert page.thread is None and page.polls == page.failed == 0
