@@ -1,7 +1,7 @@
 """Load driver: a whole class logs in to the classroom hub at once (Monday, 9 a.m.), as real clients do.
 
     sudo .venv/bin/python scripts/bench_hub.py --students 15 [--window 60] [--memory-mb 2048] [--browsers 2]
-                                               [--out FILE.json]
+                                               [--lab-polls 10] [--out FILE.json]
 
 It copies the course to a folder every account can pass (tests/accounts.py), starts `./course hub` there on a
 free loopback port with throwaway accounts, releases ex01_dot as the instructor, and then each simulated student,
@@ -16,6 +16,11 @@ starting at an even spread over `--window` seconds:
     cells     every other code cell run in order, over the same websocket (a student's Run All)
     validate  nbgrader's Validate button (/assignments/validate: the whole notebook in a fresh kernel)
     submit    the Submit button (/assignments/submit, through the exchange service)
+
+With `--lab-polls S`, each student's JupyterLab page stays open from their server's start to their Submit and
+asks for the running kernels and sessions every S s, as JupyterLab's page does every 10 s (the server counts it as
+activity, so a slow step does not look idle to the culler); without it, only the steps' own requests are made, as
+in the runs recorded in data/capacity/.
 
 With `--browsers K`, K students more log in among them in a real Chromium (Debian's, through Playwright) and are
 timed as a student sees it: `browser_lab` (the login form until their JupyterLab has rendered, the spawn page in
