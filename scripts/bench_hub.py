@@ -347,8 +347,8 @@ class LabPage:
             self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *_) -> None:
+        self.close(quiet=exc_type is not None)  # a step's own failure is the one to report
 
     def _run(self) -> None:
         assert self.every is not None
@@ -361,15 +361,18 @@ class LabPage:
                 self.polls += ok
                 self.failed += not ok
 
-    def close(self) -> None:
+    def close(self, quiet: bool = False) -> None:
         self.stopped.set()
-        if self.thread is not None and self.thread.is_alive():
-            assert self.every is not None
-            # a poll in flight ends within its timeout (connect and each read, per URL)
+        if self.thread is None:
+            return
+        assert self.every is not None
+        if self.thread.is_alive():  # a poll in flight ends within its timeout (connect and each read, per URL)
             self.thread.join(timeout=4 * self.every + 5)
-            if self.thread.is_alive():
+        if self.thread.is_alive():  # its session is left to it
+            if not quiet:
                 raise StepError(f"the page's polls did not stop within {4 * self.every + 5:.0f} s of closing it")
-            self.session.close()
+            return
+        self.session.close()
 
 
 def _form(c: Client, path: str, data: dict, what: str) -> dict:
