@@ -16,8 +16,10 @@ HUB_ARGS ?=
 NODE_STAMP := node_modules/.installed
 # nbgrader shells out to `alembic`: every course command runs with the environment's bin/ first on PATH.
 export PATH := $(BIN):$(PATH)
+# what was asked for (`make lab`, `make test`), named in setup's advice; `deps` passes it on to the make it starts
+GOALS ?= $(MAKECMDGOALS)
 
-.PHONY: help lab hub test test-fast lint setup exercises bench-lessons docs
+.PHONY: help lab hub test test-fast lint setup deps environments exercises bench-lessons docs
 
 help:
 	@echo "make lab            set up .venv if needed and open JupyterLab on the course"
@@ -34,10 +36,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { \
 	  echo "error: $(PYTHON) was not found. Install Python 3.11 (python.org, 'brew install python@3.11'," \
-	       "'apt install python3.11-venv' or pyenv), or point to it: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
+	       "'apt install python3.11-venv' or pyenv), or point to it: make PYTHON=/path/to/python3.11 $(GOALS)"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
 	  echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), the course needs 3.11." \
-	       "Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
+	       "Run: make PYTHON=/path/to/python3.11 $(GOALS)"; exit 1; }
 	@# as root, from a Python every account can run (students' servers run .venv): twoprim/classroom/setup_python.py
 	@test -x $(VENV)/bin/python || { \
 	  py="$$($(PYTHON) twoprim/classroom/setup_python.py $(PYTHON) $(if $(filter file default,$(origin PYTHON)),,--explicit))" \
@@ -58,8 +60,16 @@ lab: $(STAMP)
 	@$(CURDIR)/course lab $(LAB_ARGS)
 
 # ./course hub: an account per student, the exchange, the instructor's formgrader, on loopback; Ctrl-C stops it all.
-hub: $(STAMP) $(NODE_STAMP)
+hub: deps
 	@$(CURDIR)/course hub $(HUB_ARGS)
+
+# Both environments, built side by side when either is missing or out of date: pip's install keeps about one core
+# busy, and npm ci's 6 s of a fresh checkout's setup then cost no time of their own
+deps:
+	@$(MAKE) --no-print-directory --jobs=2 GOALS="$(GOALS)" environments
+
+environments: $(STAMP) $(NODE_STAMP)
+	@:
 
 $(NODE_STAMP): package-lock.json
 	@command -v npm >/dev/null || { \
@@ -68,19 +78,19 @@ $(NODE_STAMP): package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $(NODE_STAMP)
 
-test: $(STAMP) $(NODE_STAMP)
+test: deps
 	@$(CURDIR)/course --check-venv   # copied or moved since .venv was built: point .venv here
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder
 
 # For development: every test but those marked `servers` (JupyterHub, the Dask cluster and PostgreSQL, Chromium)
-test-fast: $(STAMP) $(NODE_STAMP)
+test-fast: deps
 	@$(CURDIR)/course --check-venv
 	$(BIN)/python -m pytest --numprocesses=$(TEST_PROCESSES) --dist=loadfile --no-loadscope-reorder -m "not servers"
 
 # The code's checks (tests/test_tooling.py runs the same three in make test; `pre-commit install` runs them at each
 # commit): ruff's lint and import order, ruff's formatting, pyright's types; configured in pyproject.toml (pyright
 # told so with -p: without it a pyrightconfig.json in any folder above the checkout takes its place)
-lint: $(STAMP) $(NODE_STAMP)
+lint: deps
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	node_modules/.bin/pyright -p .
@@ -93,6 +103,6 @@ bench-lessons: $(STAMP)
 
 # The site: the lessons rendered from their executed copies (.artifacts/executed/, which `make test` writes; a lesson
 # without a current copy is executed first), the guides, the benchmarks and the API reference; sphinx -W -n
-docs: $(STAMP) $(NODE_STAMP)
+docs: deps
 	@$(CURDIR)/course --check-venv
 	$(BIN)/python docs/build.py --out docs/_build
