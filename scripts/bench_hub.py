@@ -31,7 +31,7 @@ Counts and time are bounded (`--deadline`); the hub, the servers and the account
 reports each step's p50/p95/max latency, every failure with its cause, the machine's peak memory (MemTotal -
 MemAvailable) and each student's (the RSS of their server, zygote and kernels, summed from /proc; their PSS, which
 counts a page their kernels share with their zygote once; what their control group holds against their limit), the
-CPU's use, and how many kernels were forked from a zygote (twoprim/classroom/warm_kernels.py, from the hub's log),
+CPU's use, and how many kernels were forked from a zygote (twoprim/learner/warm_kernels.py, from the hub's log),
 and writes them as JSON with `--out`.
 """
 
@@ -931,7 +931,7 @@ def _group_memory(name: str) -> int | None:
 
 
 def warm_kernel_lines(log: str) -> dict:
-    """What the hub's log says of students' kernels (twoprim/classroom/warm_kernels.py): how many were forked from
+    """What the hub's log says of students' kernels (twoprim/learner/warm_kernels.py): how many were forked from
     their server's zygote, how many started the usual way and why, and how long each zygote took to be ready."""
     usual = re.findall(r"started the usual way: the zygote cannot serve it: (.*)", log)
     ready = [float(x) for x in re.findall(r"the zygote \(pid \d+\) is ready, ([\d.]+) s after", log)]

@@ -1,4 +1,4 @@
-"""Students' kernels forked from their server's zygote (`twoprim.classroom.warm_kernels`, `twoprim.classroom.zygote`):
+"""Students' kernels forked from their server's zygote (`twoprim.classroom.warm_kernels`, `twoprim.learner.zygote`):
 one student's server-equivalent, run as a throwaway account inside a control group of its own with a small memory
 limit (the classroom's own limit code, `limits.make_user_group`), starts its kernels with the provisioner the
 classroom's kernelspec names, as a Jupyter server does (jupyter_client's AsyncIOLoopKernelManager, with its

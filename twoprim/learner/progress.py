@@ -3,9 +3,11 @@
 `./course progress` in a terminal, `progress.show()` in a notebook, over the learner's workspace (`state.workspace`:
 the course folder, or on the classroom hub the student's home). Lessons are judged from their saved outputs (never
 executed here). Each assignment's notebook in exercises/ is executed as a copy, in a fresh kernel, in a temporary
-folder, two at a time; the learner's files are only read. Results are cached in one untracked file at the top of the
-workspace, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and of the course's checks,
-so an unchanged notebook is not run again. That file also counts the hints revealed; deleting it loses only history.
+folder, two at a time (when two or more run, their kernels are forked from one zygote that imported torch and the
+course once: `twoprim.learner.warm_kernels`); the learner's files are only read. Results are cached in one untracked
+file at the top of the workspace, `.twoprim-progress.json` (`STATE_FILE`), keyed by a hash of the notebook's code and
+of the course's checks, so an unchanged notebook is not run again. That file also counts the hints revealed; deleting
+it loses only history.
 
 On the classroom hub (`state.in_classroom`) the assignments are the ones released there and fetched from the
 Assignments tab, and the hidden checks run when the instructor grades a submission: the report shows when each was
@@ -224,11 +226,38 @@ def analyse(
     return {"status": status, "checks": checks, "problem": problem}
 
 
-def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_thread: bool = False) -> dict:
+def _warm_kernel_manager():
+    """A kernel manager whose kernels are forked from this process's zygote (`twoprim.learner.warm_kernels`): the
+    same `python -m ipykernel_launcher` as the learner's python3 kernel, started the usual way where the zygote cannot
+    serve."""
+    import sys
+
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    from twoprim.learner import warm_kernels
+
+    class Specs(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            return KernelSpec(
+                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                display_name="Python 3 (ipykernel, forked warm)",
+                language="python",
+                metadata={"kernel_provisioner": {"provisioner_name": warm_kernels.NAME}},
+            )
+
+    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=Specs())
+
+
+def execute_copy(
+    path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_thread: bool = False, warm: bool = False
+) -> dict:
     """Run a copy of `path` top to bottom in a fresh kernel inside a temporary folder; analyse() its outputs.
 
     Errors do not stop the run (every check gets its chance, as in grading); a kernel that dies or a cell that runs
-    past `timeout` seconds ends it, and the result names that cell.
+    past `timeout` seconds ends it, and the result names that cell. `warm`: the kernel is forked from this process's
+    zygote (`_run_copies` starts it), a fresh interpreter state that has not imported torch again; the result's
+    "kernel" says how it started.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -246,13 +275,21 @@ def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_threa
         env = dict(os.environ)
         if one_thread:  # two kernels on two cores: one thread each, no spinning thread pools
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        started = {"kernel": "started"}
+
+        def on_notebook_start(**_):  # the kernel is up: forked, or started the usual way
+            if getattr(getattr(client.km, "provisioner", None), "forked", None) is not None:
+                started["kernel"] = "forked"
+
         client = NotebookClient(
             nb,
+            km=_warm_kernel_manager() if warm else None,
             timeout=timeout,
             kernel_name="python3",
             allow_errors=True,
             interrupt_on_timeout=False,
             on_cell_start=on_cell_start,
+            on_notebook_start=on_notebook_start,
             resources={"metadata": {"path": tmp}},
         )
         stopped = None
@@ -265,6 +302,7 @@ def execute_copy(path: Path, aid: str, *, timeout: int = CELL_TIMEOUT, one_threa
             stopped = ("crashed", current["index"])
         result = analyse(nb, aid, stopped, timeout)
     result["seconds"] = round(time.monotonic() - start, 1)
+    result["kernel"] = started["kernel"]
     return result
 
 
@@ -748,12 +786,17 @@ def _run_copies(
     results: dict[str, tuple[str, dict]] = {}
     if not todo:
         return results
+    # Two notebooks or more: their kernels are forked from one zygote that imported torch, IPython and the course's
+    # checks once (started now, while the first copies are made; stopped at the end unless it served already)
+    zygote = _zygote() if len(todo) > 1 else None
 
     def run(item):
         a, key = item
         log(f"running a copy of {a.path.relative_to(root)} in a fresh kernel ...")
         try:
-            result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1)
+            result = execute_copy(
+                a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1, warm=zygote is not None
+            )
         except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
             result = {
                 "status": "error",
@@ -765,12 +808,36 @@ def _run_copies(
         log(f"{a.aid}: {result['status']} in {result.get('seconds', 0):.1f} s")
         return a, key, result
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for a, key, result in pool.map(run, todo):
-            _fill(a, result, cached=False)
-            if key:
-                results[a.aid] = (key, result)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for a, key, result in pool.map(run, todo):
+                _fill(a, result, cached=False)
+                if key:
+                    results[a.aid] = (key, result)
+    finally:
+        if zygote is not None and zygote[1]:
+            _stop_zygote()
     return results
+
+
+def _zygote() -> tuple:
+    """This process's zygote (`twoprim.learner.warm_kernels`), started unless it is running (in a Jupyter server, its
+    own): (the zygote, whether it was started here). Its kernels' output goes nowhere: a kernel's log is noise here."""
+    from twoprim.learner import warm_kernels
+
+    z = warm_kernels.zygote()
+    if z.state() in ("ready", "starting"):
+        return z, False
+    z.start(stderr=subprocess.DEVNULL)
+    return z, True
+
+
+def _stop_zygote() -> None:
+    """Stop the zygote `_zygote` started, and forget it: the next report starts a new one (a zygote stopped on
+    purpose is not one that failed)."""
+    from twoprim.learner import warm_kernels
+
+    warm_kernels.stop_zygotes()
 
 
 def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:

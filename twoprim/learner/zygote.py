@@ -1,10 +1,11 @@
-"""A student's zygote: one process per Jupyter server that has imported what every kernel of the course imports
-(torch, numpy, ipykernel, IPython, matplotlib, the course's checks) and forks each new kernel from that state.
+"""A zygote: one process per Jupyter server (a student's on the classroom hub) or per `./course progress` report that
+has imported what every kernel of the course imports (torch, numpy, ipykernel, IPython, matplotlib, the course's
+checks) and forks each new kernel from that state.
 
-It is started by the server's kernel provisioner (`twoprim.classroom.warm_kernels`) as a child of the student's
-own server, so it runs as the student, in the student's control group and under their address-space limit, and
-serves that server alone: never shared between students. It never runs a notebook's code itself: each kernel is a
-child forked from it before any user code, which then
+It is started by the kernel provisioner (`twoprim.learner.warm_kernels`) as a child of the student's own server (or
+of the learner's report), so it runs as the student, in the student's control group and under their address-space
+limit, and serves that one process alone: never shared between students. It never runs a notebook's code itself:
+each kernel is a child forked from it before any user code, which then
 
 - leads a session of its own (an interrupt is SIGINT to its process group, as for a kernel started the usual way);
 - takes the environment, working folder and command-line arguments the server gave it (`python -m
@@ -23,7 +24,7 @@ kernel (SCM_RIGHTS), then `{"exit": CODE}` (negative: the signal) when the zygot
 closes takes its kernel with it (the server that asked is gone). The zygote exits when the server that started it
 does (a pidfd of the server in its loop), killing what it forked.
 
-    python -P -m twoprim.classroom.zygote SOCKET SERVER_PID
+    python -P -m twoprim.learner.zygote SOCKET SERVER_PID
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ READY = "twoprim-zygote-ready"
 # What a kernel of the course imports before its first cell answers: ipykernel and IPython, torch and numpy, the
 # plotting stack and the course's core (`from twoprim import ex01, guards`, `from twoprim import plots`). No
 # assignment's checks module: importing one may set the environment its own kernels need (ex09: Triton's
-# interpreter), which a kernel that never imports it must not get.
+# interpreter), which a kernel that never imports it must not get. No classroom code either (a learner's
+# `./course progress` forks its kernels from a zygote too): the classroom kernel's extension, the memory-limit
+# notice, is imported by each kernel as it loads it (a millisecond).
 MODULES = (
     "numpy",
     "torch",
@@ -63,7 +66,6 @@ MODULES = (
     "twoprim.core.timing",
     "twoprim.learner.hints",
     "twoprim.topics.plots",
-    "twoprim.classroom.notices",
 )
 INLINE = "module://matplotlib_inline.backend_inline"  # what ipykernel sets MPLBACKEND to when it is unset
 _SET_BY: dict[str, str] = {}  # what importing MODULES set in the environment: set again in every kernel
@@ -86,7 +88,7 @@ def _warm() -> None:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the kernel imports it itself, as without a zygote
             print(
-                f"twoprim.classroom.zygote: {name} not imported ({type(err).__name__}: {err})",
+                f"twoprim.learner.zygote: {name} not imported ({type(err).__name__}: {err})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -263,7 +265,7 @@ def _become_kernel(request: dict, fds: list) -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - said in the server's log, then the child ends
         print(
-            f"twoprim.classroom.zygote: the kernel could not start: {type(exc).__name__}: {exc}",
+            f"twoprim.learner.zygote: the kernel could not start: {type(exc).__name__}: {exc}",
             file=sys.stderr,
             flush=True,
         )
@@ -298,16 +300,16 @@ def _fresh_state(env: dict[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -P -m twoprim.classroom.zygote SOCKET SERVER_PID`: serve until the server exits."""
+    """`python -P -m twoprim.learner.zygote SOCKET SERVER_PID`: serve until the server exits."""
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -P -m twoprim.classroom.zygote SOCKET SERVER_PID", file=sys.stderr)
+        print("usage: python -P -m twoprim.learner.zygote SOCKET SERVER_PID", file=sys.stderr)
         return 2
     started = time.monotonic()
     try:
         serve(argv[0], int(argv[1]))
     except ProcessLookupError:
         print(
-            f"twoprim.classroom.zygote: the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s "
+            f"twoprim.learner.zygote: the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s "
             f"after starting this zygote",
             file=sys.stderr,
             flush=True,
