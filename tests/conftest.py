@@ -18,6 +18,14 @@ os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 # `./course selfgrade` in a test grades in its own process: no learner's warm grader outlives a test
 # (tests/test_selfgrade.py starts its own, in a folder of its own, and stops it)
 os.environ["TWOPRIM_WARM_GRADER"] = "off"
+# `make test` runs two test processes on two cores: each process, and every kernel, grader and command it starts,
+# computes on one thread, as the grader gives each worker of its local cluster one and a progress report each of its
+# two kernels. With torch's default (a thread per core) each process's thread pool waits for the core the other
+# process holds: test_autograde.py and test_notebooks.py side by side took 110-112 s and 191-192 CPU-s so, 98 s and
+# 174 CPU-s with one thread each (2026-12-05, two runs each). A single test process keeps the default.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 
 def fails(check, *args, **kwargs) -> str:
