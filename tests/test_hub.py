@@ -1200,6 +1200,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
             ["chpasswd"], input=f"{right}:{theirs}\n", text=True, check=True, capture_output=True, timeout=60
         )
         certs = _certificate(clone["base"] / "tls-public", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
+        mark("a certificate for the public hub")
         hub = Hub(
             course,
             [
@@ -1224,6 +1225,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         )
         stopped = None
         public, kept_passwords = hub.table(accounts)
+        mark("the hub again: table printed")
         assert set(kept_passwords.values()) == {KEPT.split()[0]} and KEPT in hub.text(), kept_passwords
         assert public == f"https://{PUBLIC_HOST}:{port}/", public
         assert f"classroom is running (JupyterHub, on 127.0.0.1, TLS): {public}" in hub.text()
@@ -1244,6 +1246,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
         assert proc.returncode == 0 and f"1 new submission(s) of {AID} collected ({wrong} (newer))" in proc.stdout, (
             proc
         )  # the newest, kept through the restart
+        mark("the hub again: its service answers, ./course collect")
         with sync_playwright() as playwright:
             browser = launch(playwright, (f"--ignore-certificate-errors-spki-list={certs['spki']}",))
             try:
@@ -1262,6 +1265,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                     assert response.status == 404 and "No access to resources" in hub.text(), response.status
             finally:
                 browser.close()
+        mark("the hub again: a student's JupyterLab over TLS")
         stopped = hub.interrupt()
         assert stopped == 0, hub.tail()
         assert re.search(r"^stopped: the hub, the proxy and the 1 server\(s\) it started", hub.text(), re.M), hub.tail()
