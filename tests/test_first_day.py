@@ -117,6 +117,31 @@ def test_make_setup_asks_the_decision_and_insists_only_on_a_named_python(tmp_pat
     assert recipe(PYTHON="/opt/py/bin/python3.11").endswith('--explicit)" \\')
 
 
+def test_a_users_kernels_compute_on_as_many_threads_as_their_cpu_limit(monkeypatch):
+    """The environment ClassroomSpawner gives a server (and so its kernels): torch's, MKL's and OpenBLAS's threads are
+    the user's whole cores under `--cpus`, at least one; a value the configuration set is kept. (tests/test_hub.py
+    reads torch's thread count in a student's kernel.)"""
+    from types import SimpleNamespace
+
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    from twoprim.classroom.limits import ClassroomSpawner
+
+    variables = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    base = {"PATH": "/usr/bin"}
+    monkeypatch.setattr(LocalProcessSpawner, "get_env", lambda self: dict(base))  # JupyterHub's own part
+
+    def threads(cpus: float) -> dict[str, str]:
+        env = ClassroomSpawner(user=SimpleNamespace(name="student", url="/user/student/"), cpus=cpus).get_env()
+        assert env["PATH"] == "/usr/bin"
+        return {v: env[v] for v in variables}
+
+    for cpus, expected in ((1.0, "1"), (0.5, "1"), (2.5, "2"), (4.0, "4")):
+        assert threads(cpus) == dict.fromkeys(variables, expected), cpus
+    base["OMP_NUM_THREADS"] = "3"  # set in the configuration (c.Spawner.environment)
+    assert threads(1.0) == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
 # --- ./course hub --remove-class: the accounts the hub made, and only those ---------------------------------------
 
 

@@ -89,7 +89,7 @@ print("ISOLATION " + json.dumps({**{p: _open(p) for p in %r}, "workspace": str(s
                                  "released": sorted(room.released) if room else notes,
                                  "submitted": sorted(room.submitted) if room else notes,
                                  "due": {a: f"{d:%%Y-%%m-%%d %%H:%%M}" for a, d in room.due.items()} if room else notes,
-                                 "course": shutil.which("course")}))
+                                 "course": shutil.which("course"), "threads": __import__("torch").get_num_threads()}))
 """
 
 
@@ -1179,6 +1179,8 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
                         # the formgrader's due date reaches their progress, and `course` is on their kernel's PATH
                         assert seen["due"] == {AID: due_utc}, seen
                         assert seen["course"] == str(course / ".venv" / "bin" / "course"), seen
+                        # torch computes on the student's one core (--cpus 1), not on a thread per core of the machine
+                        assert seen["threads"] == 1, seen
                         state_file = Path(mine.pw_dir) / ".twoprim-progress.json"
                         assert state_file.stat().st_uid == mine.pw_uid
                         assert json.loads(state_file.read_text())["hints"][f"{AID}-dot"] >= 1

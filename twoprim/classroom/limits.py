@@ -14,6 +14,10 @@ the limits added before it drops to the user's account):
 - An address-space limit (RLIMIT_AS) on each process, the grading sandbox's: an allocation far beyond any limit
   (`bytearray(64 * 2**30)`) fails at once with MemoryError in the student's own notebook, and the kernel lives on.
   It needs no control group, so it holds on every machine.
+
+Beside them, the compute threads of a user's kernels match their CPU limit: torch, MKL and OpenBLAS would otherwise
+start a thread per core of the machine, which a limit of one core throttles (the threads wait for CPU time the group
+does not have) and which makes 30 students' kernels fight over every core.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Float, Int
 
 from twoprim.classroom.notices import CGROUP_ROOT, oom_kills_in, own_path
-from twoprim.grading.sandbox import MEMORY_LIMIT_BYTES
+from twoprim.grading.sandbox import MEMORY_LIMIT_BYTES, THREAD_VARIABLES
 
 GROUP = "twoprim-classroom"
 PERIOD_US = 100_000
@@ -113,6 +117,14 @@ class ClassroomSpawner(LocalProcessSpawner):
     cpus = Float(1.0, help="CPU time of each user's server and kernels together, in cores").tag(config=True)
     address_space = Int(MEMORY_LIMIT_BYTES, help="RLIMIT_AS of each process, bytes (0: none)").tag(config=True)
     _oom_seen = 0
+
+    def get_env(self):
+        """JupyterHub's environment for the server, with its kernels' compute threads set to the user's whole cores
+        (at least one), unless the configuration set them."""
+        env = super().get_env()
+        for variable in THREAD_VARIABLES:
+            env.setdefault(variable, str(max(1, int(self.cpus))))
+        return env
 
     def make_preexec_fn(self, name):
         """Enter the user's group and set RLIMIT_AS (as root, in the child), then drop to the user."""
