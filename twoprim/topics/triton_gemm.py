@@ -307,9 +307,41 @@ class Launches:
 
 
 @contextlib.contextmanager
+def uninitialized_reads_nan():
+    """While the block runs, memory torch allocates without initialising (`torch.empty`, the usual output of a Triton
+    wrapper) is filled with NaN (floats) or the type's largest value (integers), as in torch's deterministic mode: an
+    element no program wrote reads as NaN, never as what a freed tensor of the same size held. Without it, a grid
+    that leaves a block of the output to no program could pass a case whenever the allocator hands back the buffer
+    of an earlier correct run of that case (seen: a rounded-down grid passed, after the solution had run)."""
+    import warnings
+
+    import torch
+    import torch.utils.deterministic as deterministic
+
+    # `fill_uninitialized_memory` is a property of that module's class, which type checkers do not see: read and
+    # set by name
+    flag = "fill_uninitialized_memory"
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        getattr(deterministic, flag),
+    )
+    # warn_only: an op without a deterministic implementation (CUDA's, mostly) runs as it would, never raises
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    setattr(deterministic, flag, True)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        setattr(deterministic, flag, before[2])
+
+
+@contextlib.contextmanager
 def launches():
     """Record every `kernel[grid](...)` launch (interpreter or compiled) while the block runs, and in the
-    interpreter each program's `tl.dot` calls."""
+    interpreter each program's `tl.dot` calls; memory left uninitialised reads NaN (`uninitialized_reads_nan`)."""
     from triton.runtime import interpreter, jit
 
     seen = Launches()
@@ -341,7 +373,8 @@ def launches():
 
         cls.run = run  # pyright: ignore[reportAttributeAccessIssue] (Triton's class, patched: `run` wraps its own)
     try:
-        yield seen
+        with uninitialized_reads_nan():
+            yield seen
     finally:
         for cls, original in originals.items():
             cls.run = original
