@@ -788,15 +788,14 @@ def _run_copies(
         return results
     # Two notebooks or more: their kernels are forked from one zygote that imported torch, IPython and the course's
     # checks once (started now, while the first copies are made; stopped at the end unless it served already)
-    zygote = _zygote() if len(todo) > 1 else None
+    warm = len(todo) > 1
+    started_here = warm and _start_zygote()
 
     def run(item):
         a, key = item
         log(f"running a copy of {a.path.relative_to(root)} in a fresh kernel ...")
         try:
-            result = execute_copy(
-                a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1, warm=zygote is not None
-            )
+            result = execute_copy(a.path, a.aid, timeout=timeout, one_thread=workers > 1 and len(todo) > 1, warm=warm)
         except Exception as err:  # noqa: BLE001 - e.g. no kernel could start; reported for this one only
             result = {
                 "status": "error",
@@ -815,29 +814,23 @@ def _run_copies(
                 if key:
                     results[a.aid] = (key, result)
     finally:
-        if zygote is not None and zygote[1]:
-            _stop_zygote()
+        if started_here:  # stopped and forgotten: the next report starts a new one (a stop on purpose is no failure)
+            from twoprim.learner import warm_kernels
+
+            warm_kernels.stop_zygotes()
     return results
 
 
-def _zygote() -> tuple:
-    """This process's zygote (`twoprim.learner.warm_kernels`), started unless it is running (in a Jupyter server, its
-    own): (the zygote, whether it was started here). Its kernels' output goes nowhere: a kernel's log is noise here."""
+def _start_zygote() -> bool:
+    """Start this process's zygote (`twoprim.learner.warm_kernels`) unless it runs already (in a Jupyter server, the
+    server's); whether it was started here. Its kernels' output goes nowhere: a kernel's log is noise here."""
     from twoprim.learner import warm_kernels
 
     z = warm_kernels.zygote()
     if z.state() in ("ready", "starting"):
-        return z, False
+        return False
     z.start(stderr=subprocess.DEVNULL)
-    return z, True
-
-
-def _stop_zygote() -> None:
-    """Stop the zygote `_zygote` started, and forget it: the next report starts a new one (a zygote stopped on
-    purpose is not one that failed)."""
-    from twoprim.learner import warm_kernels
-
-    warm_kernels.stop_zygotes()
+    return True
 
 
 def _fill(a: AssignmentStatus, result: dict, *, cached: bool) -> None:
