@@ -11,6 +11,7 @@ import pytest
 
 from twoprim.config import ROOT
 from twoprim.core.notebooks import code_of
+from twoprim.grading.sandbox import THREAD_VARIABLES
 
 BIN = Path(sys.executable).parent
 # Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.
@@ -24,7 +25,7 @@ os.environ["TWOPRIM_WARM_GRADER"] = "off"
 # process holds: test_autograde.py and test_notebooks.py side by side took 110-112 s and 191-192 CPU-s so, 98 s and
 # 174 CPU-s with one thread each (2026-12-05, two runs each). A single test process keeps the default.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for variable in THREAD_VARIABLES:
         os.environ.setdefault(variable, "1")
 
 
