@@ -20,11 +20,11 @@ from nbgrader.api import Gradebook
 
 from twoprim import course as course_cli
 from twoprim import grading
-from twoprim.config import ROOT
 from twoprim.grading.gradebook import committed, database_url
 from twoprim.grading.nbgrader_cli import nbgrader
 from twoprim.learner import deadlines
 
+from . import scripts
 from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 
 AID = "ex01_dot"
@@ -697,12 +697,7 @@ def test_only_throw_away_gradebooks_are_written_without_syncing_to_disk(tmp_path
 
 
 def test_the_benchmark_splits_a_run_into_fixed_seconds_and_a_marginal_rate():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
-    assert spec is not None and spec.loader is not None, spec
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = scripts.load("scripts/bench_autograde.py")
     # 12 s before the first grade, then one every 0.5 s (two workers: in pairs), arriving out of order
     arrivals = [12 + 0.5 * (i + i % 2) for i in range(20)][::-1]
     fixed, marginal = bench.fit(arrivals)
@@ -711,12 +706,7 @@ def test_the_benchmark_splits_a_run_into_fixed_seconds_and_a_marginal_rate():
 
 
 def test_the_benchmark_names_every_student_whose_score_moved_between_runs():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "scripts" / "bench_autograde.py")
-    assert spec is not None and spec.loader is not None, spec
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = scripts.load("scripts/bench_autograde.py")
     same = {"s000": 15.0, "s001": 0.0}
     assert bench.differences([same, dict(same), dict(same)], dict(same)) == {}
     assert bench.differences([same, {"s000": 15.0, "s001": 1.0}, same]) == {"s001": [0.0, 1.0, 0.0]}

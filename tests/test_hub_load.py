@@ -25,19 +25,18 @@ Root only (accounts, control groups): CI runs as root. As another user each test
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import pwd
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests import scripts
 from twoprim.config import ROOT
 
 ARTIFACTS = Path(os.environ.get("TWOPRIM_ARTIFACTS") or ROOT / ".artifacts") / "hub-load"
@@ -73,16 +72,7 @@ P95_BOUND_S = {
 }
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_hub", ROOT / "scripts" / "bench_hub.py")
-    assert spec is not None and spec.loader is not None, spec
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_hub"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = scripts.load("scripts/bench_hub.py")
 
 
 # --- the limits' own logic, without a hub (milliseconds) -----------------------------------------------------------

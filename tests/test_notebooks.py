@@ -13,8 +13,6 @@ import contextlib
 import filecmp
 import functools
 import html.parser
-import importlib.util
-import sys
 import threading
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -28,17 +26,13 @@ from twoprim.config import ROOT
 from twoprim.core.notebooks import assignments, execute, is_clean, lessons
 from twoprim.course import generate
 
+from . import scripts
 from .chromium import launch
 
 
 def _site_builder():
     """docs/build.py, imported by path (docs/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
-    assert spec is not None and spec.loader is not None, spec
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docs_build"] = module
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load("docs/build.py")
 
 
 docs = _site_builder()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -32,15 +31,10 @@ from typing import Any
 import psutil
 import pytest
 
-from twoprim.config import ROOT
-
+from . import scripts
 from .servers import BIN, free_port
 
-spec = importlib.util.spec_from_file_location("bench_hub", ROOT / "scripts" / "bench_hub.py")
-assert spec is not None and spec.loader is not None, spec
-bench = importlib.util.module_from_spec(spec)
-sys.modules["bench_hub"] = bench  # its dataclasses look their module up (as tests/test_hub_load.py does)
-spec.loader.exec_module(bench)
+bench = scripts.load("scripts/bench_hub.py")
 
 PING_S = 0.2
 
