@@ -932,13 +932,19 @@ def _group_memory(name: str) -> int | None:
 
 def warm_kernel_lines(log: str) -> dict:
     """What the hub's log says of students' kernels (twoprim/learner/warm_kernels.py): how many were forked from
-    their server's zygote, how many started the usual way and why, and how long each zygote took to be ready."""
+    their server's zygote, how many started the usual way and why, how many forked kernels ended without their
+    server's stopping them (a kill at the memory limit among them), how many zygotes were retired for kernels that
+    died at start, and how long each zygote took to be ready."""
     usual = re.findall(r"started the usual way: the zygote cannot serve it: (.*)", log)
     ready = [float(x) for x in re.findall(r"the zygote \(pid \d+\) is ready, ([\d.]+) s after", log)]
+    ended = re.findall(r"ended [\d.]+ s after its fork, not stopped by its server: (.*)", log)
     return {
         "forked": len(re.findall(r"forked from the zygote", log)),
         "usual": len(usual),
         "usual_why": sorted(set(usual))[:10],
+        "ended": len(ended),
+        "ended_how": sorted(set(ended))[:10],
+        "retired": len(re.findall(r"the zygote \(pid \d+\) is retired", log)),
         "zygotes_ready": len(ready),
         "zygote_ready_s_p50": percentile(ready, 50) if ready else None,
         "zygote_ready_s_max": max(ready, default=None),
@@ -1082,7 +1088,10 @@ def format_report(report: dict) -> str:
         f"  kernels: {report.get('warm_kernels', {}).get('forked', 0)} forked from a zygote, "
         f"{report.get('warm_kernels', {}).get('usual', 0)} started the usual way "
         f"{report.get('warm_kernels', {}).get('usual_why', [])}; zygote ready p50 "
-        f"{report.get('warm_kernels', {}).get('zygote_ready_s_p50')} s",
+        f"{report.get('warm_kernels', {}).get('zygote_ready_s_p50')} s; "
+        f"{report.get('warm_kernels', {}).get('ended', 0)} forked ended unasked "
+        f"{report.get('warm_kernels', {}).get('ended_how', [])}, "
+        f"{report.get('warm_kernels', {}).get('retired', 0)} zygotes retired",
         f"  failures: {len(report['failures'])}",
     ]
     for name, why in report["failures"].items():

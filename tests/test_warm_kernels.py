@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import scripts
 from tests.accounts import delete_account, shared_tmp
 
 MEMORY_MB = 1024  # the zygote (~340 MB resident), this server-equivalent and two kernels fit; a 2 GiB array does not
@@ -269,3 +270,143 @@ def test_a_students_kernels_are_forked_warm_fresh_their_own_interruptible_and_re
     assert memory["after"] and memory["after"] != memory["before"], memory  # restarted, forked again
     # the restarted kernel is fresh, and its first cell says what happened (notices.py, loaded in forked kernels too)
     assert memory["zygote"] and memory["result"] == ["ok", notices.message(1, MEMORY_MB) + "False\n"], memory
+
+
+# --- a zygote whose kernels die at start ----------------------------------------------------------------------------
+
+# Every kernel the first zygote forks dies at once (exit code 3), as from a zygote whose warm state is broken; kernels
+# started the usual way, and a second zygote's, are sound. An at-fork hook: subprocess's own starts never run it.
+BROKEN_ZYGOTE = """
+import os, sys
+def _die_if_first_zygote():
+    if len(sys.argv) > 1 and sys.argv[1].endswith("-1.sock"):
+        os._exit(3)
+os.register_at_fork(after_in_child=_die_if_first_zygote)
+"""
+
+# A server's kernel manager (with its restarter) over the classroom's kernelspec, one JSON line per finding.
+RETIRING_SERVER = r"""
+import asyncio, json, logging, sys, time
+from jupyter_client.ioloop import AsyncIOLoopKernelManager
+from traitlets.config import Config
+from twoprim.classroom import warm_kernels
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
+log = logging.getLogger("server")
+
+def say(**what):
+    print(json.dumps(what), flush=True)
+
+def manager():
+    return AsyncIOLoopKernelManager(kernel_name="python3", log=log,
+                                    config=Config({"KernelRestarter": {"time_to_dead": 0.5}}))
+
+async def run(km, code):
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=120)
+        out = []
+        hook = lambda m: m["msg_type"] == "stream" and out.append(m["content"]["text"])
+        reply = await kc.execute_interactive(code, timeout=120, output_hook=hook)
+        return reply["content"]["status"], "".join(out)
+    finally:
+        kc.stop_channels()
+
+async def main():
+    zygote = warm_kernels.zygote()
+    zygote.start(log)
+    first_zygote = zygote.proc
+    say(step="zygote", ready=await zygote.wait_ready(180))
+    km = manager()
+    await km.start_kernel()
+    km.start_restarter()
+    forks = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the restarter's kernel runs, whichever way it started
+        f = km.provisioner.forked
+        if f is not None and f.pid not in forks:
+            forks.append(f.pid)
+        if f is None and await km.is_alive():
+            break
+        await asyncio.sleep(0.1)
+    say(step="restarted", forks=forks, forked=km.provisioner.forked is not None, result=await run(km, "print(6 * 7)"),
+        retired=[p.pid for p in zygote.retired], first_zygote=first_zygote.pid)
+    try:
+        first_zygote.wait(30)  # its kernels all died: it exits
+    except Exception:
+        pass
+    ready = await zygote.wait_ready(180)
+    later = manager()
+    await later.start_kernel()
+    f = later.provisioner.forked
+    say(step="later", first_zygote_exit=first_zygote.poll(), ready=ready, zygote=zygote.proc.pid,
+        forked=f is not None, result=await run(later, "import os\nprint(os.getppid())"))
+    km.stop_restarter()
+    for k in (km, later):
+        await k.shutdown_kernel(now=True)
+    warm_kernels.stop_zygotes()
+    say(step="done")
+
+asyncio.run(main())
+"""
+
+
+def test_a_zygote_whose_kernels_die_at_start_is_retired_and_the_student_gets_a_kernel(tmp_path):
+    """Two forked kernels that die at start (the restarter's first try and its second) retire the zygote: the log
+    names each death (exit code, seconds after the fork) and the retirement, the restarter's next kernel starts the
+    usual way and runs a cell, the retired zygote exits once its kernels are gone, and the next kernel is forked from a
+    new zygote. As any user: no account or control group is needed."""
+    from twoprim.classroom import warm_kernels
+
+    share = tmp_path / "share" / "kernels" / "python3"
+    share.mkdir(parents=True)
+    (share / "kernel.json").write_text(json.dumps(warm_kernels.kernel_spec(sys.executable)))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(BROKEN_ZYGOTE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(hooks), str(Path(__file__).resolve().parents[1])]),
+        "JUPYTER_PATH": str(tmp_path / "share"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    log = tmp_path / "server.log"
+    with log.open("w") as err:
+        proc = subprocess.run(
+            [sys.executable, "-c", RETIRING_SERVER],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=RUN_S,
+        )
+    text = log.read_text()
+    steps = {r["step"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert "done" in steps, (proc.returncode, steps, text[-4000:])
+    assert steps["zygote"]["ready"], text[-4000:]
+
+    restarted = steps["restarted"]
+    assert len(restarted["forks"]) == 2, (restarted, text[-4000:])  # the first try and the restarter's second
+    assert not restarted["forked"] and restarted["result"] == ["ok", "42\n"], restarted  # then the usual way
+    assert restarted["retired"] == [restarted["first_zygote"]], restarted
+    ended = re.findall(
+        r"kernel \S+ \(pid (\d+)\) ended ([\d.]+) s after its fork, not stopped by its server: (.+)", text
+    )
+    assert [(int(pid), how) for pid, _, how in ended] == [(pid, "exit code 3") for pid in restarted["forks"]], text
+    assert all(float(seconds) < 10 for _, seconds, _ in ended), ended
+    why = "its last 2 kernels died within 10 s of their fork, the last: exit code 3"
+    assert f"the zygote (pid {restarted['first_zygote']}) is retired: {why}" in text, text[-4000:]
+    assert f"started the usual way: the zygote cannot serve it: it does not serve ({why})" in text, text[-4000:]
+    assert "retired: it forks no more kernels" in text, text[-4000:]  # the zygote's own line
+
+    later = steps["later"]
+    assert later["first_zygote_exit"] is not None, later  # no kernel of its own left: it exited
+    assert later["ready"] and later["zygote"] != restarted["first_zygote"], later
+    assert later["forked"] and later["result"] == ["ok", f"{later['zygote']}\n"], later  # forked from the new one
+
+    # the classroom's load report counts them from the same lines (scripts/bench_hub.py)
+    counted = scripts.load("scripts/bench_hub.py").warm_kernel_lines(text)
+    assert (counted["ended"], counted["ended_how"], counted["retired"]) == (2, ["exit code 3"], 1), counted
+    assert counted["forked"] == 3 and counted["usual"] == 1, counted

@@ -23,6 +23,12 @@ Registered as the entry point `twoprim-warm` (pyproject.toml, `jupyter_client.ke
 - Where the zygote cannot serve (not started yet: the first kernel of a server without the extension; it died; a
   kernelspec whose command is not this environment's `python -m ipykernel_launcher`), the kernel starts the usual
   way and the server's log says why; a zygote that died is started again in the background for the next kernels.
+- A forked kernel that ends by itself (not stopped by the server) is named in the server's log with how it ended
+  and how long after its fork. When two in a row end that way within `EARLY_S` of their fork (a crash at start,
+  not the student's code: a kill at the memory limit, SIGKILL, or a clean exit do not count), the zygote is retired:
+  it forks no more and exits once its running kernels have ended, the next kernel (the restarter's) starts the
+  usual way, and a new zygote is started in the background for the ones after it. A student never waits on a
+  zygote whose kernels cannot start.
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ import asyncio
 import contextlib
 import json
 import os
-import pwd
 import select
 import signal
 import socket
@@ -44,25 +49,29 @@ from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-from twoprim.learner.zygote import READY
+from twoprim.learner.zygote import READY, account
 
 __all__ = ["NAME", "WarmProvisioner", "Zygote", "zygote", "stop_zygotes"]
 
 NAME = "twoprim-warm"  # the provisioner's entry point, as a kernelspec names it
-
-
-def _log_prefix() -> str:
-    """The log lines' prefix, with the account the server runs as: a hub's log interleaves every student's server."""
-    try:
-        return f"twoprim warm kernels ({pwd.getpwuid(os.getuid()).pw_name})"
-    except KeyError:
-        return f"twoprim warm kernels (uid {os.getuid()})"
-
-
-LOG = _log_prefix()
+LOG = f"twoprim warm kernels ({account()})"  # a hub's log interleaves every student's server
 START_S = 180  # the zygote importing torch while a whole class logs in on 2 cores
 FORK_S = 30  # the zygote's answer to a request (it forks at once)
 RESTARTS = 3  # a zygote that keeps dying is not started again more often than this per server
+EARLY_S = 10.0  # a forked kernel that ends by itself this soon after its fork died at start (ipykernel's start: < 1 s)
+EARLY_DEATHS = 2  # this many in a row retire the zygote
+
+
+def how_it_ended(code: int) -> str:
+    """A kernel's exit status in words: `exit code 1`, `killed by SIGSEGV`, or the zygote's having gone first."""
+    if code == -1:
+        return "ended after its zygote (no exit status)"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class Zygote:
@@ -79,6 +88,8 @@ class Zygote:
         self.threads = 0  # the zygote's threads when it said it was ready (1: none started before forks)
         self.lock = threading.Lock()
         self.socket: Path | None = None
+        self.early = 0  # this zygote's forked kernels that died at start, in a row
+        self.retired: list[subprocess.Popen] = []  # zygotes that fork no more, left to their running kernels
 
     def state(self) -> str:
         """ "ready", "starting", "dead" (it was started and exited, or never said ready) or "absent" (never started)."""
@@ -111,6 +122,7 @@ class Zygote:
             self.socket.unlink(missing_ok=True)
             self.ready.clear()
             self.failure = ""
+            self.early = 0
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(
                 [self.python, "-P", "-m", "twoprim.learner.zygote", str(self.socket), str(os.getpid())],
@@ -195,14 +207,43 @@ class Zygote:
         conn.setblocking(False)
         return conn, int(reply["pid"]), fds[0]
 
+    def ended(self, generation: int, code: int, after_s: float, log=None) -> None:
+        """A kernel this zygote forked (its `generation`: which start of it) ended by itself `after_s` s after its
+        fork: two that died at start in a row retire the zygote (see the module's docstring)."""
+        with self.lock:
+            if generation != self.starts or self.failure or self.proc is None or self.proc.poll() is not None:
+                return  # an older zygote's kernel, or this one is already known not to serve (`state` says why)
+            if code in (0, -signal.SIGKILL) or after_s >= EARLY_S:
+                self.early = 0  # the student's doing (exit(), the memory limit) or a kernel that ran: not at start
+                return
+            self.early += 1
+            if self.early < EARLY_DEATHS:
+                return
+            self.failure = f"its last {self.early} kernels died within {EARLY_S:.0f} s of their fork, the last: " + (
+                how_it_ended(code)
+            )
+            proc = self.proc
+            self.retired.append(proc)
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGUSR1)  # it forks no more, and exits when its running kernels have ended
+        if log is not None:
+            log.warning(
+                "%s: the zygote (pid %d) is retired: %s; the next kernels start the usual way while a new one starts",
+                LOG,
+                proc.pid,
+                self.failure,
+            )
+
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        for proc in [*self.retired, self.proc]:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        self.retired = [p for p in self.retired if p.poll() is None]
 
 
 def _private_folder() -> Path:
@@ -246,10 +287,15 @@ def _same_python(a: str, b: str) -> bool:
 
 
 class _Forked:
-    """A kernel the zygote forked: its pid, a pidfd of it, and the connection its exit status comes on."""
+    """A kernel the zygote forked: its pid, a pidfd of it, and the connection its exit status comes on; which start
+    of the zygote forked it, when, and whether the server has signalled it to end."""
 
-    def __init__(self, conn: socket.socket, pid: int, pidfd: int):
+    def __init__(self, conn: socket.socket, pid: int, pidfd: int, generation: int = 0):
         self.conn, self.pid, self.pidfd = conn, pid, pidfd
+        self.generation = generation
+        self.forked_at = time.monotonic()
+        self.stopped = False  # the server sent it SIGTERM or SIGKILL (a shutdown, a restart): its end is not news
+        self.told = False  # its end has been noted (logged, counted against the zygote)
         self.code: int | None = None
         self.buffer = b""
 
@@ -276,6 +322,8 @@ class _Forked:
     def signal(self, signum: int) -> None:
         if self.exit_code() is not None:
             return
+        if signum in (signal.SIGTERM, signal.SIGKILL):
+            self.stopped = True
         try:
             os.killpg(self.pid, signum)  # the kernel and what it started, as for a kernel started the usual way
         except OSError:
@@ -307,7 +355,7 @@ class WarmProvisioner(LocalProvisioner):
                 why = (
                     "it was not started (no server extension)"
                     if state == "absent"
-                    else f"it is not running ({z.failure})"
+                    else f"it does not serve ({z.failure})"
                 )
                 if not z.start(self.log):
                     why += f"; not started: {z.failure}"
@@ -315,14 +363,14 @@ class WarmProvisioner(LocalProvisioner):
                 why = f"it did not become ready ({z.failure or 'still starting'})"
         if why is None:
             try:
-                started = time.monotonic()
+                started, generation = time.monotonic(), z.starts
                 conn, pid, pidfd = await asyncio.get_running_loop().run_in_executor(
                     None, z.fork, cmd[3:], dict(kwargs.get("env") or os.environ), str(kwargs.get("cwd") or os.getcwd())
                 )
             except (OSError, ValueError) as err:
                 why = f"it did not fork the kernel ({type(err).__name__}: {err})"
             else:
-                self.forked = _Forked(conn, pid, pidfd)
+                self.forked = _Forked(conn, pid, pidfd, generation)
                 self.pid = self.pgid = pid
                 self.cwd = kwargs.get("cwd", Path.cwd())
                 self.log.info(
@@ -346,9 +394,28 @@ class WarmProvisioner(LocalProvisioner):
             )
         return None
 
+    def _noted(self, forked: _Forked, code: int | None) -> int | None:
+        """`code`, once its end is noted: a kernel that ended by itself is named in the log and told to its zygote."""
+        if code is None or forked.told:
+            return code
+        forked.told = True
+        if forked.stopped:
+            return code
+        after = time.monotonic() - forked.forked_at
+        self.log.warning(
+            "%s: kernel %s (pid %d) ended %.1f s after its fork, not stopped by its server: %s",
+            LOG,
+            self.kernel_id,
+            forked.pid,
+            after,
+            how_it_ended(code),
+        )
+        zygote().ended(forked.generation, code, after, self.log)
+        return code
+
     async def poll(self) -> int | None:
         if self.forked is not None:
-            return self.forked.exit_code()
+            return self._noted(self.forked, self.forked.exit_code())
         return await super().poll()
 
     async def wait(self) -> int | None:
@@ -356,6 +423,7 @@ class WarmProvisioner(LocalProvisioner):
             return await super().wait()
         while (code := self.forked.exit_code()) is None:  # callers bound it (KernelManager's shutdown timeouts)
             await asyncio.sleep(0.05)
+        self._noted(self.forked, code)
         self.forked.close()
         self.forked = None
         return code

@@ -22,7 +22,8 @@ Protocol, over a Unix socket in a folder only the student can open, from their o
 line per kernel, `{"argv": [...], "env": {...}, "cwd": "..."}`; the answer `{"pid": N}` comes with a pidfd of the
 kernel (SCM_RIGHTS), then `{"exit": CODE}` (negative: the signal) when the zygote has reaped it. A connection that
 closes takes its kernel with it (the server that asked is gone). The zygote exits when the server that started it
-does (a pidfd of the server in its loop), killing what it forked.
+does (a pidfd of the server in its loop), killing what it forked. SIGUSR1 retires it (the provisioner's answer to
+kernels that keep dying at start): it forks no more, and exits once the kernels it forked have ended.
 
     python -P -m twoprim.learner.zygote SOCKET SERVER_PID
 """
@@ -34,6 +35,7 @@ import gc
 import importlib
 import json
 import os
+import pwd
 import selectors
 import signal
 import socket
@@ -71,6 +73,19 @@ INLINE = "module://matplotlib_inline.backend_inline"  # what ipykernel sets MPLB
 _SET_BY: dict[str, str] = {}  # what importing MODULES set in the environment: set again in every kernel
 
 
+def account() -> str:
+    """The account this process runs as, for its log lines: a hub's log interleaves every student's server."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
+def _say(message: str) -> None:
+    """A line in the server's log (the zygote's stderr), naming the student."""
+    print(f"twoprim.learner.zygote ({account()}): {message}", file=sys.stderr, flush=True)
+
+
 def _threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -87,11 +102,7 @@ def _warm() -> None:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the kernel imports it itself, as without a zygote
-            print(
-                f"twoprim.learner.zygote: {name} not imported ({type(err).__name__}: {err})",
-                file=sys.stderr,
-                flush=True,
-            )
+            _say(f"{name} not imported ({type(err).__name__}: {err})")
     _SET_BY.update({k: v for k, v in os.environ.items() if before.get(k) != v})
     gc.collect()
     gc.freeze()  # the imported heap stays shared with every kernel: the collector never writes to its pages
@@ -147,6 +158,8 @@ def serve(socket_path: str, server_pid: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    retiring: list[bool] = []
+    signal.signal(signal.SIGUSR1, lambda *_: retiring.append(True))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's; it stops this one itself
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
@@ -172,6 +185,15 @@ def serve(socket_path: str, server_pid: int) -> None:
                     selector.unregister(key.fileobj)
                     _kill(key.data)
             _reap(kernels, selector)
+            if retiring:
+                if listener.fileno() >= 0:  # it forks no more; its kernels are left to finish
+                    selector.unregister(listener)
+                    listener.close()
+                    with contextlib.suppress(OSError):
+                        os.unlink(socket_path)
+                    _say(f"retired: it forks no more kernels and exits when its {len(kernels)} running ones end")
+                if not kernels:
+                    return
     finally:
         for pid in list(kernels):
             _kill(pid)
@@ -244,6 +266,7 @@ def _become_kernel(request: dict, fds: list) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any new interpreter
         os.setsid()
         os.chdir(request["cwd"])
@@ -264,11 +287,7 @@ def _become_kernel(request: dict, fds: list) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - said in the server's log, then the child ends
-        print(
-            f"twoprim.learner.zygote: the kernel could not start: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _say(f"kernel {os.getpid()} could not start: {type(exc).__name__}: {exc}")
     finally:
         import atexit
 
@@ -308,12 +327,7 @@ def main(argv: list[str]) -> int:
     try:
         serve(argv[0], int(argv[1]))
     except ProcessLookupError:
-        print(
-            f"twoprim.learner.zygote: the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s "
-            f"after starting this zygote",
-            file=sys.stderr,
-            flush=True,
-        )
+        _say(f"the server (pid {argv[1]}) had exited {time.monotonic() - started:.1f} s after starting this zygote")
         return 1
     return 0
 
