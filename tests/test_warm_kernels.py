@@ -343,8 +343,8 @@ async def main():
     say(step="later", first_zygote_exit=first_zygote.poll(), ready=ready, zygote=zygote.proc.pid,
         forked=f is not None, result=await run(later, "import os\nprint(os.getppid())"))
     km.stop_restarter()
-    for k in (km, later):
-        await k.shutdown_kernel(now=True)
+    await km.shutdown_kernel(now=True)
+    await later.shutdown_kernel()  # asked to shut down, it exits by itself: no news in the log
     warm_kernels.stop_zygotes()
     say(step="done")
 

@@ -294,7 +294,7 @@ class _Forked:
         self.conn, self.pid, self.pidfd = conn, pid, pidfd
         self.generation = generation
         self.forked_at = time.monotonic()
-        self.stopped = False  # the server sent it SIGTERM or SIGKILL (a shutdown, a restart): its end is not news
+        self.stopped = False  # the server asked it to shut down, or sent SIGTERM or SIGKILL: its end is not news
         self.told = False  # its end has been noted (logged, counted against the zygote)
         self.code: int | None = None
         self.buffer = b""
@@ -399,7 +399,7 @@ class WarmProvisioner(LocalProvisioner):
         if code is None or forked.told:
             return code
         forked.told = True
-        if forked.stopped:
+        if forked.stopped or code == -1:  # the server's doing, or its zygote's end (said when a kernel next needs it)
             return code
         after = time.monotonic() - forked.forked_at
         self.log.warning(
@@ -427,6 +427,12 @@ class WarmProvisioner(LocalProvisioner):
         self.forked.close()
         self.forked = None
         return code
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        """The server asked the kernel to shut down (a message on its control channel): its exit is not news."""
+        if self.forked is not None:
+            self.forked.stopped = True
+        await super().shutdown_requested(restart)
 
     async def send_signal(self, signum: int) -> None:
         if self.forked is not None:
