@@ -346,6 +346,16 @@ class WarmProvisioner(LocalProvisioner):
     def has_process(self) -> bool:
         return self.forked is not None or super().has_process
 
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """A zygote still starting is waited for here, before jupyter_client picks the kernel's ports (`super`): free
+        when picked, they are bound by the fork a moment later. Picked before the wait, they stayed unbound while the
+        zygote imported (20 s under a class's load), long enough for another process to take one, and jupyter_client
+        keeps a kernel's ports across its restarts, so every restart died on the same taken port."""
+        z = zygote()
+        if z.state() == "starting":
+            await z.wait_ready(max(0.0, START_S - (time.monotonic() - z.started_at)))
+        return await super().pre_launch(**kwargs)
+
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         z = zygote()
         why = self._unsuitable(cmd)
