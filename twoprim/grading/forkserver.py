@@ -63,6 +63,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from twoprim.core import json_lines
+
 ENV_SOCKET = "TWOPRIM_FORKSERVER"
 ENV_MODULE = "TWOPRIM_CHECKS_MODULE"  # the assignment's checks module: its kernel keeps what its import set
 ENV_CELLS = "TWOPRIM_WARM_CELLS"  # a file of the grader's: the instructor's test cells, for `warm_cells`
@@ -72,22 +74,6 @@ START_TIMEOUT_S = 180  # importing torch and the checks on a busy 2-core machine
 PR_SET_NO_NEW_PRIVS = 38
 _SET_BY: dict[str, dict[str, str]] = {}  # module -> what importing it set in the environment
 _WARMED: set[str] = set()  # checks modules whose warm_up has run here, and "module:digest" of cells
-
-
-def _send(conn: socket.socket, message: dict) -> None:
-    conn.sendall((json.dumps(message) + "\n").encode())
-
-
-def _read_line(conn: socket.socket, limit: int = 1 << 20) -> dict | None:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-        if len(data) > limit:
-            return None
-    return json.loads(data)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -199,7 +185,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 conn, _ = server.accept()
                 conn.settimeout(30)
                 try:
-                    request = _read_line(conn)
+                    request = json_lines.receive(conn, limit=1 << 20)
                 except (OSError, ValueError):
                     request = None
                 if not request:
@@ -212,7 +198,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 )
                 if request.get("warm"):  # a grading worker warming an assignment ahead of its kernels: no fork
                     with contextlib.suppress(OSError):
-                        _send(conn, {"warmed": True})
+                        json_lines.send(conn, {"warmed": True})
                     conn.close()
                     continue
                 pid = os.fork()
@@ -220,7 +206,7 @@ def serve(socket_path: str, modules: list[str]) -> None:
                     _become_kernel(request, [server, conn, *kernels.values()], wake_r, wake_w)
                 conn.settimeout(None)
                 born[pid] = oom_kills()
-                _send(conn, {"pid": pid})
+                json_lines.send(conn, {"pid": pid})
                 kernels[pid] = conn
                 selector.register(conn, selectors.EVENT_READ, pid)
             elif key.data == "child":
@@ -277,7 +263,7 @@ def _reap(kernels: dict[int, socket.socket], selector: selectors.BaseSelector, b
             selector.unregister(conn)
         after = oom_kills()
         with contextlib.suppress(OSError):
-            _send(
+            json_lines.send(
                 conn,
                 {
                     "exit": os.waitstatus_to_exitcode(status),
@@ -491,7 +477,7 @@ def launch(connection_file: str) -> int:
             cells = json.loads(Path(os.environ[ENV_CELLS]).read_text())
         except (OSError, ValueError):
             cells = []
-    _send(
+    json_lines.send(
         conn,
         {
             "connection_file": str(inside),
@@ -505,7 +491,7 @@ def launch(connection_file: str) -> int:
     )
     while True:  # as long as its kernel lives, which the grader's cell limits and watchdog bound
         try:
-            message = _read_line(conn)
+            message = json_lines.receive(conn, limit=1 << 20)
         except (OSError, ValueError) as err:
             message, lost = None, f"{type(err).__name__}: {err}"
         else:

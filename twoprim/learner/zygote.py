@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
-import json
 import os
 import pwd
 import selectors
@@ -42,6 +41,8 @@ import socket
 import struct
 import sys
 import time
+
+from twoprim.core import json_lines
 
 READY = "twoprim-zygote-ready"
 # What a kernel of the course imports before its first cell answers: ipykernel and IPython, torch and numpy, the
@@ -110,26 +111,6 @@ def _warm() -> None:
 
 def _peer_uid(conn: socket.socket) -> int:
     return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-
-
-def _read_line(conn: socket.socket, limit: int = 4 << 20) -> dict | None:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-        if len(data) > limit:
-            return None
-    return json.loads(data)
-
-
-def _send(conn: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
-    data = (json.dumps(message) + "\n").encode()
-    if fds:
-        socket.send_fds(conn, [data], list(fds))
-    else:
-        conn.sendall(data)
 
 
 def _kill(pid: int) -> None:
@@ -208,7 +189,7 @@ def _accept(listener: socket.socket, selector, kernels: dict[int, socket.socket]
         return
     conn.settimeout(30)
     try:
-        request = _read_line(conn)
+        request = json_lines.receive(conn, limit=4 << 20)
     except (OSError, ValueError):
         request = None
     if (
@@ -224,7 +205,7 @@ def _accept(listener: socket.socket, selector, kernels: dict[int, socket.socket]
         _become_kernel(request, [*own, conn, *kernels.values()])
     pidfd = os.pidfd_open(pid)  # before it can be reaped: the server signals and watches this very process
     try:
-        _send(conn, {"pid": pid}, (pidfd,))
+        json_lines.send(conn, {"pid": pid}, (pidfd,))
     except OSError:
         _kill(pid)
     finally:
@@ -249,7 +230,7 @@ def _reap(kernels: dict[int, socket.socket], selector) -> None:
         with contextlib.suppress(KeyError, ValueError):
             selector.unregister(conn)
         with contextlib.suppress(OSError):
-            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+            json_lines.send(conn, {"exit": os.waitstatus_to_exitcode(status)})
         conn.close()
 
 
