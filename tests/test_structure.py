@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,7 @@ _IMPORT_EACH_FORKED = (
     _WATCH
     + """
 import json
+import shutil
 for library in json.loads(sys.argv[1]):
     try:
         importlib.import_module(library)
@@ -248,19 +250,24 @@ def test_every_module_imports_in_its_own_fresh_interpreter_without_side_effects(
     assert not failed, failed
 
 
+def _package_copy(folder: Path, probe: str, source: str) -> Path:
+    """A copy of the package in `folder` with module twoprim/topics/`probe`.py holding `source`: the probe never
+    appears in the checkout, where ruff, pyright and the other tests' scans of twoprim/ run beside this file. Run
+    from `folder`, `-c` puts it first on sys.path, so `import twoprim` is the copy."""
+    shutil.copytree(ROOT / "twoprim", folder / "twoprim", ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "twoprim" / "topics" / f"{probe}.py").write_text(source)
+    return folder
+
+
 def test_the_forked_import_finds_a_module_that_fails_alone(tmp_path):
-    probe = ROOT / "twoprim" / "topics" / "_probe_broken.py"
-    probe.write_text("import twoprim.topics._no_such_module\n")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _IMPORT_EACH_FORKED, "[]", "twoprim.config", "twoprim.topics._probe_broken"],
-            cwd=ROOT,
-            text=True,
-            capture_output=True,
-            timeout=120,
-        )
-    finally:
-        probe.unlink()
+    copy = _package_copy(tmp_path, "_probe_broken", "import twoprim.topics._no_such_module\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FORKED, "[]", "twoprim.config", "twoprim.topics._probe_broken"],
+        cwd=copy,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (
         list(failed) == ["twoprim.topics._probe_broken"] and "_no_such_module" in failed["twoprim.topics._probe_broken"]
@@ -268,18 +275,14 @@ def test_the_forked_import_finds_a_module_that_fails_alone(tmp_path):
 
 
 def test_the_side_effect_watch_sees_the_package_write_the_environment(tmp_path):
-    probe = ROOT / "twoprim" / "topics" / "_probe_side_effect.py"
-    probe.write_text('import os\nos.environ["TWOPRIM_PROBE"] = "1"\n')
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _IMPORT_ALONE, "twoprim.topics._probe_side_effect"],
-            cwd=ROOT,
-            text=True,
-            capture_output=True,
-            timeout=60,
-        )
-    finally:
-        probe.unlink()
+    copy = _package_copy(tmp_path, "_probe_side_effect", 'import os\nos.environ["TWOPRIM_PROBE"] = "1"\n')
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALONE, "twoprim.topics._probe_side_effect"],
+        cwd=copy,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "setitem TWOPRIM_PROBE in topics/_probe_side_effect.py" in proc.stderr
 
 
