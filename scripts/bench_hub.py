@@ -91,6 +91,7 @@ class Classroom:
 
     def __enter__(self) -> Classroom:
         from tests.accounts import clone_for, point_venv_at, shared_python, shared_tmp
+        from twoprim.classroom.hub_checks import free_port
 
         if os.geteuid() != 0:
             raise SystemExit("error: the classroom makes a Unix account per student: run as root (sudo)")
@@ -100,7 +101,7 @@ class Classroom:
             self.course = self.base / "course"
             self.course.mkdir()
             point_venv_at(clone_for(self.course, node_modules=True), python)
-            self.port = _free_port()
+            self.port = free_port()
             self.log_path = self.base / "hub.log"
             self._start()
         except BaseException:
@@ -214,14 +215,6 @@ def _ctrl_c_when_orphaned() -> None:
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- one student -------------------------------------------------------------------------------------------------

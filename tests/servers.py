@@ -10,7 +10,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,13 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from twoprim.classroom.hub_checks import free_port  # (the tests' servers take theirs from it)
+
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pg_bin() -> Path:

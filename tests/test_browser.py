@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from twoprim.classroom.hub_checks import free_port
 from twoprim.config import ROOT
 
 from .chromium import CHROMIUM, MISSING, launch
@@ -56,12 +56,6 @@ def _digest() -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in paths}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _api(base: str, path: str, method: str = "GET", body: dict | None = None) -> Any:
     headers = {"Authorization": f"token {TOKEN}", "Content-Type": "application/json"}
     data = None if body is None else json.dumps(body).encode()
@@ -87,7 +81,7 @@ def lab(tmp_path_factory):
     for name, values in LAB_SETTINGS.items():
         (work / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (work / "settings" / name).write_text(json.dumps(values))
-    port = _free_port()
+    port = free_port()
     args = [
         str(Path(sys.executable).parent / "jupyter-lab"),
         "--no-browser",

@@ -60,9 +60,7 @@ class Running:
 
     def __init__(self, store: Path, **kw):
         self.store = svc.Store(store)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/services/{svc.NAME}/"
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()

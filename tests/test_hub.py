@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -45,6 +46,7 @@ import nbformat
 import psutil
 import pytest
 
+from twoprim.classroom.hub_checks import free_port
 from twoprim.config import ROOT
 
 from .accounts import SYSTEM_PATH, clone_for, delete_account, point_venv_at, shared_python, shared_tmp
@@ -113,12 +115,6 @@ def _digest(folder: Path) -> str:
         if path.is_file():
             h.update(path.read_bytes())
     return h.hexdigest()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -199,7 +195,7 @@ def test_not_root_is_refused(clone):
     names = _names(2)
     _refused(
         clone,
-        ["--students", ",".join(names), "--port", str(_free_port())],
+        ["--students", ",".join(names), "--port", str(free_port())],
         "needs root: sudo",
         user=pwd.getpwnam("nobody"),
         names=tuple(names),
@@ -223,7 +219,7 @@ def test_unknown_or_invalid_student_is_refused(clone, students, expected, advice
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     names = _names(1)
     output = _refused(
-        clone, ["--students", f"{names[0]},{students}", "--port", str(_free_port())], expected, names=tuple(names)
+        clone, ["--students", f"{names[0]},{students}", "--port", str(free_port())], expected, names=tuple(names)
     )
     assert advice in output, output
 
@@ -255,6 +251,43 @@ def test_port_in_use_is_refused(clone):
     assert f"--port {port + 1}" in out
 
 
+def _drawn_ports(n: int) -> set[int]:
+    """The ports the kernel picks for `n` sockets bound to port 0 with SO_REUSEADDR (as tornado binds), each closed."""
+    drawn = set()
+    for _ in range(n):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+            drawn.add(s.getsockname()[1])
+    return drawn
+
+
+def test_a_picked_port_is_handed_to_no_other_socket_and_its_server_binds_it():
+    """The hub's own ports and the tests' servers' come from hub_checks.free_port: until its server binds it, the
+    kernel hands a picked port to no socket bound to port 0 (jupyter_client's kernel ports are picked that way),
+    while a server that sets SO_REUSEADDR binds it at once. Beside it, ports merely seen free (bound to 0 and closed,
+    the way they were picked before) are drawn again by the same sockets: that race once cost a CI run."""
+    held = {free_port() for _ in range(20)}
+    seen_free = set()
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            seen_free.add(s.getsockname()[1])
+    drawn = _drawn_ports(10_000)
+    assert seen_free & drawn, f"10,000 draws of {len(drawn)} distinct ports missed all 20 ports seen free"
+    assert not held & drawn, f"held ports handed out again: {sorted(held & drawn)}"
+    port = min(held)
+    with socket.socket() as plain:
+        with pytest.raises(OSError) as taken:
+            plain.bind(("127.0.0.1", port))  # held: a socket without SO_REUSEADDR is refused it
+        assert taken.value.errno == errno.EADDRINUSE
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        assert _listening(port)
+
+
 def test_missing_proxy_is_refused(clone):
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
@@ -264,7 +297,7 @@ def test_missing_proxy_is_refused(clone):
     try:
         _refused(
             clone,
-            ["--students", ",".join(names), "--port", str(_free_port())],
+            ["--students", ",".join(names), "--port", str(free_port())],
             "configurable-http-proxy, is not installed",
             names=tuple(names),
         )
@@ -285,7 +318,7 @@ def test_environment_other_accounts_cannot_run_is_refused(clone):
     try:
         out = _refused(
             clone,
-            ["--students", ",".join(names), "--port", str(_free_port())],
+            ["--students", ",".join(names), "--port", str(free_port())],
             "other accounts cannot run the course environment's Python",
             names=tuple(names),
         )
@@ -330,7 +363,7 @@ def test_a_public_hub_without_tls_or_with_the_wrong_certificate_is_refused(clone
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     names = _names(2)
-    base = ["--students", ",".join(names), "--port", str(_free_port())]
+    base = ["--students", ",".join(names), "--port", str(free_port())]
     right = _certificate(clone["base"] / "tls-right", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"])
     only_host = _certificate(clone["base"] / "tls-no-wildcard", [PUBLIC_HOST])
     expired = _certificate(clone["base"] / "tls-expired", [PUBLIC_HOST, f"*.{PUBLIC_HOST}"], days=-1)
@@ -387,7 +420,7 @@ def test_a_new_password_for_someone_outside_the_class_or_not_the_courses_is_refu
     if clone is None:
         pytest.skip("as root only: test_not_root_is_refused checked what an ordinary user gets")
     names = _names(2)
-    base = ["--students", ",".join(names), "--port", str(_free_port())]
+    base = ["--students", ",".join(names), "--port", str(free_port())]
     _refused(
         clone,
         [*base, "--new-password", "mallory"],
@@ -911,7 +944,7 @@ def test_classroom_release_fetch_submit_grade_feedback_in_a_browser(clone):
     course = clone["course"]
     instructor, right, wrong = _names(3)
     accounts = [instructor, right, wrong]
-    port = _free_port()
+    port = free_port()
     exchange = clone["base"] / "exchange-parent" / "exchange"
     exchange.parent.mkdir()
     exchange.parent.chmod(0o755)
@@ -1347,7 +1380,7 @@ def test_several_courses_on_one_hub_are_isolated_in_a_browser(clone):
             }
         )
     )
-    port = _free_port()
+    port = free_port()
     hub = Hub(clone["course"], ["--courses", str(courses), "--port", str(port)], clone["base"] / "hub-courses.log")
     accounts = [ia, ib, sa, sb, sab]
     stopped = None

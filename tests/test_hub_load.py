@@ -222,17 +222,15 @@ def test_a_server_is_stopped_with_its_clean_shutdown_kernels_included(tmp_path):
     that shutdown, and left a server up a minute under load. A real server, with a real kernel, stopped for real."""
     import asyncio
     import secrets
-    import socket
     import subprocess
     from types import SimpleNamespace
 
     import requests
 
+    from twoprim.classroom.hub_checks import free_port
     from twoprim.classroom.limits import ClassroomSpawner
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     token, log = secrets.token_hex(8), tmp_path / "server.log"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
     with log.open("w") as out:

@@ -33,6 +33,7 @@ import requests
 from lti1p3platform.ltiplatform import JWKS
 
 from twoprim.classroom import lti_config as lc
+from twoprim.classroom.hub_checks import free_port
 from twoprim.config import ROOT
 
 from .accounts import SYSTEM_PATH, delete_account, python_for, shared_tmp
@@ -123,14 +124,6 @@ def test_account_names_are_valid_and_never_someone_elses():
 # --- a light hub and the platform --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ctrl_c_when_orphaned() -> None:
     import ctypes
 
@@ -172,7 +165,7 @@ def lms():
         key = base / "tool-key.pem"
         key.write_text(private_pem())
         key.chmod(0o600)
-        port = _free_port()
+        port = free_port()
         tool_jwks: JWKS = {
             "keys": [
                 lc.LTIConfig(
@@ -205,9 +198,9 @@ def lms():
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {_free_port()}
+c.JupyterHub.hub_port = {free_port()}
 c.ConfigurableHTTPProxy.command = [{str(ROOT / "node_modules" / ".bin" / "configurable-http-proxy")!r}]
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{_free_port()}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
 c.JupyterHub.db_url = "sqlite:///{base / "hub.sqlite"}"
 c.JupyterHub.cookie_secret_file = "{base / "cookie_secret"}"
 c.JupyterHub.pid_file = "{base / "hub.pid"}"

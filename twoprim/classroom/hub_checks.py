@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ephemeral_port_reserve import reserve
+
 from twoprim.classroom.hub_config import CourseSpec, Plan
 from twoprim.config import COURSE_ID, ROOT
 from twoprim.core.errors import CourseError
@@ -249,10 +251,11 @@ def check_public(host: str, cert: Path | None, key: Path | None, port: int) -> N
 
 
 def free_port() -> int:
-    """A loopback port free at the time of asking."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, held for the server it is picked for: ephemeral-port-reserve leaves it in TIME_WAIT, so for
+    the next 60 s the kernel hands it to no other socket (not to a `bind` to port 0, such as jupyter_client's kernel
+    ports, nor to an outgoing connection), while a server that sets SO_REUSEADDR (tornado, Node, PostgreSQL, Dask
+    all do) binds it. A port merely seen free is often taken by the time its server starts on a busy machine."""
+    return reserve("127.0.0.1")
 
 
 def find_proxy(course: Path) -> Path:
