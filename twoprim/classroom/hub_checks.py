@@ -20,8 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ephemeral_port_reserve import reserve
-
 from twoprim.classroom.hub_config import CourseSpec, Plan
 from twoprim.config import COURSE_ID, ROOT
 from twoprim.core.errors import CourseError
@@ -254,7 +252,10 @@ def free_port() -> int:
     """A free loopback port, held for the server it is picked for: ephemeral-port-reserve leaves it in TIME_WAIT, so for
     the next 60 s the kernel hands it to no other socket (not to a `bind` to port 0, such as jupyter_client's kernel
     ports, nor to an outgoing connection), while a server that sets SO_REUSEADDR (tornado, Node, PostgreSQL, Dask
-    all do) binds it. A port merely seen free is often taken by the time its server starts on a busy machine."""
+    all do) binds it. A port merely seen free is often taken by the time its server starts on a busy machine.
+    (Imported here: `course` imports this module in a student's classroom copy with only the system's Python.)"""
+    from ephemeral_port_reserve import reserve
+
     return reserve("127.0.0.1")
 
 
