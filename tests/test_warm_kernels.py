@@ -423,3 +423,47 @@ def test_a_zygote_whose_kernels_die_at_start_is_retired_and_the_student_gets_a_k
     counted = scripts.load("scripts/bench_hub.py").warm_kernel_lines(text)
     assert (counted["ended"], counted["ended_how"], counted["retired"]) == (2, ["exit code 3"], 1), counted
     assert counted["forked"] == 3 and counted["usual"] == 1, counted
+
+
+def test_a_kernels_ports_are_held_from_their_pick_until_the_kernel_binds_them():
+    """The provisioner picks a kernel's five ports and holds them until the kernel binds them: in between, a socket
+    that does not ask to reuse a port is refused each one (and the machine hands none of them to a bind to port 0:
+    tests/test_hub.py shows it for the same helper), while ZeroMQ binds each as the kernel does. They are in
+    jupyter_client's port cache while the kernel may use them, and given back when it is gone for good."""
+    import asyncio
+    import errno
+    import socket
+
+    import zmq
+    from jupyter_client.provisioning.local_provisioner import LocalPortCache
+
+    from twoprim.learner.progress import _warm_kernel_manager
+
+    km = _warm_kernel_manager()
+    asyncio.run(km._async_pre_start_kernel())  # the provisioner's pre_launch: the ports picked, the connection file
+    try:
+        names = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+        ports = [getattr(km, name) for name in names]
+        assert len(set(ports)) == 5 and all(ports), ports
+        assert set(ports) <= LocalPortCache.instance().currently_used_ports
+        assert json.loads(Path(km.connection_file).read_text())["shell_port"] == km.shell_port
+        for port in ports:
+            with socket.socket() as plain, pytest.raises(OSError) as taken:
+                plain.bind((km.ip, port))
+            assert taken.value.errno == errno.EADDRINUSE, (port, taken.value)
+        context = zmq.Context()
+        try:
+            bound = []
+            for port in ports:  # as ipykernel binds them
+                sock = context.socket(zmq.ROUTER)
+                sock.bind(f"tcp://{km.ip}:{port}")
+                bound.append(sock)
+        finally:
+            for sock in bound:
+                sock.close(linger=0)
+            context.term()
+        assert km.provisioner is not None
+        asyncio.run(km.provisioner.cleanup(restart=False))
+        assert not set(ports) & LocalPortCache.instance().currently_used_ports
+    finally:
+        km.cleanup_connection_file()

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalPortCache, LocalProvisioner
 
 from twoprim.learner.zygote import READY, account
 
@@ -347,14 +347,35 @@ class WarmProvisioner(LocalProvisioner):
         return self.forked is not None or super().has_process
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        """A zygote still starting is waited for here, before jupyter_client picks the kernel's ports (`super`): free
-        when picked, they are bound by the fork a moment later. Picked before the wait, they stayed unbound while the
-        zygote imported (20 s under a class's load), long enough for another process to take one, and jupyter_client
-        keeps a kernel's ports across its restarts, so every restart died on the same taken port."""
+        """A zygote still starting is waited for here, before the kernel's ports are picked (`_hold_ports`): they are
+        bound by the fork a moment later. Picked before the wait, they stayed unbound while the zygote imported (20 s
+        under a class's load), long enough for another process to take one, and jupyter_client keeps a kernel's ports
+        across its restarts, so every restart died on the same taken port. Now they are also held meanwhile."""
         z = zygote()
         if z.state() == "starting":
             await z.wait_ready(max(0.0, START_S - (time.monotonic() - z.started_at)))
+        self._hold_ports()
         return await super().pre_launch(**kwargs)
+
+    def _hold_ports(self) -> None:
+        """The kernel's five ports, picked here rather than by `super` (which binds port 0 and closes: free at that
+        moment only, jupyter_client#487) and held until the kernel binds them: ephemeral-port-reserve leaves each in
+        TIME_WAIT, so for 60 s the machine hands it to no other socket bound to port 0 nor to an outgoing connection,
+        while ZeroMQ, which sets SO_REUSEADDR, binds it. Registered in jupyter_client's port cache as `super` would,
+        which frees them when the kernel is gone for good; kept across restarts (`ports_cached`), as there."""
+        km = self.parent
+        if km is None or km.transport != "tcp" or not km.cache_ports or self.ports_cached:
+            return
+        from ephemeral_port_reserve import reserve
+
+        used = LocalPortCache.instance().currently_used_ports
+        for name in ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port"):
+            port = reserve(km.ip)
+            while port in used:
+                port = reserve(km.ip)
+            used.add(port)
+            setattr(km, name, port)
+        self.ports_cached = True
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         z = zygote()
