@@ -435,7 +435,7 @@ def test_a_kernels_ports_are_held_from_their_pick_until_the_kernel_binds_them():
     import socket
 
     import zmq
-    from jupyter_client.provisioning.local_provisioner import LocalPortCache
+    from jupyter_client.connect import LocalPortCache
 
     from twoprim.learner.progress import _warm_kernel_manager
 
@@ -451,9 +451,8 @@ def test_a_kernels_ports_are_held_from_their_pick_until_the_kernel_binds_them():
             with socket.socket() as plain, pytest.raises(OSError) as taken:
                 plain.bind((km.ip, port))
             assert taken.value.errno == errno.EADDRINUSE, (port, taken.value)
-        context = zmq.Context()
+        context, bound = zmq.Context(), []
         try:
-            bound = []
             for port in ports:  # as ipykernel binds them
                 sock = context.socket(zmq.ROUTER)
                 sock.bind(f"tcp://{km.ip}:{port}")

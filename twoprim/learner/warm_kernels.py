@@ -47,7 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.provisioning.local_provisioner import LocalPortCache, LocalProvisioner
+from jupyter_client.connect import LocalPortCache
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from twoprim.learner.zygote import READY, account
 
