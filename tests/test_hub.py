@@ -264,9 +264,9 @@ def _drawn_ports(n: int) -> set[int]:
 
 def test_a_picked_port_is_handed_to_no_other_socket_and_its_server_binds_it():
     """The hub's own ports and the tests' servers' come from hub_checks.free_port: until its server binds it, the
-    kernel hands a picked port to no socket bound to port 0 (jupyter_client's kernel ports are picked that way),
-    while a server that sets SO_REUSEADDR binds it at once. Beside it, ports merely seen free (bound to 0 and closed,
-    the way they were picked before) are drawn again by the same sockets: that race once cost a CI run."""
+    operating system hands a picked port to no socket bound to port 0 (jupyter_client's kernel ports are picked that
+    way), while a server that sets SO_REUSEADDR binds it at once. Beside it, ports merely seen free (bound to 0 and
+    closed, the way they were picked before) are drawn again by the same sockets: that race once cost a CI run."""
     held = {free_port() for _ in range(20)}
     seen_free = set()
     for _ in range(20):

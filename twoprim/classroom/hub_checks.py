@@ -249,11 +249,12 @@ def check_public(host: str, cert: Path | None, key: Path | None, port: int) -> N
 
 
 def free_port() -> int:
-    """A free loopback port, held for the server it is picked for: ephemeral-port-reserve leaves it in TIME_WAIT, so for
-    the next 60 s the kernel hands it to no other socket (not to a `bind` to port 0, such as jupyter_client's kernel
-    ports, nor to an outgoing connection), while a server that sets SO_REUSEADDR (tornado, Node, PostgreSQL, Dask
-    all do) binds it. A port merely seen free is often taken by the time its server starts on a busy machine.
-    (Imported here: `course` imports this module in a student's classroom copy with only the system's Python.)"""
+    """A free loopback port, held for the server it is picked for: ephemeral-port-reserve leaves it in TIME_WAIT, so
+    for the next 60 s the operating system hands it to no other socket (not to a `bind` to port 0, such as
+    jupyter_client's kernel ports, nor to an outgoing connection), while a server that sets SO_REUSEADDR (tornado,
+    Node, PostgreSQL, Dask all do) binds it. A port merely seen free is often taken by the time its server starts on
+    a busy machine. (Imported here: `course` imports this module in a student's classroom copy with only the
+    system's Python.)"""
     from ephemeral_port_reserve import reserve
 
     return reserve("127.0.0.1")
