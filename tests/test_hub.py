@@ -252,7 +252,8 @@ def test_port_in_use_is_refused(clone):
 
 
 def _drawn_ports(n: int) -> set[int]:
-    """The ports the kernel picks for `n` sockets bound to port 0 with SO_REUSEADDR (as tornado binds), each closed."""
+    """The ports the operating system picks for `n` sockets bound to port 0 with SO_REUSEADDR (as tornado binds),
+    each closed."""
     drawn = set()
     for _ in range(n):
         with socket.socket() as s:

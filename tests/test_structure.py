@@ -190,7 +190,6 @@ _IMPORT_EACH_FORKED = (
     _WATCH
     + """
 import json
-import shutil
 for library in json.loads(sys.argv[1]):
     try:
         importlib.import_module(library)
