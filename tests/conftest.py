@@ -5,6 +5,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ import pytest
 from twoprim.config import ROOT
 from twoprim.core.notebooks import code_of
 from twoprim.grading.sandbox import THREAD_VARIABLES
+
+from . import background
+from .test_tooling import PYRIGHT, PYRIGHT_ARGV
 
 BIN = Path(sys.executable).parent
 # Course commands need the environment's bin/ (nbgrader -> alembic), as `make test` provides.
@@ -87,6 +91,28 @@ LONG_FIRST = (
     "test_browser.py",
     "test_lab.py",
 )
+
+
+_RUNS = pytest.StashKey[background.Runs]()
+
+
+def pytest_configure(config):
+    """pyright's ~80 CPU-seconds start now at the lowest priority, in the session's first process, when its test is in
+    the run: it takes the cores the tests leave idle, and test_pyright_passes reads its report (tests/background.py)."""
+    if hasattr(config, "workerinput") or background.folder() is not None:
+        return  # a test process of pytest-xdist (it inherits the folder), or a pytest run inside a test
+    if PYRIGHT.exists() and background.in_scope(config, Path(__file__).with_name("test_tooling.py")):
+        runs = background.Runs(Path(tempfile.mkdtemp(prefix="twoprim-background-")))
+        os.environ[background.VARIABLE] = str(runs.top)  # before pytest-xdist starts the test processes
+        config.stash[_RUNS] = runs
+        runs.start("pyright", PYRIGHT_ARGV, ROOT)
+
+
+def pytest_unconfigure(config):
+    runs = config.stash.get(_RUNS, None)
+    if runs is not None:
+        runs.stop()
+        os.environ.pop(background.VARIABLE, None)
 
 
 def pytest_collection_modifyitems(items):

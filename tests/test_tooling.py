@@ -2,15 +2,20 @@
 types, each on the whole scope of pyproject.toml (the package, tests, scripts, the site's Python, the template); and
 the pre-commit configuration that runs them at each commit with `./course clean`.
 
-Cost on 2 busy cores: pyright 30-45 s (one process, the whole scope); ruff's two checks and pre-commit's validation
-about 0.1 s each."""
+Cost: pyright ~60 s of one core and ~80 CPU-seconds alone (one process, the whole scope), so a whole run of the suite
+starts it with the session at the lowest priority, beside the tests (tests/background.py); ruff's two checks and
+pre-commit's validation about 0.1 s each."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +23,8 @@ import pytest
 import yaml
 
 from twoprim.config import ROOT
+
+from . import background
 
 RUFF = Path(sys.executable).parent / "ruff"
 PRE_COMMIT = Path(sys.executable).parent / "pre-commit"
@@ -77,8 +84,15 @@ def test_ruff_format_check_passes():
     )
 
 
-def test_pyright_passes():
-    proc = _run(PYRIGHT_ARGV, timeout=200)  # within pytest-timeout's 240 s, to fail saying what it waited for
+def test_pyright_passes(request):
+    # started with the session at the lowest priority (tests/background.py), or here when it was not; either way
+    # within pytest-timeout's 240 s, to fail saying what it waited for
+    proc = background.result("pyright", PYRIGHT_ARGV, timeout=200)
+    if isinstance(proc, str):
+        pytest.fail(proc)
+    # a run of this whole file (`make test`, `make test-fast`) reads the session's run: the suite's time counts on it
+    assert proc or not background.in_scope(request.config, Path(__file__)), "the session did not start pyright"
+    proc = proc or _run(PYRIGHT_ARGV, timeout=200)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -96,6 +110,85 @@ def test_pyright_passes():
         f"See them all with `node_modules/.bin/pyright` (the level and scope are [tool.pyright] in pyproject.toml)."
     )
     assert report["summary"]["filesAnalyzed"] >= 100, f"pyright checked too few files: {report['summary']}"
+
+
+# The nice value the probe prints at its start, then again once it changes (or after 10 s): the wait in
+# background.result raises a run to normal priority, which only root may do (CI's `.ci/run` is root).
+NICE_PROBE = (
+    "import os, sys, time\n"
+    "first = os.getpriority(os.PRIO_PROCESS, 0); print(first, flush=True)\n"
+    "end = time.monotonic() + 10\n"
+    "while os.getpriority(os.PRIO_PROCESS, 0) == first and time.monotonic() < end:\n"
+    "    time.sleep(0.01)\n"
+    "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
+)
+
+
+def test_a_background_run_starts_at_the_lowest_priority_and_a_test_that_waits_raises_it(tmp_path: Path):
+    runs = background.Runs(tmp_path / "runs")
+    runs.top.mkdir()
+    argv = [sys.executable, "-c", NICE_PROBE]
+    runs.start("probe", argv, tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not (runs.top / "probe" / "stdout").read_text():  # its first line, before the wait renices it
+            assert time.monotonic() < deadline, "the probe printed nothing in 30 s"
+            time.sleep(0.05)
+        assert background.result("other", argv, timeout=1, top=runs.top) is None  # never started: run it here
+        proc = background.result("probe", argv, timeout=30, top=runs.top)
+        assert isinstance(proc, subprocess.CompletedProcess), proc
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["19", "0" if os.geteuid() == 0 else "19"]
+        # a run of another command under the same name is not taken for it
+        mismatch = background.result("probe", [sys.executable, "-V"], timeout=1, top=runs.top)
+        assert isinstance(mismatch, str) and "not" in mismatch and "-V" in mismatch
+    finally:
+        runs.stop()
+    assert not runs.top.exists()
+
+
+def test_a_background_run_that_does_not_finish_is_named_and_stopped_with_the_session(tmp_path: Path):
+    runs = background.Runs(tmp_path / "runs")
+    runs.top.mkdir()
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys, time; print('still checking', file=sys.stderr, flush=True); time.sleep(60)",
+    ]
+    runs.start("slow", argv, tmp_path)
+    proc = runs.procs["slow"]
+    try:
+        began = time.monotonic()
+        while "still checking" not in (runs.top / "slow" / "stderr").read_text():
+            assert time.monotonic() - began < 30, "the slow run wrote nothing in 30 s"
+            time.sleep(0.05)
+        began = time.monotonic()
+        message = background.result("slow", argv, timeout=1, top=runs.top)
+        assert 1 <= time.monotonic() - began < 5
+        assert isinstance(message, str)
+        assert "did not finish within 1 s of this test's wait" in message, message
+        assert " ".join(argv) in message and f"process {proc.pid}" in message and "still checking" in message
+    finally:
+        runs.stop()
+    assert proc.poll() == -signal.SIGKILL and not runs.top.exists()
+
+
+@pytest.mark.parametrize(
+    "args, keyword, expected",
+    [
+        (["tests"], "", True),
+        (["."], "", True),
+        (["tests/test_tooling.py"], "", True),
+        (["tests/test_ex01.py", "tests/test_tooling.py"], "", True),
+        (["tests/test_tooling.py::test_pyright_passes"], "", False),  # one test: it runs pyright itself
+        (["tests/test_ex01.py"], "", False),
+        (["tests"], "pyright", False),  # -k: a narrowed run
+    ],
+)
+def test_the_session_starts_pyright_only_when_its_test_file_runs_whole(args, keyword, expected):
+    option = types.SimpleNamespace(keyword=keyword, lf=False, deselect=None, collectonly=False)
+    config = types.SimpleNamespace(args=args, option=option, invocation_params=types.SimpleNamespace(dir=ROOT))
+    assert background.in_scope(config, ROOT / "tests" / "test_tooling.py") is expected
 
 
 def test_pre_commit_config_is_valid_and_runs_the_lint_checks():
