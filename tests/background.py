@@ -29,7 +29,8 @@ def folder() -> Path | None:
 
 
 class Runs:
-    """The runs started into one folder, each at nice 19 in a process group of its own; `stop` ends what still runs."""
+    """The runs started into one folder, each at nice 19 in a process group of its own (in the session's scheduling
+    group); `stop` ends what still runs."""
 
     def __init__(self, top: Path):
         self.top = top
@@ -47,7 +48,10 @@ class Runs:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                start_new_session=True,  # its own process group: reniced and stopped as a whole
+                # a process group of its own, reniced and stopped as a whole, in the session's own session: a new
+                # one (setsid) would be a scheduling group of its own (Linux's autogroup), where nice 19 is weighed
+                # only against itself and takes as much as the whole session
+                process_group=0,
             )
         (out / "argv").write_text("\0".join(argv))
         (out / "started").write_text(repr(time.time()))

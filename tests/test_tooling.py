@@ -134,6 +134,13 @@ def test_a_background_run_starts_at_the_lowest_priority_and_a_test_that_waits_ra
         while not (runs.top / "probe" / "stdout").read_text():  # its first line, before the wait renices it
             assert time.monotonic() < deadline, "the probe printed nothing in 30 s"
             time.sleep(0.05)
+        # Linux weighs nice values within a scheduling group (autogroup: one per session, where the kernel has them):
+        # the run shares the tests' group, so it takes only what they leave
+        pid = runs.procs["probe"].pid
+        assert os.getpgid(pid) == pid != os.getpgid(0)  # a group of its own, stopped as one
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if Path("/proc/self/autogroup").exists():
+            assert autogroup.read_text().split()[0] == Path("/proc/self/autogroup").read_text().split()[0]
         assert background.result("other", argv, timeout=1, top=runs.top) is None  # never started: run it here
         proc = background.result("probe", argv, timeout=30, top=runs.top)
         assert isinstance(proc, subprocess.CompletedProcess), proc
