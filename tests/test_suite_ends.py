@@ -112,3 +112,22 @@ def test_a_hanging_test_is_stopped_with_its_stack_and_the_rest_of_the_suite_repo
         "FAILED tests/test_hangs.py::test_reads_from_a_peer_that_keeps_the_connection_alive_but_never_answers" in out
     ), out[-3000:]
     assert "1 failed, 3 passed" in out, out[-3000:]
+
+
+def test_the_files_named_to_run_first_exist_each_once_and_are_ordered_first():
+    """conftest.LONG_FIRST orders the files `make test` hands out: a misspelt or removed name would silently leave
+    its file to run in name order, where a long one idles the other process at the end."""
+    from .conftest import LONG_FIRST, pytest_collection_modifyitems
+
+    present = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert not set(LONG_FIRST) - present, f"named in LONG_FIRST but not in tests/: {set(LONG_FIRST) - present}"
+    assert len(set(LONG_FIRST)) == len(LONG_FIRST), "a file is named twice in LONG_FIRST"
+
+    class Item:  # what the hook reads of a collected test: its file
+        def __init__(self, name: str):
+            self.path = ROOT / "tests" / name
+
+    items = [Item(name) for name in sorted(present)]
+    pytest_collection_modifyitems(items)
+    assert [item.path.name for item in items[: len(LONG_FIRST)]] == list(LONG_FIRST)
+    assert [item.path.name for item in items[len(LONG_FIRST) :]] == sorted(present - set(LONG_FIRST))
