@@ -2,7 +2,8 @@
 CPU-seconds, run alone) starts with the session at the lowest CPU priority and runs beside the tests. It takes only
 what they leave idle: `make test`'s two processes keep two cores 85-90% busy, the rest spent waiting on kernels,
 servers and the limits some tests wait out. The test that asserts its report waits for it, at normal priority from
-then on (as root; another user's wait gives it the core the waiting process leaves).
+then on where the process may raise a priority (CAP_SYS_NICE, which root has outside a restricted container);
+elsewhere the wait still leaves it the core the waiting process frees.
 
 Started by the session's first process (the controller under pytest-xdist), only when the test that reads the report
 is in the session's scope; its folder is named in TWOPRIM_BACKGROUND, which the test processes inherit. Stopped, if it
@@ -90,7 +91,7 @@ def result(
     if started_argv != argv:
         return f"the session started {started_argv}, not {argv}"
     pid = int((out / "pid").read_text())
-    with contextlib.suppress(PermissionError, ProcessLookupError):  # lowering a nice value needs root
+    with contextlib.suppress(PermissionError, ProcessLookupError):  # lowering a nice value needs CAP_SYS_NICE
         os.setpriority(os.PRIO_PGRP, pid, 0)
     deadline = time.monotonic() + timeout
     while not (out / "returncode").exists():
