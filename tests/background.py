@@ -36,6 +36,7 @@ class Runs:
     def __init__(self, top: Path):
         self.top = top
         self.procs: dict[str, subprocess.Popen] = {}
+        self.reapers: list[threading.Thread] = []
 
     def start(self, name: str, argv: list[str], cwd: Path) -> None:
         """Run `argv` in `cwd`, its output and exit status into the folder under `name`."""
@@ -64,7 +65,9 @@ class Runs:
             tmp.write_text(str(code))
             tmp.replace(out / "returncode")  # whole or absent for a reader
 
-        threading.Thread(target=reap, name=f"background {name}", daemon=True).start()
+        reaper = threading.Thread(target=reap, name=f"background {name}", daemon=True)
+        reaper.start()
+        self.reapers.append(reaper)
 
     def stop(self) -> None:
         """Kill what still runs (a session ended early) and remove the folder."""
@@ -73,7 +76,10 @@ class Runs:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        for reaper in self.reapers:  # its exit status written before the folder goes
+            reaper.join(timeout=10)
         self.procs.clear()
+        self.reapers.clear()
         shutil.rmtree(self.top, ignore_errors=True)
 
 
