@@ -144,7 +144,7 @@ def _may_raise_priority() -> bool:
 
 def _scheduling_group(pid: int) -> tuple[str, str]:
     """The CPU scheduler's group of a process: its cpu cgroup and its autogroup (one per session where the kernel has
-    them; the kernel prints none for a task in a cgroup of its own, whose group is then that cgroup)."""
+    them; an empty file for the default one, of every session no process has started since init, as in CI)."""
     cgroups = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     # cgroup v1 names the cpu controller; v2 has a single line, "0::/path", for every controller
     cpu = [line for line in cgroups if "cpu" in line.split(":")[1].split(",") or line.startswith("0::")]
