@@ -27,6 +27,11 @@ from twoprim.learner import deadlines
 from . import scripts
 from .classroom import answered, bad_ex01_class, cell_index, course_copy, prepend, student_version, write
 
+# bad_class grades a whole class (a kernel per submission, some dying or running out of time) before its first test:
+# 80 s on 2 cores on a usual day, 156 s in CI's slow run of 12-06 and past pytest-timeout's 240 s on this VM's slow
+# spell; its kernels have their own limits, so this bound ends a hang, not a slow class
+pytestmark = pytest.mark.timeout(480)
+
 AID = "ex01_dot"
 # The bad class's cell time limit: its endless cells (three students, five cells with the grace after an interrupt)
 # are waited out at it, and an honest ex01 cell takes well under a second on a loaded machine (as in
